@@ -1,0 +1,1 @@
+"""Triton kernels of stepgraph, each with a plain-torch reference beside it (``*_ref``)."""

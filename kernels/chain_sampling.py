@@ -1,0 +1,520 @@
+"""Chain verify sampling in two launches (target-only: draft tokens carry unit probability).
+
+For request ``b`` and row ``j`` let ``q_j`` be the target's sampling distribution: ``softmax(logits / T)``
+restricted to the top-k logits (ties at the k-th value kept) and then to the top-p set (a token is kept
+when the mass of strictly more probable kept tokens is ``< p``), renormalised. Then:
+
+* accept ``d_{j+1}`` with probability ``q_j(d_{j+1})``, walking the chain until the first rejection ``n``;
+* at ``n < K`` emit a correction sampled from ``q_n`` with ``d_{n+1}`` removed (renormalised);
+  if all ``K`` are accepted, emit a bonus sampled from ``q_K``.
+
+The emitted tokens follow the target distribution exactly. Rows with ``T == 0`` are greedy and give
+exactly :func:`greedy_chain_verify`'s tokens; so do rows whose logits contain NaN or ``+inf`` or are all
+``-inf`` (a defined fallback). Samples use the Gumbel-max trick with Philox noise keyed by
+``(seed[b], offset[b], row, token)``; launch 2 advances ``offset[b]`` by one, so a captured graph draws
+fresh numbers on every replay and a seeded run reproduces.
+
+Launch 1, temperature class: programs over (row, vocabulary split) write partial max / sum-exp /
+Gumbel argmax / greedy argmax. Top-k/top-p class: one program per row finds the exact cut-off with a
+multi-way bisection over sortable keys (about 10 passes over the row), then one sampling pass.
+Launch 2: one program per request combines the partials and walks the chain.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ._argmax import reduce_partials, sortable_key
+from ._common import check, next_pow2, use_triton, vocab_split
+from .greedy_verify import INDEX_DTYPES, LOGIT_DTYPES
+
+INF_KEY = 0x7F800000  # sortable_key(+inf); NaN keys are larger
+NEG_INF_KEY = -2139095041  # sortable_key(-inf)
+BLOCK_V = 1024
+SEARCH_BLOCK = 512
+SEARCH_WAYS = 8
+INF_KEY_C: tl.constexpr = tl.constexpr(INF_KEY)
+NEG_INF_KEY_C: tl.constexpr = tl.constexpr(NEG_INF_KEY)
+
+
+class SampledVerifyOutput(NamedTuple):
+    """Shapes: ``tokens [B, K+1]`` int64 (accepted drafts, then the correction or bonus, then -1);
+    ``num_accepted [B]`` int64; ``bonus [B]`` int64 (the last emitted token); ``extend_tokens [B, K+1]``
+    (``tokens`` with the -1 tail replaced by valid ids, the draft-extend input); optional
+    ``accept_len``, ``new_seq_lens``, ``select`` as in :class:`GreedyVerifyOutput`."""
+
+    tokens: torch.Tensor
+    num_accepted: torch.Tensor
+    bonus: torch.Tensor
+    extend_tokens: torch.Tensor
+    accept_len: torch.Tensor | None = None
+    new_seq_lens: torch.Tensor | None = None
+    select: torch.Tensor | None = None
+
+
+@triton.jit
+def _gumbel(seed, stream, offs):
+    """Gumbel(0, 1) noise for vocabulary offsets ``offs`` of Philox stream ``stream`` (int64)."""
+    u = tl.rand(seed, (stream << 32) | offs.to(tl.int64))
+    return -tl.log(-tl.log(u))
+
+
+@triton.jit
+def _row_setup(row, K1, K, temp_ptr, draft_ptr, stride_draft, seed_ptr, offset_ptr):
+    b = row // K1
+    j = row % K1
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+    excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+    excl = tl.where(j < K, excl, -1)
+    seed = tl.load(seed_ptr + b)
+    stream = tl.load(offset_ptr + b) * (K1 + 1) + j
+    return b, j, inv_t, excl, seed, stream
+
+
+@triton.jit
+def _sample_partial_kernel(
+    logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, seed_ptr, offset_ptr,
+    gkey_ptr, gidx_ptr, m_ptr, s_ptr, skey_ptr, sidx_ptr,
+    V, K, K1, n_splits,
+    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Temperature class: partial statistics of one (row, vocabulary split)."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    b, j, inv_t, excl, seed, stream = _row_setup(row, K1, K, temp_ptr, draft_ptr, stride_draft, seed_ptr, offset_ptr)
+    base = logits_ptr + b * stride_b + j * stride_j
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    s_best = tl.full([BLOCK], -2147483648, tl.int32)
+    s_idx = tl.zeros([BLOCK], tl.int32)
+    m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
+    s_lane = tl.zeros([BLOCK], tl.float32)
+    start = sp.to(tl.int64) * SPLIT
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        key = tl.where(inb, sortable_key(x), -2147483648)
+        better = key > g_best
+        g_best = tl.where(better, key, g_best)
+        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+        z = x * inv_t
+        m_new = tl.maximum(m_lane, z)
+        live = m_new > float("-inf")
+        s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
+        m_lane = m_new
+        score = tl.where(inb & (offs != excl), sortable_key(z + _gumbel(seed, stream, offs)), -2147483648)
+        better = score > s_best
+        s_best = tl.where(better, score, s_best)
+        s_idx = tl.where(better, offs.to(tl.int32), s_idx)
+    m = tl.max(m_lane, axis=0)
+    s = tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
+    out = row * n_splits + sp
+    gk = tl.max(g_best, axis=0)
+    tl.store(gkey_ptr + out, gk)
+    tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
+    sk = tl.max(s_best, axis=0)
+    tl.store(skey_ptr + out, sk)
+    tl.store(sidx_ptr + out, tl.min(tl.where(s_best == sk, s_idx, 2147483647), axis=0))
+    tl.store(m_ptr + out, m)
+    tl.store(s_ptr + out, s)
+
+
+@triton.jit
+def _weight(x, key, inv_t, m, cut, MASS: tl.constexpr):
+    if MASS:
+        w = tl.where(key >= cut, tl.exp(x * inv_t - m), 0.0)
+    else:
+        w = tl.where(key > -2147483648, 1.0, 0.0)
+    return w
+
+
+@triton.jit
+def _search(base, V, lo, hi, target, inv_t, m, cut, MASS: tl.constexpr, BLOCK: tl.constexpr, WAYS: tl.constexpr):
+    """Largest key ``c`` in ``[lo, hi)`` with ``G(c) >= target``, where ``G(c)`` is the count (or mass) of
+    entries with key >= c. Requires ``G(lo) >= target > G(hi)``; G is non-increasing, so the multi-way
+    bisection is exact (fp32 sums of non-negative terms in a fixed order stay monotone)."""
+    w_i = tl.arange(0, WAYS).to(tl.int64)
+    while hi - lo > 1:
+        step = tl.maximum((hi - lo) // (WAYS + 1), 1)
+        cands = lo + step * (w_i + 1)
+        valid = cands < hi
+        acc = tl.zeros([WAYS], tl.float32)
+        for i in range(0, V, BLOCK):
+            offs = i + tl.arange(0, BLOCK)
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            key = tl.where(inb, sortable_key(x), -2147483648)
+            w = _weight(x, key, inv_t, m, cut, MASS)
+            ge = key.to(tl.int64)[:, None] >= cands[None, :]
+            acc += tl.sum(tl.where(ge, w[:, None], 0.0), axis=0)
+        ok = valid & (acc >= target)
+        lo = tl.max(tl.where(ok, cands, lo), axis=0)
+        hi = tl.min(tl.where(valid & (acc < target), cands, hi), axis=0)
+    return lo
+
+
+@triton.jit
+def _sample_filter_kernel(
+    logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, seed_ptr, offset_ptr,
+    gkey_ptr, gidx_ptr, m_ptr, s_ptr, skey_ptr, sidx_ptr, cut_ptr,
+    V, K, K1,
+    BLOCK: tl.constexpr, SEARCH_BLOCK: tl.constexpr, WAYS: tl.constexpr,
+):
+    """Top-k/top-p class: one program per row; exact cut-off search, then one sampling pass."""
+    row = tl.program_id(0).to(tl.int64)
+    b, j, inv_t, excl, seed, stream = _row_setup(row, K1, K, temp_ptr, draft_ptr, stride_draft, seed_ptr, offset_ptr)
+    base = logits_ptr + b * stride_b + j * stride_j
+    # pass A: greedy argmax, key range, max of z
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    k_min = tl.full([BLOCK], 2147483647, tl.int32)
+    m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
+    for i in range(0, V, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        key = tl.where(inb, sortable_key(x), -2147483648)
+        better = key > g_best
+        g_best = tl.where(better, key, g_best)
+        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+        k_min = tl.minimum(k_min, tl.where(inb, key, 2147483647))
+        m_lane = tl.maximum(m_lane, x * inv_t)
+    gk = tl.max(g_best, axis=0)
+    k_max = gk.to(tl.int64)
+    lo0 = tl.min(k_min, axis=0).to(tl.int64)
+    m = tl.max(m_lane, axis=0)
+    t = tl.load(temp_ptr + b)
+    regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
+    cut = lo0
+    top_k = tl.load(topk_ptr + b).to(tl.int64)
+    top_p = tl.load(topp_ptr + b).to(tl.float32)
+    if regular:
+        if (top_k > 0) & (top_k < V):
+            cut = _search(base, V, lo0, k_max + 1, top_k.to(tl.float32), inv_t, m, cut, False, SEARCH_BLOCK, WAYS)
+        if top_p < 1.0:
+            z_acc = tl.zeros([SEARCH_BLOCK], tl.float32)
+            for i in range(0, V, SEARCH_BLOCK):
+                offs = i + tl.arange(0, SEARCH_BLOCK)
+                inb = offs < V
+                x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+                key = tl.where(inb, sortable_key(x), -2147483648)
+                z_acc += _weight(x, key, inv_t, m, cut, True)
+            target = top_p * tl.sum(z_acc, axis=0)
+            cut = _search(base, V, cut, k_max + 1, target, inv_t, m, cut, True, SEARCH_BLOCK, WAYS)
+    # pass C: kept mass and Gumbel argmax over the kept set (minus the draft token)
+    s_acc = tl.zeros([BLOCK], tl.float32)
+    s_best = tl.full([BLOCK], -2147483648, tl.int32)
+    s_idx = tl.zeros([BLOCK], tl.int32)
+    for i in range(0, V, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        key = tl.where(inb, sortable_key(x), -2147483648)
+        kept = inb & (key.to(tl.int64) >= cut)
+        z = x * inv_t
+        s_acc += tl.where(kept, tl.exp(z - m), 0.0)
+        score = tl.where(kept & (offs != excl), sortable_key(z + _gumbel(seed, stream, offs)), -2147483648)
+        better = score > s_best
+        s_best = tl.where(better, score, s_best)
+        s_idx = tl.where(better, offs.to(tl.int32), s_idx)
+    tl.store(gkey_ptr + row, gk)
+    tl.store(gidx_ptr + row, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
+    sk = tl.max(s_best, axis=0)
+    tl.store(skey_ptr + row, sk)
+    tl.store(sidx_ptr + row, tl.min(tl.where(s_best == sk, s_idx, 2147483647), axis=0))
+    tl.store(m_ptr + row, m)
+    tl.store(s_ptr + row, tl.sum(s_acc, axis=0))
+    tl.store(cut_ptr + row, cut)
+
+
+@triton.jit
+def _sample_finalize_kernel(
+    logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, seed_ptr, offset_ptr,
+    gkey_ptr, gidx_ptr, m_ptr, s_ptr, skey_ptr, sidx_ptr, cut_ptr,
+    tokens_ptr, ext_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, seq_ptr, new_seq_ptr, select_ptr,
+    V, K, n_splits,
+    K1_P2: tl.constexpr, NS_P2: tl.constexpr, HAS_CUT: tl.constexpr,
+    HAS_SEQ: tl.constexpr, HAS_ACCEPT_LEN: tl.constexpr, HAS_SELECT: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    K1 = K + 1
+    j = tl.arange(0, K1_P2)
+    sp = tl.arange(0, NS_P2)
+    rows = b * K1 + j
+    m2 = (j[:, None] <= K) & (sp[None, :] < n_splits)
+    offs = rows[:, None] * n_splits + sp[None, :]
+    gkey = tl.load(gkey_ptr + offs, mask=m2, other=-2147483648)
+    predict = reduce_partials(gkey, tl.load(gidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
+    gmax = tl.max(gkey, axis=1)
+    skey = tl.load(skey_ptr + offs, mask=m2, other=-2147483648)
+    sample = reduce_partials(skey, tl.load(sidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
+    sample_ok = tl.max(skey, axis=1) > -2147483648
+    m_part = tl.load(m_ptr + offs, mask=m2, other=float("-inf"))
+    m_row = tl.max(m_part, axis=1)
+    s_part = tl.load(s_ptr + offs, mask=m2, other=0.0)
+    s_row = tl.sum(tl.where(m_part > float("-inf"), s_part * tl.exp(m_part - m_row[:, None]), 0.0), axis=1)
+
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+    t_rows = tl.zeros([K1_P2], tl.float32) + t
+    greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | (t_rows <= 0)
+
+    d = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+    d_ok = (j < K) & (d >= 0) & (d < V)
+    x_d = tl.load(logits_ptr + b * stride_b + j * stride_j + tl.where(d_ok, d, 0), mask=d_ok, other=float("-inf"))
+    x_d = x_d.to(tl.float32)
+    kept_d = d_ok
+    if HAS_CUT:
+        cut = tl.load(cut_ptr + rows, mask=j <= K, other=-2147483648)
+        kept_d = kept_d & (sortable_key(x_d).to(tl.int64) >= cut)
+    q_d = tl.where(kept_d, tl.exp(x_d * inv_t - m_row) / s_row, 0.0)
+    seed = tl.load(seed_ptr + b)
+    off = tl.load(offset_ptr + b)
+    coin = tl.rand(seed, ((off * (K1 + 1) + K1) << 32) | j.to(tl.int64))
+    accept = d_ok & tl.where(greedy, d == predict, coin < q_d)
+    n = tl.min(tl.where((j < K) & ~accept, j, K), axis=0).to(tl.int64)
+    final_j = tl.where(greedy | ~sample_ok, predict, sample)
+    final = tl.sum(tl.where(j == n, final_j, 0), axis=0)
+    tokens = tl.where(j < n, d, tl.where(j == n, final, -1))
+    tl.store(tokens_ptr + b * K1 + j, tokens, mask=j <= K)
+    tl.store(ext_ptr + b * K1 + j, tl.where(j < n, d, final), mask=j <= K)
+    tl.store(num_acc_ptr + b, n)
+    tl.store(bonus_ptr + b, final)
+    tl.store(offset_ptr + b, off + 1)
+    if HAS_ACCEPT_LEN:
+        tl.store(accept_len_ptr + b, n + 1)
+    if HAS_SEQ:
+        s_len = tl.load(seq_ptr + b)
+        tl.store(new_seq_ptr + b, (s_len + n + 1).to(s_len.dtype))
+    if HAS_SELECT:
+        tl.store(select_ptr + b, b * K1 + n)
+
+
+def _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_lens) -> None:
+    check(logits.dim() == 3, f"logits must be [B, K+1, V], got shape {tuple(logits.shape)}")
+    check(logits.dtype in LOGIT_DTYPES, f"logits dtype {logits.dtype} not supported; use float32, float16 or bfloat16")
+    check(logits.stride(-1) == 1 or logits.shape[-1] == 1, "logits must have unit stride along V")
+    B, K1, V = logits.shape
+    check(K1 >= 1 and V >= 1, f"logits needs K+1 >= 1 and V >= 1, got {tuple(logits.shape)}")
+    check(draft_tokens.dim() == 2 and draft_tokens.shape == (B, K1 - 1), f"draft_tokens must be [B={B}, K={K1 - 1}], got {tuple(draft_tokens.shape)}")
+    check(draft_tokens.dtype in INDEX_DTYPES, f"draft_tokens must be int32 or int64, got {draft_tokens.dtype}")
+    check(draft_tokens.stride(-1) == 1 or K1 <= 2, "draft_tokens must have unit stride along K")
+    for name, t, dtypes in (
+        ("temperature", temperature, (torch.float32,)),
+        ("top_k", top_k, INDEX_DTYPES),
+        ("top_p", top_p, (torch.float32,)),
+        ("seed", seed, (torch.int64,)),
+        ("offset", offset, (torch.int64,)),
+    ):
+        check(t.shape == (B,), f"{name} must be [B={B}], got {tuple(t.shape)}")
+        check(t.dtype in dtypes, f"{name} must be {' or '.join(map(str, dtypes))}, got {t.dtype}")
+        check(t.device == logits.device, f"{name} is on {t.device}, logits on {logits.device}")
+        check(t.is_contiguous(), f"{name} must be contiguous")
+    if seq_lens is not None:
+        check(seq_lens.shape == (B,) and seq_lens.dtype in INDEX_DTYPES, f"seq_lens must be [B={B}] int32/int64")
+
+
+def chain_verify_sampling(
+    logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    filtered: bool = True,
+    seq_lens: torch.Tensor | None = None,
+    with_accept_len: bool = False,
+    with_select: bool = False,
+    out: dict[str, torch.Tensor] | None = None,
+) -> SampledVerifyOutput:
+    """Sampled chain verification (target-only rule above) in two launches.
+
+    Parameters
+    ----------
+    logits:
+        Shape: ``(B, K + 1, V)``; float32/float16/bfloat16; unit stride along V.
+    draft_tokens:
+        Shape: ``(B, K)``; int32/int64.
+    temperature, top_k, top_p:
+        Per request, shape ``(B,)``: float32 (0 = greedy), int32/int64 (0 = off), float32 in (0, 1].
+    seed, offset:
+        Per request int64 ``(B,)``; ``offset`` is advanced by one in place (by the device).
+    filtered:
+        ``False`` when no row uses top-k/top-p (the temperature class: a faster, vocabulary-split launch 1;
+        top_k/top_p are then ignored).
+
+    CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
+    """
+    _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_lens)
+    B, K1, V = logits.shape
+    dev = logits.device
+    out = dict(out or {})
+
+    def get(name, shape, dtype):
+        t = out.get(name)
+        if t is None:
+            return torch.empty(shape, dtype=dtype, device=dev)
+        check(tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(), f"out[{name!r}] must be contiguous {dtype} {shape}")
+        return t
+
+    res = SampledVerifyOutput(
+        tokens=get("tokens", (B, K1), torch.int64),
+        num_accepted=get("num_accepted", (B,), torch.int64),
+        bonus=get("bonus", (B,), torch.int64),
+        extend_tokens=get("extend_tokens", (B, K1), torch.int64),
+        accept_len=get("accept_len", (B,), torch.int64) if with_accept_len else None,
+        new_seq_lens=get("new_seq_lens", (B,), seq_lens.dtype) if seq_lens is not None else None,
+        select=get("select", (B,), torch.int64) if with_select else None,
+    )
+    if B == 0:
+        return res
+    if not use_triton(logits):
+        ref = chain_verify_sampling_ref(logits, draft_tokens, temperature, top_k, top_p, seed, offset, filtered=filtered, seq_lens=seq_lens)
+        for name, t in res._asdict().items():
+            if t is not None:
+                t.copy_(getattr(ref, name))
+        return res
+    K = K1 - 1
+    rows = B * K1
+    drafts = draft_tokens if K > 0 else res.tokens
+    if filtered:
+        n_splits = 1
+    else:
+        n_splits = triton.cdiv(V, vocab_split(rows, V, block=BLOCK_V))
+    parts = [torch.empty((rows, n_splits), dtype=dt, device=dev) for dt in (torch.int32, torch.int32, torch.float32, torch.float32, torch.int32, torch.int32)]
+    cut = torch.empty(rows if filtered else 1, dtype=torch.int64, device=dev)
+    common = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
+    if filtered:
+        _sample_filter_kernel[(rows,)](
+            *common, temperature, top_k, top_p, seed, offset, *parts, cut, V, K, K1,
+            BLOCK=BLOCK_V, SEARCH_BLOCK=SEARCH_BLOCK, WAYS=SEARCH_WAYS, num_warps=8,
+        )
+    else:
+        split = vocab_split(rows, V, block=BLOCK_V)
+        _sample_partial_kernel[(rows, n_splits)](
+            *common, temperature, seed, offset, *parts, V, K, K1, n_splits, SPLIT=split, BLOCK=BLOCK_V, num_warps=4,
+        )
+    _sample_finalize_kernel[(B,)](
+        *common, temperature, seed, offset, *parts, cut,
+        res.tokens, res.extend_tokens, res.num_accepted, res.bonus,
+        res.accept_len if res.accept_len is not None else res.bonus,
+        seq_lens if seq_lens is not None else res.bonus,
+        res.new_seq_lens if res.new_seq_lens is not None else res.bonus,
+        res.select if res.select is not None else res.bonus,
+        V, K, n_splits,
+        K1_P2=next_pow2(K1), NS_P2=next_pow2(n_splits), HAS_CUT=filtered,
+        HAS_SEQ=seq_lens is not None, HAS_ACCEPT_LEN=with_accept_len, HAS_SELECT=with_select,
+        num_warps=1 if next_pow2(K1) * next_pow2(n_splits) <= 512 else 4,
+    )
+    return res
+
+
+def _degenerate_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Rows (``[..., V]``) that fall back to greedy: any NaN or +inf, or every entry -inf."""
+    x = logits.float()
+    return torch.isnan(x).any(-1) | (x == float("inf")).any(-1) | (x == float("-inf")).all(-1)
+
+
+def sampling_probs(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, *, filtered: bool = True
+) -> torch.Tensor:
+    """The sampling distribution ``q`` of every row, materialised: ``[B, R, V]`` float32 (rows sum to 1).
+
+    Same rule as the kernels (temperature, then top-k keeping ties, then top-p by strictly-greater mass).
+    Greedy and degenerate rows come back as a one-hot at the argmax. Graph-safe (no host syncs).
+    Cost: a sort of every row when ``filtered``.
+    """
+    B, R, V = logits.shape
+    x = logits.float()
+    t = temperature.float().view(B, 1, 1)
+    z = x / torch.where(t > 0, t, torch.ones_like(t))
+    m = z.amax(-1, keepdim=True)
+    e = torch.exp(z - m)
+    if filtered:
+        vals, order = torch.sort(x, dim=-1, descending=True, stable=True)
+        k = top_k.long().view(B, 1, 1)
+        k_on = (k > 0) & (k < V)
+        kth = vals.gather(-1, (k.clamp(1, V) - 1).expand(B, R, 1))
+        keep_k = torch.where(k_on, x >= kth, torch.ones_like(x, dtype=torch.bool))
+        e = torch.where(keep_k, e, torch.zeros_like(e))
+        e_sorted = e.gather(-1, order)
+        before = torch.cumsum(e_sorted, -1) - e_sorted
+        starts = torch.ones_like(vals, dtype=torch.bool)
+        starts[..., 1:] = vals[..., 1:] != vals[..., :-1]
+        arange = torch.arange(V, device=x.device).expand_as(vals)
+        first = torch.cummax(torch.where(starts, arange, torch.zeros_like(arange)), -1).values
+        mass_gt = before.gather(-1, first)
+        total = e.sum(-1, keepdim=True)
+        p = top_p.float().view(B, 1, 1)
+        keep_sorted = (mass_gt < p * total) | (p >= 1.0)
+        keep_p = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        e = torch.where(keep_p, e, torch.zeros_like(e))
+    probs = e / e.sum(-1, keepdim=True)
+    greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)
+    one_hot = torch.zeros_like(probs).scatter(-1, torch.argmax(logits, -1, keepdim=True), 1.0)
+    return torch.where(greedy[..., None], one_hot, probs)
+
+
+def chain_verify_sampling_ref(
+    logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    filtered: bool = True,
+    seq_lens: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> SampledVerifyOutput:
+    """Plain torch implementation of the same rule (materialised ``q``, torch RNG). Graph-safe.
+
+    Randomness comes from torch's generator (``generator`` or the default one, which a CUDA graph
+    advances on every replay), not from ``seed``; ``offset`` is still advanced by one for parity.
+    Cost: ``sampling_probs`` (a sort per row when filtered) + O(B*(K+1)*V) elementwise work.
+    """
+    B, K1, V = logits.shape
+    K = K1 - 1
+    dev = logits.device
+    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=filtered)  # [B, K1, V]
+    predict = torch.argmax(logits, -1)
+    greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)  # [B, K1]
+    d = draft_tokens.long()
+    d_ok = (d >= 0) & (d < V)
+    d_safe = torch.where(d_ok, d, torch.zeros_like(d))
+    q_d = probs[:, :K].gather(-1, d_safe[..., None]).squeeze(-1)
+    coins = torch.rand((B, K1), device=dev, generator=generator)
+    accept = d_ok & torch.where(greedy[:, :K], d == predict[:, :K], coins[:, :K] < q_d)
+    n = accept.long().cumprod(1).sum(1) if K > 0 else torch.zeros(B, dtype=torch.long, device=dev)
+    row = probs.gather(1, n.view(B, 1, 1).expand(B, 1, V)).squeeze(1)  # q_n  [B, V]
+    excl = torch.where(n < K, d_safe.gather(1, n.clamp(max=max(K - 1, 0)).view(B, 1)).squeeze(1) if K > 0 else n, -1)
+    row = torch.where(torch.arange(V, device=dev)[None, :] == excl[:, None], torch.zeros_like(row), row)
+    gumbel = -torch.log(-torch.log(torch.rand((B, V), device=dev, generator=generator)))
+    score = torch.where(row > 0, torch.log(row) + gumbel, torch.full_like(row, float("-inf")))
+    sample = torch.argmax(score, -1)
+    pred_n = predict.gather(1, n.view(B, 1)).squeeze(1)
+    use_greedy = greedy.gather(1, n.view(B, 1)).squeeze(1) | ~(row > 0).any(-1)
+    final = torch.where(use_greedy, pred_n, sample)
+    j = torch.arange(K1, device=dev)[None, :]
+    d_pad = torch.cat([d, torch.zeros((B, 1), dtype=torch.long, device=dev)], 1)
+    tokens = torch.where(j < n[:, None], d_pad, torch.where(j == n[:, None], final[:, None], -1))
+    ext = torch.where(j < n[:, None], d_pad, final[:, None])
+    offset.add_(1)
+    return SampledVerifyOutput(
+        tokens=tokens,
+        num_accepted=n,
+        bonus=final,
+        extend_tokens=ext,
+        accept_len=n + 1,
+        new_seq_lens=(seq_lens + n + 1).to(seq_lens.dtype) if seq_lens is not None else None,
+        select=torch.arange(B, device=dev) * K1 + n,
+    )

@@ -1,0 +1,196 @@
+"""Static buffers: declared once at the largest batch, sliced per key, filled by one copy-in per run.
+
+A graph reads and writes fixed addresses, so every tensor a step touches lives in a buffer allocated
+once at the largest batch size. Rows past the real batch are *padding*: each buffer says what they hold
+(a fill value such as a sentinel the kernels skip, zeros, or :data:`KEEP` to leave them alone).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from stepgraph.kernels.input_copy import InputCopyPlan
+
+
+class Pad(enum.Enum):
+    """Padding policies that are not a fill value."""
+
+    KEEP = "keep"  # padded rows keep whatever they held
+
+    def __repr__(self) -> str:
+        return f"Pad.{self.name}"
+
+
+KEEP = Pad.KEEP
+
+PadValue = int | float | bool | Pad
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Declaration of one static buffer.
+
+    Parameters
+    ----------
+    shape:
+        Full shape; the leading dimension is the batch (the largest batch size the buffer serves).
+    dtype:
+        Element type. Inputs must match it exactly (no silent casts).
+    pad:
+        What padded rows hold on every run: a fill value (a sentinel the step treats as a no-op, or 0),
+        or :data:`KEEP`. Padded rows must never write state that real rows read.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    pad: PadValue = 0
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(s) for s in self.shape)
+        if not shape or any(s < 1 for s in shape):
+            raise ValueError(f"Buffer shape must be non-empty with positive sizes (batch first), got {self.shape}")
+        object.__setattr__(self, "shape", shape)
+        if not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"Buffer dtype must be a torch.dtype, got {self.dtype!r}")
+        if self.pad is KEEP:
+            return
+        if isinstance(self.pad, float) and math.isnan(self.pad) and not self.dtype.is_floating_point:
+            raise ValueError(f"pad NaN is not representable in {self.dtype}; use an integer sentinel")
+        try:
+            filled = torch.full((1,), self.pad, dtype=self.dtype)
+        except (RuntimeError, TypeError, OverflowError) as e:
+            raise ValueError(f"pad {self.pad!r} is not representable in {self.dtype}: {e}") from None
+        back = filled.item()
+        if not (self.dtype.is_floating_point or self.dtype.is_complex) and back != self.pad:
+            raise ValueError(f"pad {self.pad!r} does not fit {self.dtype} (stored as {back})")
+
+
+class StaticBuffers(Mapping[str, torch.Tensor]):
+    """The allocated buffers of a step, by name, with per-batch views and a one-operation copy-in.
+
+    Shape: every tensor is ``(max_batch, *row_shape)``; :meth:`views` gives ``[:batch]`` slices.
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, Buffer],
+        device: torch.device | str,
+        *,
+        one_launch_copy: bool = True,
+    ) -> None:
+        if not specs:
+            raise ValueError("declare at least one buffer")
+        for name, spec in specs.items():
+            if not isinstance(spec, Buffer):
+                raise TypeError(f"buffer {name!r} must be declared with stepgraph.Buffer, got {type(spec).__name__}")
+        batches = {spec.shape[0] for spec in specs.values()}
+        if len(batches) != 1:
+            detail = ", ".join(f"{n}: {s.shape[0]}" for n, s in specs.items())
+            raise ValueError(f"every buffer needs the same leading (batch) size; got {detail}")
+        self.device = torch.device(device)
+        self.specs: dict[str, Buffer] = dict(specs)
+        self.max_batch: int = batches.pop()
+        self.tensors: dict[str, torch.Tensor] = {
+            name: torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for name, spec in specs.items()
+        }
+        self._views: dict[int, dict[str, torch.Tensor]] = {}
+        self._copy = InputCopyPlan(
+            [self.tensors[n] for n in self.specs],
+            [spec.pad if spec.pad is not KEEP else None for spec in self.specs.values()],
+            use_kernel=one_launch_copy,
+        )
+        self._index = {name: i for i, name in enumerate(self.specs)}
+        self.reset()
+
+    # Mapping interface -------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    # ----------------------------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def views(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """``{name: tensor[:batch_size]}``, cached so the same view objects come back every time."""
+        if not 1 <= batch_size <= self.max_batch:
+            raise ValueError(f"batch_size {batch_size} outside 1..{self.max_batch} (the buffers' batch size)")
+        views = self._views.get(batch_size)
+        if views is None:
+            views = {name: t[:batch_size] for name, t in self.tensors.items()}
+            self._views[batch_size] = views
+        return views
+
+    def reset(self) -> None:
+        """Fill every buffer with its pad value (``KEEP`` buffers are zeroed once here)."""
+        for name, t in self.tensors.items():
+            pad = self.specs[name].pad
+            t.fill_(0 if pad is KEEP else pad)
+
+    def check_inputs(self, inputs: Mapping[str, torch.Tensor]) -> int:
+        """Validate ``inputs`` against the declarations; return their (common) batch size.
+
+        Raises
+        ------
+        ValueError / TypeError
+            Naming the buffer and what to change: unknown name, shape, dtype, device, empty or
+            inconsistent batch.
+        """
+        batch = None
+        for name, src in inputs.items():
+            spec = self.specs.get(name)
+            if spec is None:
+                raise ValueError(f"input {name!r} is not a declared buffer; declared: {', '.join(self.specs)}")
+            if not isinstance(src, torch.Tensor):
+                raise TypeError(f"input {name!r} must be a torch.Tensor, got {type(src).__name__}")
+            if src.dtype != spec.dtype:
+                raise TypeError(f"input {name!r} has dtype {src.dtype}; the buffer is {spec.dtype} (convert it first)")
+            if src.dim() != len(spec.shape) or tuple(src.shape[1:]) != spec.shape[1:]:
+                want = ("B", *spec.shape[1:])
+                raise ValueError(f"input {name!r} has shape {tuple(src.shape)}; expected {want} with B <= {self.max_batch}")
+            if src.device != self.device and src.device.type != "cpu":
+                raise ValueError(
+                    f"input {name!r} is on {src.device}; the buffers are on {self.device} (move it, or pass it on the CPU)"
+                )
+            n = src.shape[0]
+            if batch is None:
+                batch = n
+            elif n != batch:
+                raise ValueError(f"inputs disagree on the batch size: {name!r} has {n} rows, others {batch}")
+        if batch is None:
+            raise ValueError("no inputs given; pass at least one tensor or give batch_size explicitly")
+        if batch < 1:
+            raise ValueError("empty batch: inputs have 0 rows; skip the step instead of running it")
+        if batch > self.max_batch:
+            raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self.max_batch}")
+        return batch
+
+    def copy_in(self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int) -> None:
+        """Copy ``inputs`` into rows ``[0, batch_size)`` and pad rows ``[batch_size, padded_batch)``.
+
+        Buffers not named in ``inputs`` are left untouched (step state). All copies and pad fills go
+        in one kernel launch (one host-to-device copy first when inputs are on the host); see
+        :class:`stepgraph.kernels.input_copy.InputCopyPlan`.
+        """
+        if padded_batch > self.max_batch or padded_batch < batch_size:
+            raise ValueError(f"padded batch {padded_batch} must be in [{batch_size}, {self.max_batch}]")
+        indices = [self._index[name] for name in inputs]
+        self._copy(indices, list(inputs.values()), batch_size, padded_batch)
+
+    def pad_rows(self, names: list[str], start: int, end: int) -> None:
+        """Fill rows ``[start, end)`` of the named buffers with their pad values (``KEEP``: untouched)."""
+        for name in names:
+            pad = self.specs[name].pad
+            if pad is not KEEP and end > start:
+                self.tensors[name][start:end].fill_(pad)

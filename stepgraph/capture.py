@@ -1,0 +1,163 @@
+"""Capture one key as a CUDA graph on the runner's shared pool and capture stream.
+
+Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
+
+* one pool handle and one side stream for every key; warm-ups run on that same stream, before the
+  capture, so Triton compiles, cuBLAS handles and allocator blocks happen outside it;
+* the last warm-up runs with ``torch.cuda.set_sync_debug_mode("error")``, so a step that synchronises
+  the host fails there with the name of the offending operation instead of invalidating the capture;
+* a failed capture is ended, its graph reset, and no reference to tensors it allocated survives (the
+  exception text is kept, not the exception), so repeated failures do not grow ``memory_reserved``;
+  leftovers in the shared pool are reused by the next capture.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from stepgraph.errors import CaptureError, classify_capture_exception
+from stepgraph.memory import MemoryReader, TorchMemoryReader
+
+StepOutputsDict = Mapping[str, torch.Tensor]
+
+
+@dataclass
+class Captured:
+    """A captured key: replaying ``graph`` rewrites ``outputs`` in place."""
+
+    graph: torch.cuda.CUDAGraph
+    outputs: dict[str, torch.Tensor]
+    seconds: float
+    pool_bytes: int
+    nodes: int | None = None
+    children: list = field(default_factory=list)  # spliced child graphs kept alive (splice.py)
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def graphs_unavailable_reason(device: torch.device) -> str | None:
+    """Why CUDA graphs cannot be used on ``device`` (``None`` when they can)."""
+    if device.type != "cuda":
+        return f"buffers are on {device.type}; CUDA graphs need a CUDA device (the step runs eagerly)"
+    if not torch.cuda.is_available():
+        return "CUDA is not available in this process (torch built without CUDA or no GPU visible)"
+    return None
+
+
+@contextmanager
+def frozen_gc():
+    """``gc.collect(); gc.freeze()`` for the capture loop: a collection during capture can free a
+    graph-owned object and invalidate the capture."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+class CudaGraphBackend:
+    """Shared pool + capture stream for one runner (one device)."""
+
+    name = "cuda"
+
+    def __init__(self, device: torch.device, *, capture_error_mode: str = "thread_local", keep_graph: bool = False) -> None:
+        self.device = device
+        self.capture_error_mode = capture_error_mode
+        self.keep_graph = keep_graph
+        self.stream = torch.cuda.Stream(device=device)
+        self.pool = None
+        self.reader: MemoryReader = TorchMemoryReader(device)
+
+    def _pool(self):
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        return self.pool
+
+    def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int:
+        """Run ``fn`` ``iters`` times on the capture stream; return the peak extra bytes it allocated."""
+        torch.cuda.synchronize(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            for i in range(iters):
+                if i == iters - 1:
+                    with _sync_debug_error():
+                        out = fn()
+                else:
+                    out = fn()
+                del out
+        current.wait_stream(self.stream)
+        torch.cuda.synchronize(self.device)
+        return max(0, torch.cuda.max_memory_allocated(self.device) - base)
+
+    def capture(self, fn: Callable[[], StepOutputsDict]) -> Captured:
+        """Capture ``fn`` into a new graph on the shared pool. Raises :class:`CaptureError`."""
+        torch.cuda.synchronize(self.device)
+        reserved0 = torch.cuda.memory_reserved(self.device)
+        graph = torch.cuda.CUDAGraph(keep_graph=True) if self.keep_graph else torch.cuda.CUDAGraph()
+        t0 = time.perf_counter()
+        failure: tuple[str, str, str] | None = None
+        outputs = None
+        with torch.cuda.stream(self.stream):
+            graph.capture_begin(pool=self._pool(), capture_error_mode=self.capture_error_mode)
+            try:
+                outputs = fn()
+            except Exception as e:  # noqa: BLE001 - any failure of the user's step is reported, not raised raw
+                failure = (*classify_capture_exception(e), f"{type(e).__name__}: {e}")
+            finally:
+                try:
+                    graph.capture_end()
+                except Exception as e:  # noqa: BLE001
+                    if failure is None:
+                        failure = (*classify_capture_exception(e), f"{type(e).__name__}: {e}")
+        if failure is not None:
+            outputs = None
+            _discard(graph)
+            torch.cuda.synchronize(self.device)
+            cause, hint, text = failure
+            raise CaptureError(f"{hint}. Cause: {text}", cause=cause)
+        torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - t0
+        if self.keep_graph:
+            graph.instantiate()
+        pool_bytes = max(0, torch.cuda.memory_reserved(self.device) - reserved0)
+        return Captured(graph=graph, outputs=dict(outputs), seconds=seconds, pool_bytes=pool_bytes)
+
+    def release(self, captured: list[Captured]) -> None:
+        """Tear every graph down and drop the pool; reserved memory returns once nothing references it."""
+        for c in captured:
+            c.outputs.clear()
+            _discard(c.graph)
+            c.children.clear()
+        captured.clear()
+        self.pool = None
+        gc.collect()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+
+
+def _discard(graph: torch.cuda.CUDAGraph) -> None:
+    try:
+        graph.reset()
+    except Exception:  # noqa: BLE001 - a graph whose capture failed may refuse reset; nothing else to free
+        pass
+
+
+@contextmanager
+def _sync_debug_error():
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)

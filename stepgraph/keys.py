@@ -1,0 +1,174 @@
+"""Graph keys: (padded batch size, sampling class), and the bucket policy that pads a batch to a key."""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+#: Every size 1..8 gets its own graph (small batches are where launch overhead hurts most), then a
+#: coarser ladder up to 64. ``suggest_buckets`` in the report proposes a better list from real traffic.
+DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
+
+
+class Sampling(enum.IntEnum):
+    """Sampling class of a batch, ordered from least to most general.
+
+    A batch that mixes classes uses the most general one present: its graph handles every less general
+    request exactly (a temperature-0 row inside a TEMPERATURE batch gives the greedy result).
+    """
+
+    GREEDY = 0
+    TEMPERATURE = 1
+    TOP_K_TOP_P = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, value: str | int | Sampling) -> Sampling:
+        if isinstance(value, Sampling):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        try:
+            return cls[value.strip().upper().replace("-", "_")]
+        except KeyError:
+            names = ", ".join(str(s) for s in cls)
+            raise ValueError(f"unknown sampling class {value!r}; use one of: {names}") from None
+
+    @classmethod
+    def most_general(cls, classes: Iterable[Sampling]) -> Sampling:
+        """The most general class among ``classes`` (GREEDY for none)."""
+        return max((cls(c) for c in classes), default=cls.GREEDY)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings.
+
+    ``temperature == 0`` is greedy. ``top_k <= 0`` means no top-k filter; ``top_p == 1`` no top-p filter.
+    ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+
+    @property
+    def sampling(self) -> Sampling:
+        if self.temperature == 0.0:
+            return Sampling.GREEDY
+        if self.top_k > 0 or self.top_p < 1.0:
+            return Sampling.TOP_K_TOP_P
+        return Sampling.TEMPERATURE
+
+
+@dataclass(frozen=True, order=True)
+class GraphKey:
+    """One captured graph: a padded batch size and a sampling class."""
+
+    batch_size: int
+    sampling: Sampling
+
+    def __str__(self) -> str:
+        return f"bs={self.batch_size}/{self.sampling}"
+
+
+class Buckets:
+    """The sorted list of padded batch sizes; a batch pads up to the smallest bucket that fits."""
+
+    def __init__(self, sizes: Iterable[int]) -> None:
+        sizes = tuple(sizes)
+        if not sizes:
+            raise ValueError("buckets must not be empty; give at least one batch size, e.g. (1, 2, 4, 8)")
+        for s in sizes:
+            if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+                raise ValueError(f"bucket sizes must be positive integers, got {s!r} in {sizes}")
+        self.sizes: tuple[int, ...] = tuple(sorted(set(sizes)))
+
+    @property
+    def largest(self) -> int:
+        return self.sizes[-1]
+
+    def pad(self, batch_size: int) -> int | None:
+        """The bucket for ``batch_size``, or ``None`` when it exceeds the largest bucket.
+
+        Raises
+        ------
+        ValueError
+            For an empty batch (``batch_size < 1``).
+        """
+        if batch_size < 1:
+            raise ValueError(f"empty batch: batch_size must be >= 1, got {batch_size}")
+        i = bisect.bisect_left(self.sizes, batch_size)
+        return self.sizes[i] if i < len(self.sizes) else None
+
+    def __iter__(self):
+        return iter(self.sizes)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __repr__(self) -> str:
+        return f"Buckets({list(self.sizes)})"
+
+
+def pad_waste(histogram: Mapping[int, int], sizes: Iterable[int]) -> int:
+    """Padded rows run for ``histogram`` (batch size -> count) under ``sizes``; oversize batches count 0."""
+    buckets = Buckets(sizes)
+    total = 0
+    for bs, count in histogram.items():
+        padded = buckets.pad(bs)
+        if padded is not None:
+            total += (padded - bs) * count
+    return total
+
+
+def suggest_buckets(histogram: Mapping[int, int], max_buckets: int) -> tuple[int, ...]:
+    """The bucket list of at most ``max_buckets`` sizes that minimises padded rows for ``histogram``.
+
+    Exact dynamic programme over the distinct batch sizes seen: each bucket serves a contiguous run of
+    sizes and equals the largest of them, so the largest size seen is always a bucket.
+    """
+    sizes = sorted(s for s, c in histogram.items() if c > 0)
+    if not sizes:
+        return ()
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
+    n = len(sizes)
+    m = min(max_buckets, n)
+    counts = [histogram[s] for s in sizes]
+
+    def cost(i: int, j: int) -> int:  # sizes[i..j] served by bucket sizes[j]
+        return sum(counts[t] * (sizes[j] - sizes[t]) for t in range(i, j + 1))
+
+    inf = float("inf")
+    # best[k][j]: min waste covering sizes[0..j] with k buckets, the last one at sizes[j]
+    best = [[inf] * n for _ in range(m + 1)]
+    prev = [[-1] * n for _ in range(m + 1)]
+    for j in range(n):
+        best[1][j] = cost(0, j)
+    for k in range(2, m + 1):
+        for j in range(n):
+            for i in range(j):
+                c = best[k - 1][i] + cost(i + 1, j)
+                if c < best[k][j]:
+                    best[k][j], prev[k][j] = c, i
+    k = min(range(1, m + 1), key=lambda kk: (best[kk][n - 1], kk))
+    out, j = [], n - 1
+    while j >= 0 and k >= 1:
+        out.append(sizes[j])
+        j, k = prev[k][j], k - 1
+    return tuple(sorted(out))

@@ -1,0 +1,583 @@
+"""StepGraphRunner: one CUDA graph per key (padded batch size x sampling class) for a user's step.
+
+``run(inputs, sampling)`` pads the batch to its bucket, copies the inputs into static buffers, and
+replays the key's graph, or runs the same step eagerly **at the same padded shape** when the key has no
+graph (refused for memory, failed capture, oversize batch, no CUDA). Keys are captured by
+:meth:`capture` / :meth:`warmup` ahead of serving, or on first use, always on pad-filled buffers (never
+on the live batch, whose state a warm-up would advance).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from stepgraph.buffers import KEEP, Buffer, StaticBuffers
+from stepgraph.capture import Captured, CudaGraphBackend, frozen_gc, graphs_unavailable_reason
+from stepgraph.config import RunnerConfig
+from stepgraph.errors import CaptureError, RecaptureRefused, StaleOutputError, classify_capture_exception
+from stepgraph.keys import Buckets, GraphKey, Sampling, pad_waste, suggest_buckets
+from stepgraph.memory import MemoryGuard, ReleaseBudget
+
+log = logging.getLogger("stepgraph")
+
+StepFn = Callable[[Mapping[str, torch.Tensor], int, Sampling], Mapping[str, torch.Tensor]]
+
+
+@dataclass
+class KeyStats:
+    """Bookkeeping of one key (reported by :meth:`StepGraphRunner.info`)."""
+
+    key: GraphKey
+    status: str = "uncaptured"  # uncaptured | captured | refused | failed
+    captured: Captured | None = None
+    pool_bytes: int = 0
+    warmup_peak_bytes: int = 0
+    capture_seconds: float = 0.0
+    replays: int = 0
+    eager_runs: int = 0
+    padded_rows: int = 0
+    runs_since_refusal: int = 0
+    refusals: int = 0
+    failures: int = 0
+    error: str | None = None
+    cause: str | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "pool_bytes": self.pool_bytes,
+            "warmup_peak_bytes": self.warmup_peak_bytes,
+            "capture_ms": round(self.capture_seconds * 1e3, 3),
+            "replays": self.replays,
+            "eager_runs": self.eager_runs,
+            "padded_rows": self.padded_rows,
+            "refusals": self.refusals,
+            "failures": self.failures,
+            "error": self.error,
+            "cause": self.cause,
+        }
+
+
+class StepOutputs(Mapping[str, torch.Tensor]):
+    """Outputs of one :meth:`StepGraphRunner.run`, sliced to the real batch.
+
+    Lifetime: the tensors are views of the key's static outputs and are overwritten by the next run
+    (of any key: keys share one memory pool). Reading through this mapping after the next run raises
+    :class:`StaleOutputError`; call :meth:`clone` (or ``run(..., copy_outputs=True)``) to keep them.
+    """
+
+    __slots__ = ("_tensors", "_runner", "_generation")
+
+    def __init__(self, tensors: dict[str, torch.Tensor], runner: StepGraphRunner | None, generation: int) -> None:
+        self._tensors = tensors
+        self._runner = runner
+        self._generation = generation
+
+    def _check(self) -> None:
+        if self._runner is not None and self._runner._generation != self._generation:
+            raise StaleOutputError(
+                "these step outputs were overwritten by a later run(); copy them first with outputs.clone() "
+                "or run(..., copy_outputs=True)"
+            )
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        self._check()
+        return self._tensors[name]
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def clone(self) -> dict[str, torch.Tensor]:
+        self._check()
+        return {k: v.clone() for k, v in self._tensors.items()}
+
+
+@dataclass
+class WarmupReport:
+    batch_sizes: list[int]
+    captured_keys: list[str]
+    missing: list[int]
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {"batch_sizes": self.batch_sizes, "captured_keys": self.captured_keys, "missing": self.missing, "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class _Counters:
+    runs: int = 0
+    oversize_runs: int = 0
+    capture_failures: int = 0
+    histogram: Counter = field(default_factory=Counter)
+
+
+class StepGraphRunner:
+    """Capture and replay a step function per key, with memory checks and eager fallback.
+
+    Parameters
+    ----------
+    step:
+        ``step(buffers, batch_size, sampling) -> {name: tensor}``. ``buffers`` maps each declared name to
+        its ``[:batch_size]`` view (``batch_size`` is the padded size). Outputs must have the batch first.
+        Graph-safe code only: no ``.item()``, ``.tolist()``, ``nonzero`` or Python branches on tensor values.
+    buffers:
+        ``{name: Buffer(...)}`` declarations (or a built :class:`StaticBuffers`). The leading dimension
+        is the largest batch.
+    device:
+        Where the buffers live (default: CUDA if available, else CPU).
+    config:
+        :class:`RunnerConfig`; toggles default to the environment.
+    backend:
+        Graph backend (default: CUDA graphs when available). Tests inject a simulated one.
+    guard:
+        Memory guard (default: torch readings, ``config.memory_margin_bytes``, the process release budget).
+    agree:
+        ``agree(allowed: bool) -> bool`` makes every rank take the same capture decision (tensor
+        parallelism: a key refused on one rank must be refused on all).
+    """
+
+    def __init__(
+        self,
+        step: StepFn,
+        buffers: Mapping[str, Buffer] | StaticBuffers,
+        *,
+        device: torch.device | str | None = None,
+        config: RunnerConfig | None = None,
+        backend=None,
+        guard: MemoryGuard | None = None,
+        agree: Callable[[bool], bool] | None = None,
+        name: str = "step",
+    ) -> None:
+        self.config = config or RunnerConfig()
+        self.toggles = self.config.toggles
+        if isinstance(buffers, StaticBuffers):
+            self.buffers = buffers
+        else:
+            dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            self.buffers = StaticBuffers(buffers, dev, one_launch_copy=self.toggles.one_launch_copy)
+        self.device = self.buffers.device
+        self.step = step
+        self.name = name
+        sizes = [b for b in self.config.buckets if b <= self.buffers.max_batch]
+        if not sizes:
+            raise ValueError(f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}")
+        self.buckets = Buckets(sizes)
+        self.agree = agree
+        self._keys: dict[GraphKey, KeyStats] = {}
+        self._counters = _Counters()
+        self._generation = 0
+        self._poison: list[torch.Tensor] = []
+        self._views_cache: dict[tuple[GraphKey, int], dict[str, torch.Tensor]] = {}
+        self._captured_list: list[Captured] = []
+        self.last_warmup: WarmupReport | None = None
+
+        reason = graphs_unavailable_reason(self.device)
+        if reason is None and not self.toggles.step_graph:
+            reason = "the step graph is switched off (STEPGRAPH_ENABLE=0 or Toggles(step_graph=False)); the step runs eagerly"
+        if backend is not None:
+            reason = None
+        self.unavailable_reason = reason
+        self.backend = backend
+        if self.backend is None and reason is None:
+            self.backend = CudaGraphBackend(self.device, capture_error_mode=self.config.capture_error_mode)
+        if guard is not None:
+            self.guard = guard
+        elif self.backend is not None:
+            self.guard = MemoryGuard(self.backend.reader, self.config.memory_margin_bytes, rank=_rank())
+        else:
+            self.guard = MemoryGuard(_NoReader(), self.config.memory_margin_bytes, budget=ReleaseBudget(0), rank=_rank())
+
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def graphs_available(self) -> bool:
+        return self.backend is not None
+
+    def key_for(self, batch_size: int, sampling: Sampling | str | int = Sampling.GREEDY) -> GraphKey | None:
+        """The key a batch of ``batch_size`` runs under, or ``None`` when it exceeds the largest bucket."""
+        padded = self.buckets.pad(batch_size)
+        return None if padded is None else GraphKey(padded, Sampling.parse(sampling))
+
+    def stats(self, key: GraphKey) -> KeyStats:
+        s = self._keys.get(key)
+        if s is None:
+            s = self._keys[key] = KeyStats(key)
+        return s
+
+    # ------------------------------------------------------------------------------------------------
+    def run(
+        self,
+        inputs: Mapping[str, torch.Tensor] | None = None,
+        sampling: Sampling | str | int = Sampling.GREEDY,
+        *,
+        batch_size: int | None = None,
+        copy_outputs: bool = False,
+    ) -> StepOutputs:
+        """Run one step for a batch.
+
+        Parameters
+        ----------
+        inputs:
+            ``{name: tensor}`` with the batch first, ``(B, *row)``, matching the declared dtype; on the
+            buffers' device or on the host (staged through one pinned copy). Buffers not named keep
+            their content (state the step carries between runs).
+        sampling:
+            The batch's sampling class (the most general one present).
+        batch_size:
+            Required when ``inputs`` is empty (the inputs are already in the buffers).
+        copy_outputs:
+            Return copies instead of views that the next run overwrites.
+
+        Returns
+        -------
+        StepOutputs
+            The step's outputs for the first ``B`` rows. Valid until the next :meth:`run`.
+
+        Raises
+        ------
+        ValueError / TypeError
+            For an empty batch, or inputs of the wrong name, shape, dtype or device.
+        """
+        sampling = Sampling.parse(sampling)
+        inputs = inputs or {}
+        real = self.buffers.check_inputs(inputs) if inputs else None
+        if batch_size is not None:
+            if batch_size < 1:
+                raise ValueError(f"empty batch: batch_size must be >= 1, got {batch_size}")
+            if real is not None and real != batch_size:
+                raise ValueError(f"batch_size={batch_size} but the inputs have {real} rows")
+            if batch_size > self.buffers.max_batch:
+                raise ValueError(f"batch of {batch_size} exceeds the buffers' batch size {self.buffers.max_batch}")
+            real = batch_size
+        if real is None:
+            raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
+
+        self._generation += 1
+        self._poison_handed_out()
+        padded = self.buckets.pad(real)
+        c = self._counters
+        c.runs += 1
+        c.histogram[real] += 1
+        if padded is None:  # larger than the largest bucket: eager at its own size, counted
+            c.oversize_runs += 1
+            self.buffers.copy_in(inputs, real, real)
+            outputs = self._call_step(real, sampling)
+            return self._hand_out(outputs, real, copy_outputs)
+
+        key = GraphKey(padded, sampling)
+        stats = self.stats(key)
+        if self._should_capture(stats):
+            self._capture_key(key)
+        self.buffers.copy_in(inputs, real, padded)
+        stats.padded_rows += padded - real
+        if stats.captured is not None:
+            stats.captured.replay()
+            stats.replays += 1
+            views = self._views_cache.get((key, real))
+            if views is None:
+                views = {k: v[:real] for k, v in stats.captured.outputs.items()}
+                self._views_cache[(key, real)] = views
+            return self._hand_out(views, real, copy_outputs, sliced=True)
+        stats.eager_runs += 1
+        if stats.status == "refused":
+            stats.runs_since_refusal += 1
+        outputs = self._call_step(padded, sampling)
+        return self._hand_out(outputs, real, copy_outputs)
+
+    def _should_capture(self, stats: KeyStats) -> bool:
+        if self.backend is None or stats.captured is not None or not self.config.capture_on_first_use:
+            return False
+        if stats.status == "uncaptured":
+            return True
+        return stats.status == "refused" and stats.runs_since_refusal >= self.config.refused_retry_runs
+
+    def _call_step(self, batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
+        out = self.step(self.buffers.views(batch), batch, sampling)
+        if not isinstance(out, Mapping):
+            raise TypeError(f"the step function must return a mapping of name -> tensor, got {type(out).__name__}")
+        for name, t in out.items():
+            if not isinstance(t, torch.Tensor) or t.dim() == 0 or t.shape[0] != batch:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"step output {name!r} has shape {shape}; outputs must have the batch ({batch}) first")
+        return dict(out)
+
+    def _hand_out(self, outputs: dict[str, torch.Tensor], real: int, copy: bool, sliced: bool = False) -> StepOutputs:
+        tensors = outputs if sliced else {k: v[:real] for k, v in outputs.items()}
+        if copy:
+            return StepOutputs({k: v.clone() for k, v in tensors.items()}, None, self._generation)
+        if self.toggles.debug:
+            tensors = {k: v.clone() for k, v in tensors.items()}
+            self._poison.extend(tensors.values())
+        return StepOutputs(tensors, self, self._generation)
+
+    def _poison_handed_out(self) -> None:
+        for t in self._poison:
+            if t.dtype.is_floating_point or t.dtype.is_complex:
+                t.fill_(float("nan"))
+            elif t.dtype == torch.bool:
+                t.fill_(True)
+            else:
+                t.fill_(-1 if t.dtype.is_signed else torch.iinfo(t.dtype).max)
+        self._poison.clear()
+
+    # ------------------------------------------------------------------------------------------------
+    def capture(self, keys: Iterable[GraphKey | tuple[int, Sampling | str]] | None = None) -> list[GraphKey]:
+        """Capture ``keys`` (default: every bucket with the default sampling), largest first.
+
+        Keys already captured are skipped. Returns the keys that have a graph afterwards. A key that is
+        refused or fails runs eagerly (``on_capture_error="raise"`` raises :class:`CaptureError`).
+        """
+        if self.backend is None:
+            log.info("%s: no graphs to capture: %s", self.name, self.unavailable_reason)
+            return []
+        if keys is None:
+            keys = [GraphKey(b, self.config.default_sampling) for b in self.buckets]
+        todo = sorted({self._as_key(k) for k in keys}, key=lambda k: (-k.batch_size, -int(k.sampling)))
+        todo = [k for k in todo if self.stats(k).captured is None]
+        with frozen_gc(), _progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
+            for key in todo:
+                self._capture_key(key)
+                advance(str(key))
+        return [k for k, s in self._keys.items() if s.captured is not None]
+
+    def _as_key(self, k) -> GraphKey:
+        if isinstance(k, GraphKey):
+            key = k
+        else:
+            bs, sampling = k
+            key = GraphKey(int(bs), Sampling.parse(sampling))
+        if key.batch_size not in self.buckets.sizes:
+            raise ValueError(f"{key}: batch size {key.batch_size} is not a bucket; buckets are {list(self.buckets)}")
+        return key
+
+    def _capture_key(self, key: GraphKey) -> None:
+        stats = self.stats(key)
+        bs = key.batch_size
+        saved = {n: t[:bs].clone() for n, t in self.buffers.tensors.items() if self.buffers.specs[n].pad is not KEEP}
+        self.buffers.pad_rows(list(saved), 0, bs)
+        try:
+            peak = self.backend.warmup(lambda: self._call_step(bs, key.sampling), self.config.warmup_iters)
+            stats.warmup_peak_bytes = peak
+            needed = stats.pool_bytes if stats.pool_bytes else peak
+            allowed = self.guard.check(str(key), needed).allowed
+            if self.agree is not None:
+                allowed = self.agree(allowed)
+            if not allowed:
+                stats.status, stats.runs_since_refusal = "refused", 0
+                stats.refusals += 1
+                return
+            captured = self.backend.capture(lambda: self._call_step(bs, key.sampling))
+        except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
+            cause, hint = (e.cause, str(e)) if isinstance(e, CaptureError) else classify_capture_exception(e)
+            text = str(e) if isinstance(e, CaptureError) else f"{hint}. Cause: {type(e).__name__}: {e}"
+            del e
+            self._record_failure(stats, cause, text)
+            if self.config.on_capture_error == "raise":
+                raise CaptureError(f"capturing {key} failed: {text}", key=key, cause=cause) from None
+            return
+        finally:
+            for n, t in saved.items():
+                self.buffers.tensors[n][:bs].copy_(t)
+        stats.captured, stats.status, stats.error, stats.cause = captured, "captured", None, None
+        stats.pool_bytes, stats.capture_seconds = captured.pool_bytes, captured.seconds
+        self._captured_list.append(captured)
+        log.info(
+            "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB)",
+            self.name, key, captured.seconds * 1e3, captured.pool_bytes / 2**20, stats.warmup_peak_bytes / 2**20,
+        )
+
+    def _record_failure(self, stats: KeyStats, cause: str, text: str) -> None:
+        stats.status, stats.cause, stats.error = "failed", cause, text
+        stats.failures += 1
+        self._counters.capture_failures += 1
+        if stats.failures == 1:
+            log.warning("%s: capture of key %s failed (%s): %s", self.name, stats.key, cause, text)
+
+    # ------------------------------------------------------------------------------------------------
+    def warmup(
+        self,
+        max_running_requests: int | None = None,
+        sampling: Sampling | str | int | None = None,
+        make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None = None,
+    ) -> WarmupReport:
+        """Capture the keys serving will meet first, then run one batch of each size 1..N through them.
+
+        ``N = min(config.max_warmup_batch, largest bucket, max_running_requests)``. ``make_inputs(k)`` gives
+        inputs for a batch of ``k`` (default: the buffers' pad values, which must make a row a no-op).
+        A size whose key is still missing gets one more batch, then a warning. Logs the captured keys
+        and the total time.
+        """
+        t0 = time.perf_counter()
+        sampling = self.config.default_sampling if sampling is None else Sampling.parse(sampling)
+        n = min(self.config.max_warmup_batch, self.buckets.largest, max_running_requests or math.inf)
+        sizes = list(range(1, int(n) + 1))
+        self.capture([self.key_for(k, sampling) for k in sizes])
+
+        def batch(k: int) -> None:
+            if make_inputs is None:
+                self.buffers.pad_rows(list(self.buffers.specs), 0, self.buckets.pad(k))
+                self.run(None, sampling, batch_size=k)
+            else:
+                self.run(make_inputs(k), sampling)
+
+        for k in sizes:
+            batch(k)
+        missing = []
+        if self.backend is not None:
+            for k in sizes:
+                key = self.key_for(k, sampling)
+                if self.stats(key).captured is None:
+                    with frozen_gc():
+                        self._capture_key(key)
+                    batch(k)
+                    if self.stats(key).captured is None:
+                        missing.append(k)
+                        log.warning("%s: warm-up: batch size %d still has no graph (key %s: %s)", self.name, k, key, self.stats(key).status)
+        seconds = time.perf_counter() - t0
+        captured = sorted({str(self.key_for(k, sampling)) for k in sizes if self.stats(self.key_for(k, sampling)).captured})
+        self.last_warmup = WarmupReport(sizes, captured, missing, seconds)
+        log.info("%s: warm-up of batch sizes 1..%d took %.1f ms; captured keys: %s", self.name, len(sizes), seconds * 1e3, ", ".join(captured) or "none")
+        return self.last_warmup
+
+    # ------------------------------------------------------------------------------------------------
+    def request_recapture(self, reason: str = "weight update") -> None:
+        """Ask for the graphs to be captured again (e.g. after weights moved to new tensors).
+
+        Raises
+        ------
+        RecaptureRefused
+            While graphs are live: replaying them after a recapture request would read stale addresses.
+            Call :meth:`release` first; the next :meth:`capture`, :meth:`warmup` or run captures again.
+        """
+        live = [str(k) for k, s in self._keys.items() if s.captured is not None]
+        if live:
+            raise RecaptureRefused(
+                f"recapture ({reason}) refused while the step graph is on ({len(live)} live graphs: {', '.join(live[:4])}"
+                f"{'...' if len(live) > 4 else ''}); call runner.release() first, then capture again"
+            )
+        for s in self._keys.values():
+            if s.status in ("refused", "failed"):
+                s.status = "uncaptured"
+
+    def release(self) -> None:
+        """Tear down every graph and the shared pool; keys can be captured again afterwards."""
+        if self.backend is not None:
+            self.backend.release(self._captured_list)
+        for s in self._keys.values():
+            s.captured = None
+            s.status = "uncaptured"
+        self._views_cache.clear()
+        self._generation += 1
+
+    # ------------------------------------------------------------------------------------------------
+    def info(self) -> dict:
+        """Counters and per-key figures (see the README's "Info fields")."""
+        c = self._counters
+        keys = self._keys
+        allocator = {"num_alloc_retries": None, "num_ooms": None}
+        process_mem = None
+        if self.device.type == "cuda" and torch.cuda.is_available():
+            from stepgraph.memory import TorchMemoryReader
+
+            reader = TorchMemoryReader(self.device)
+            allocator = reader.allocator_counters()
+            process_mem = reader.process_used()
+        hist = dict(sorted(c.histogram.items()))
+        in_range = {bs: n for bs, n in hist.items() if bs <= self.buckets.largest}
+        suggested = list(suggest_buckets(in_range, len(self.buckets))) if in_range else []
+        refusal = self.guard.last_refusal
+        return {
+            "name": self.name,
+            "graphs_available": self.graphs_available,
+            "graphs_unavailable_reason": self.unavailable_reason,
+            "device": str(self.device),
+            "toggles": {"step_graph": self.toggles.step_graph, **self.toggles.pieces(), "debug": self.toggles.debug},
+            "buckets": list(self.buckets),
+            "max_batch_size": self.buckets.largest,
+            "captured_keys": sorted(str(k) for k, s in keys.items() if s.captured is not None),
+            "memory_refusals": self.guard.refusals,
+            "last_memory_refusal": refusal.as_dict() if refusal else None,
+            "cache_releases": self.guard.cache_releases,
+            "cache_release_budget_left": self.guard.budget.remaining,
+            "capture_failures": c.capture_failures,
+            **allocator,
+            "process_gpu_memory": process_mem,
+            "graph_pool_bytes": sum(s.pool_bytes for s in keys.values() if s.captured is not None),
+            "runs": c.runs,
+            "replays": sum(s.replays for s in keys.values()),
+            "eager_runs": sum(s.eager_runs for s in keys.values()) + c.oversize_runs,
+            "oversize_runs": c.oversize_runs,
+            "padded_rows": sum(s.padded_rows for s in keys.values()),
+            "batch_size_histogram": {str(k): v for k, v in hist.items()},
+            "suggested_buckets": suggested,
+            "pad_waste": {
+                "current": pad_waste(in_range, self.buckets) if in_range else 0,
+                "suggested": pad_waste(in_range, suggested) if suggested else 0,
+            },
+            "warmup": self.last_warmup.as_dict() if self.last_warmup else None,
+            "keys": {str(k): {**s.as_dict(), **({} if self.graphs_available else {"status": "eager"})} for k, s in sorted(keys.items())},
+        }
+
+    def print_report(self, console=None) -> None:
+        from stepgraph.report import print_report
+
+        print_report(self.info(), console=console)
+
+
+class _NoReader:
+    """Readings when there is no CUDA device: nothing is ever captured, so nothing is read."""
+
+    def read(self):
+        from stepgraph.memory import MemoryReading
+
+        return MemoryReading(0, 0, 0, 0)
+
+    def release_cache(self) -> None:
+        pass
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+class _progress:
+    """A rich progress bar over keys, only when enabled and stderr is a terminal."""
+
+    def __init__(self, enabled: bool, total: int, name: str) -> None:
+        self.enabled, self.total, self.name = enabled, total, name
+        self._progress = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            console = Console(stderr=True)
+            if console.is_terminal:
+                self._progress = Progress(console=console, transient=True)
+                self._progress.start()
+                self._task = self._progress.add_task(f"capturing {self.name} keys", total=self.total)
+
+        def advance(label: str) -> None:
+            if self._progress is not None:
+                self._progress.update(self._task, advance=1, description=f"captured {label}")
+
+        return advance
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
