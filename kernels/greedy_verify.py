@@ -27,7 +27,8 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 class GreedyVerifyOutput(NamedTuple):
     """Shapes: ``predict [B, K+1]`` int64, ``num_accepted [B]`` int64 (drafts only), ``bonus [B]`` int64;
-    optional ``accept_len [B]`` (= n + 1), ``new_seq_lens [B]`` (seq_lens dtype), ``select [B]`` int64."""
+    optional ``accept_len [B]`` (= n + 1), ``new_seq_lens [B]`` (seq_lens dtype), ``select [B]`` int64,
+    ``emitted [B, K+1]`` (``predict`` with -1 after the bonus: the tokens a step emits)."""
 
     predict: torch.Tensor
     num_accepted: torch.Tensor
@@ -35,6 +36,7 @@ class GreedyVerifyOutput(NamedTuple):
     accept_len: torch.Tensor | None = None
     new_seq_lens: torch.Tensor | None = None
     select: torch.Tensor | None = None
+    emitted: torch.Tensor | None = None
 
 
 @triton.jit
@@ -50,6 +52,7 @@ def _greedy_verify_finalize_kernel(
     accept_len_ptr,
     new_seq_ptr,
     select_ptr,
+    emitted_ptr,
     n_splits,
     K,
     K1_P2: tl.constexpr,
@@ -57,6 +60,7 @@ def _greedy_verify_finalize_kernel(
     HAS_SEQ: tl.constexpr,
     HAS_ACCEPT_LEN: tl.constexpr,
     HAS_SELECT: tl.constexpr,
+    HAS_EMITTED: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, K1_P2)
@@ -82,6 +86,8 @@ def _greedy_verify_finalize_kernel(
         tl.store(new_seq_ptr + b, (s_len + n + 1).to(s_len.dtype))
     if HAS_SELECT:
         tl.store(select_ptr + b, b * (K + 1) + n)
+    if HAS_EMITTED:
+        tl.store(emitted_ptr + b * (K + 1) + j, tl.where(j <= n, predict, -1), mask=j <= K)
 
 
 def _check_inputs(logits: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: torch.Tensor | None) -> None:
@@ -103,7 +109,7 @@ def _check_inputs(logits: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: to
         check(seq_lens.device == logits.device, f"seq_lens on {seq_lens.device}, logits on {logits.device}")
 
 
-def _outputs(B: int, K1: int, device, seq_lens, out: dict | None, with_accept_len: bool, with_select: bool):
+def _outputs(B: int, K1: int, device, seq_lens, out: dict | None, with_accept_len: bool, with_select: bool, with_emitted: bool):
     out = dict(out or {})
 
     def get(name, shape, dtype):
@@ -121,6 +127,7 @@ def _outputs(B: int, K1: int, device, seq_lens, out: dict | None, with_accept_le
         accept_len=get("accept_len", (B,), torch.int64) if with_accept_len else None,
         new_seq_lens=get("new_seq_lens", (B,), seq_lens.dtype) if seq_lens is not None else None,
         select=get("select", (B,), torch.int64) if with_select else None,
+        emitted=get("emitted", (B, K1), torch.int64) if with_emitted else None,
     )
 
 
@@ -131,6 +138,7 @@ def greedy_chain_verify(
     *,
     with_accept_len: bool = False,
     with_select: bool = False,
+    with_emitted: bool = False,
     out: dict[str, torch.Tensor] | None = None,
     config: dict | None = None,
 ) -> GreedyVerifyOutput:
@@ -144,8 +152,9 @@ def greedy_chain_verify(
         Shape: ``(B, K)``; int32 or int64.
     seq_lens:
         Optional ``(B,)`` lengths before the step; gives ``new_seq_lens = seq_lens + n + 1``.
-    with_accept_len, with_select:
-        Also write ``accept_len = n + 1`` and ``select = b * (K + 1) + n``.
+    with_accept_len, with_select, with_emitted:
+        Also write ``accept_len = n + 1``, ``select = b * (K + 1) + n`` and ``emitted`` (``predict`` with
+        -1 after position ``n``).
     out:
         Optional output tensors by field name (written in place, e.g. relay slot views).
     config:
@@ -161,7 +170,7 @@ def greedy_chain_verify(
     """
     _check_inputs(logits, draft_tokens, seq_lens)
     B, K1, V = logits.shape
-    res = _outputs(B, K1, logits.device, seq_lens, out, with_accept_len, with_select)
+    res = _outputs(B, K1, logits.device, seq_lens, out, with_accept_len, with_select, with_emitted)
     if B == 0:
         return res
     if not use_triton(logits):
@@ -181,6 +190,7 @@ def greedy_chain_verify(
         res.accept_len if res.accept_len is not None else res.predict,
         res.new_seq_lens if res.new_seq_lens is not None else res.predict,
         res.select if res.select is not None else res.predict,
+        res.emitted if res.emitted is not None else res.predict,
         n_splits,
         K,
         K1_P2=next_pow2(K1),
@@ -188,6 +198,7 @@ def greedy_chain_verify(
         HAS_SEQ=seq_lens is not None,
         HAS_ACCEPT_LEN=res.accept_len is not None,
         HAS_SELECT=res.select is not None,
+        HAS_EMITTED=res.emitted is not None,
         num_warps=1 if next_pow2(K1) * next_pow2(n_splits) <= 512 else 4,
     )
     return res
@@ -209,6 +220,7 @@ def greedy_chain_verify_ref(
         n = torch.zeros(B, dtype=torch.long, device=logits.device)
     bonus = predict.gather(1, n.view(-1, 1)).view(-1)
     arange = torch.arange(B, device=logits.device)
+    j = torch.arange(K1, device=logits.device)
     return GreedyVerifyOutput(
         predict=predict,
         num_accepted=n,
@@ -216,6 +228,7 @@ def greedy_chain_verify_ref(
         accept_len=n + 1,
         new_seq_lens=(seq_lens + n + 1).to(seq_lens.dtype) if seq_lens is not None else None,
         select=arange * K1 + n,
+        emitted=torch.where(j[None, :] <= n[:, None], predict, -1),
     )
 
 

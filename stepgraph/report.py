@@ -23,7 +23,7 @@ def save_report(info: dict, path: str | Path, **extra) -> Path:
 
 def load_report(path: str | Path) -> dict:
     data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or "keys" not in data:
+    if not isinstance(data, dict) or ("keys" not in data and "runners" not in data):
         raise ValueError(f"{path} is not a stepgraph report (no 'keys' field); write one with runner.info() or --json")
     return data
 

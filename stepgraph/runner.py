@@ -9,6 +9,7 @@ on the live batch, whose state a warm-up would advance).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -144,6 +145,9 @@ class StepGraphRunner:
     agree:
         ``agree(allowed: bool) -> bool`` makes every rank take the same capture decision (tensor
         parallelism: a key refused on one rank must be refused on all).
+    parked:
+        ``parked()`` returns a context manager that parks state outside the buffers (e.g. a relay slot
+        the step reads through views) at no-op values while a key is warmed up and captured.
     """
 
     def __init__(
@@ -156,6 +160,7 @@ class StepGraphRunner:
         backend=None,
         guard: MemoryGuard | None = None,
         agree: Callable[[bool], bool] | None = None,
+        parked: Callable[[], contextlib.AbstractContextManager] | None = None,
         name: str = "step",
     ) -> None:
         self.config = config or RunnerConfig()
@@ -173,6 +178,7 @@ class StepGraphRunner:
             raise ValueError(f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}")
         self.buckets = Buckets(sizes)
         self.agree = agree
+        self.parked = parked or contextlib.nullcontext
         self._keys: dict[GraphKey, KeyStats] = {}
         self._counters = _Counters()
         self._generation = 0
@@ -364,6 +370,11 @@ class StepGraphRunner:
         bs = key.batch_size
         saved = {n: t[:bs].clone() for n, t in self.buffers.tensors.items() if self.buffers.specs[n].pad is not KEEP}
         self.buffers.pad_rows(list(saved), 0, bs)
+        with self.parked():
+            self._warm_check_capture(key, stats, saved)
+
+    def _warm_check_capture(self, key: GraphKey, stats: KeyStats, saved: dict[str, torch.Tensor]) -> None:
+        bs = key.batch_size
         try:
             peak = self.backend.warmup(lambda: self._call_step(bs, key.sampling), self.config.warmup_iters)
             stats.warmup_peak_bytes = peak

@@ -1,0 +1,1 @@
+"""Runnable examples and the example models (installed as ``stepgraph.examples``)."""

@@ -1,0 +1,5 @@
+import sys
+
+from stepgraph.cli import main
+
+sys.exit(main())

@@ -1,0 +1,169 @@
+"""The EAGLE-style chain speculative step (topk-1, K draft tokens) as one graph per key.
+
+Per request, with state (token ``t`` at position ``s``, first draft ``d_1``, draft feature ``f``):
+
+1. draft: ``d_2..d_K`` by K-1 topk-1 draft steps from ``(d_1, f)`` at positions ``s+1..s+K-1``;
+2. verify: the target over ``[t, d_1..d_K]`` at ``s..s+K``; greedy or sampled acceptance gives ``n``
+   accepted drafts and one more token (the bonus or the correction);
+3. draft-extend: the draft over the K+1 verified positions ``s+1..s+K+1`` with the target's hidden
+   states, then the tail: row ``n`` gives the next step's ``d_1`` and feature;
+4. relay: next state (bonus, next ``d_1``, feature, ``s + n + 1``, random offset) into the request's slot.
+
+Everything stays on the device; the only per-step host input is the batch's slot list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import torch
+
+from stepgraph.buffers import Buffer
+from stepgraph.config import RunnerConfig
+from stepgraph.keys import Sampling
+from stepgraph.runner import StepGraphRunner, StepOutputs
+from stepgraph.spec.pieces import Pieces
+from stepgraph.spec.relay import RelayState
+from stepgraph.spec.tp import TensorParallel
+
+
+class Target(Protocol):
+    """``target(tokens [B, T], positions [B, T], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, D])``."""
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache_rows: torch.Tensor): ...
+
+
+class Draft(Protocol):
+    """``draft(tokens, positions, hidden [B, T, D], cache_rows) -> (logits [B, T, V], hidden [B, T, Dd])``;
+    a plain draft model ignores ``hidden``."""
+
+    def __call__(self, tokens, positions, hidden, cache_rows): ...
+
+
+class ChainStep:
+    """The chain step over user models: relay state, pieces, and a :class:`StepGraphRunner`.
+
+    Parameters
+    ----------
+    target, draft:
+        Graph-safe callables over static KV caches (see :class:`Target`, :class:`Draft`).
+    num_draft_tokens:
+        K, the chain length (>= 1).
+    num_slots:
+        Relay slots (at least the number of requests alive at once, plus one while a slot drains).
+    max_batch:
+        Largest batch (the runner's buffers).
+    vocab_size, draft_hidden_size, hidden_dtype:
+        Model shapes: logits width and the draft feature size and dtype.
+    scratch_cache_row:
+        The models' cache row for padded batch rows.
+    config:
+        Runner settings; its toggles choose the pieces.
+    tp:
+        Tensor-parallel broadcast of the verify result (``None``: single rank).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        draft: Draft,
+        *,
+        num_draft_tokens: int,
+        num_slots: int,
+        max_batch: int,
+        vocab_size: int,
+        draft_hidden_size: int,
+        hidden_dtype: torch.dtype,
+        scratch_cache_row: int,
+        device: torch.device | str,
+        config: RunnerConfig | None = None,
+        tp: TensorParallel | None = None,
+    ) -> None:
+        if num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
+        self.config = config or RunnerConfig()
+        self.toggles = self.config.toggles
+        self.device = torch.device(device)
+        self.target, self.draft, self.tp = target, draft, tp
+        self.K, self.V = num_draft_tokens, vocab_size
+        self.relay = RelayState(num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles)
+        self.pieces = Pieces(self.toggles, num_draft_tokens, self.device)
+        self._j = torch.arange(num_draft_tokens + 1, device=self.device)
+        buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
+        self.runner = StepGraphRunner(
+            self._step,
+            buffers,
+            device=self.device,
+            config=self.config,
+            agree=tp.agree if tp is not None else None,
+            parked=self.relay.parked,
+            name="chain step",
+        )
+
+    # ------------------------------------------------------------------------------------------------
+    def _step(self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
+        K = self.K
+        slots = buf["slots"]
+        st = self.relay.inputs(slots, batch)
+        t, s, rows = st["token"], st["seq_len"], st["cache_row"]
+
+        drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
+        for i in range(1, K):  # K-1 topk-1 draft steps
+            logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
+            tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
+            drafts.append(tok)
+        draft_tokens = torch.stack(drafts, 1)  # [B, K]
+
+        positions = s[:, None] + self._j  # [B, K+1]
+        logits, hidden = self.target(torch.cat([t[:, None], draft_tokens], 1), positions, rows)
+        out = self.relay.outputs(batch)
+        if sampling is Sampling.GREEDY:
+            v = self.pieces.greedy_verify(logits, draft_tokens, s, out["token"], out["seq_len"])
+        else:
+            filtered = sampling is Sampling.TOP_K_TOP_P
+            v = self.pieces.sampled_verify(logits, draft_tokens, st, filtered, out["token"], out["seq_len"])
+        if self.tp is not None:
+            self.tp.broadcast([v.tokens, v.extend_tokens, v.num_accepted, v.select, out["token"], out["seq_len"]])
+
+        d_logits, d_hidden = self.draft(v.extend_tokens, positions + 1, hidden, rows)  # [B, K+1, V]
+        self.pieces.tail(
+            d_logits.reshape(batch * (K + 1), -1),
+            d_hidden.reshape(batch * (K + 1), -1),
+            v.select,
+            out["draft"],
+            out["hidden"],
+        )
+        self.relay.commit(slots, batch)
+        return {"tokens": v.tokens, "num_accepted": v.num_accepted}
+
+    # ------------------------------------------------------------------------------------------------
+    def run(self, slots: torch.Tensor | None, sampling: Sampling, *, batch_size: int | None = None) -> StepOutputs:
+        """One step for the requests in ``slots`` (``[B]``; ``None`` = the same slots as the last run).
+
+        Returns ``tokens [B, K+1]`` (accepted drafts, then the bonus/correction, then -1) and
+        ``num_accepted [B]``, valid until the next run.
+        """
+        if slots is None:
+            return self.runner.run(None, sampling, batch_size=batch_size)
+        return self.runner.run({"slots": slots}, sampling)
+
+    def warmup(self, max_running_requests: int | None = None, sampling: Sampling | None = None):
+        with self.relay.parked():
+            return self.runner.warmup(max_running_requests, sampling)
+
+    def capture(self, keys=None):
+        return self.runner.capture(keys)
+
+    def info(self) -> dict:
+        return {**self.runner.info(), "num_draft_tokens": self.K}
+
+    def update_weights(self, apply: Callable[[], None]) -> None:
+        """Apply a weight update that moves tensors (new addresses): refused while graphs are live
+        (:class:`~stepgraph.errors.RecaptureRefused`); after :meth:`release` it applies, and the next run
+        captures again with the new weights."""
+        self.runner.request_recapture("weight update")
+        apply()
+
+    def release(self) -> None:
+        self.runner.release()

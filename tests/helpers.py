@@ -1,0 +1,70 @@
+"""Fakes shared by the CPU tests: a simulated graph backend and scripted memory readings."""
+
+from __future__ import annotations
+
+from stepgraph.capture import Captured
+from stepgraph.memory import MemoryReading
+
+
+class ScriptedReader:
+    """Returns the scripted readings in order (the last one repeats); counts cache releases."""
+
+    def __init__(self, *readings: MemoryReading) -> None:
+        self.readings = list(readings)
+        self.releases = 0
+
+    def read(self) -> MemoryReading:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+    def release_cache(self) -> None:
+        self.releases += 1
+
+
+def plenty(free=1 << 40) -> MemoryReading:
+    return MemoryReading(free=free, total=free * 2, reserved=0, allocated=0)
+
+
+class _Replayer:
+    """Replays by re-running the step and writing into the captured (static) outputs."""
+
+    def __init__(self, fn, outputs) -> None:
+        self.fn, self.outputs = fn, outputs
+
+    def replay(self) -> None:
+        new = self.fn()
+        for name, t in self.outputs.items():
+            t.copy_(new[name])
+
+    def reset(self) -> None:
+        pass
+
+
+class SimulatedBackend:
+    """A CPU stand-in for CudaGraphBackend: exercises the runner's bookkeeping without a GPU.
+
+    ``fail`` makes every capture raise (e.g. a host sync); ``peak``/``pool`` are reported byte counts.
+    """
+
+    name = "simulated"
+
+    def __init__(self, reader=None, *, peak=1 << 20, pool=1 << 20, fail: Exception | None = None) -> None:
+        self.reader = reader or ScriptedReader(plenty())
+        self.peak, self.pool, self.fail = peak, pool, fail
+        self.order: list[int] = []
+        self.releases = 0
+
+    def warmup(self, fn, iters: int) -> int:
+        for _ in range(iters):
+            fn()
+        return self.peak
+
+    def capture(self, fn) -> Captured:
+        if self.fail is not None:
+            raise self.fail
+        out = fn()
+        self.order.append(next(iter(out.values())).shape[0])
+        return Captured(graph=_Replayer(fn, out), outputs=out, seconds=0.002, pool_bytes=self.pool)
+
+    def release(self, captured) -> None:
+        captured.clear()
+        self.releases += 1

@@ -1,0 +1,116 @@
+import pytest
+import torch
+
+from stepgraph import KEEP, Buffer, StaticBuffers
+from stepgraph.kernels import input_copy as ic
+
+
+def specs():
+    return {
+        "tokens": Buffer((8,), torch.int64, pad=-1),
+        "lens": Buffer((8,), torch.int32, pad=0),
+        "hidden": Buffer((8, 5), torch.bfloat16, pad=0.0),
+        "probs": Buffer((8, 3), torch.float32, pad=float("nan")),
+        "mask": Buffer((8, 2), torch.bool, pad=True),
+        "keep": Buffer((8,), torch.int16, pad=KEEP),
+        "u8": Buffer((8, 3), torch.uint8, pad=7),
+        "h16": Buffer((8, 1), torch.float16, pad=-2.5),
+    }
+
+
+def inputs(n):
+    return {
+        "tokens": torch.arange(n),
+        "lens": torch.arange(n, dtype=torch.int32) + 10,
+        "hidden": torch.randn(n, 5).bfloat16(),
+        "probs": torch.rand(n, 3),
+        "mask": torch.rand(n, 2) > 0.5,
+        "keep": torch.arange(n, dtype=torch.int16) * 3,
+        "u8": torch.randint(0, 255, (n, 3), dtype=torch.uint8),
+        "h16": torch.randn(n, 1).half(),
+    }
+
+
+def as_bytes(t):
+    return t.contiguous().view(-1).view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8).view(-1)
+
+
+@pytest.mark.parametrize("one_launch", [True, False])
+def test_copy_in_pads_tail_by_policy(one_launch):
+    b = StaticBuffers(specs(), "cpu", one_launch_copy=one_launch)
+    b.tensors["keep"].fill_(99)
+    x = inputs(3)
+    b.copy_in(x, 3, 6)
+    for name, t in x.items():
+        assert torch.equal(as_bytes(b[name][:3]), as_bytes(t)), name
+    assert (b["tokens"][3:6] == -1).all() and (b["lens"][3:6] == 0).all()
+    assert torch.isnan(b["probs"][3:6]).all() and b["mask"][3:6].all() and (b["u8"][3:6] == 7).all()
+    assert (b["h16"][3:6] == -2.5).all()
+    assert (b["keep"][3:6] == 99).all()  # KEEP leaves padded rows alone
+    assert (b["tokens"][6:] == -1).all()  # rows past the padded batch untouched (reset value)
+
+
+def test_one_launch_and_per_tensor_give_identical_bytes():
+    a = StaticBuffers(specs(), "cpu", one_launch_copy=True)
+    p = StaticBuffers(specs(), "cpu", one_launch_copy=False)
+    assert a._copy.use_kernel and not p._copy.use_kernel
+    x = inputs(5)
+    for bufs in (a, p):
+        bufs.copy_in(x, 5, 8)
+    for name in specs():
+        assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), name
+    assert a._copy.launches == 1
+
+
+def test_kernel_falls_back_per_tensor_where_it_cannot_apply():
+    b = StaticBuffers({"x": Buffer((4, 3), torch.float32), "y": Buffer((4,), torch.int64)}, "cpu")
+    strided = torch.randn(3, 6)[:, ::2]  # rows are not one contiguous run of bytes
+    b.copy_in({"x": strided, "y": torch.arange(3)}, 3, 4)
+    assert torch.equal(b["x"][:3], strided) and torch.equal(b["y"][:3], torch.arange(3))
+    assert b._copy.launches == 1  # y went through the kernel, x fell back
+
+
+def test_input_copy_functional_many_tensors():
+    srcs = [torch.randn(5, k) for k in range(1, 10)]
+    dsts = [torch.zeros(7, k) for k in range(1, 10)]
+    ref = [d.clone() for d in dsts]
+    ic.input_copy(srcs, dsts, 5, 7, [1.0] * 9)
+    ic.input_copy_ref(srcs, ref, 5, 7, [1.0] * 9)
+    assert all(torch.equal(a, b) for a, b in zip(dsts, ref))
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"nope": torch.zeros(2)}, "not a declared buffer"),
+        ({"tokens": torch.zeros(2, dtype=torch.int32)}, "dtype"),
+        ({"hidden": torch.zeros(2, 4).bfloat16()}, "shape"),
+        ({"tokens": torch.zeros(0, dtype=torch.int64)}, "empty batch"),
+        ({"tokens": torch.zeros(9, dtype=torch.int64)}, "exceeds"),
+        ({"tokens": torch.zeros(2, dtype=torch.int64), "lens": torch.zeros(3, dtype=torch.int32)}, "disagree"),
+        ({"tokens": [1, 2]}, "torch.Tensor"),
+    ],
+)
+def test_bad_inputs_name_the_problem(bad, match):
+    b = StaticBuffers(specs(), "cpu")
+    with pytest.raises((ValueError, TypeError), match=match):
+        b.check_inputs(bad)
+
+
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (lambda: Buffer((0, 3), torch.float32), "positive"),
+        (lambda: Buffer((4,), torch.int32, pad=float("nan")), "NaN"),
+        (lambda: Buffer((4,), torch.uint8, pad=-1), "does not fit|not representable"),
+        (lambda: Buffer((4,), "int64"), "torch.dtype"),
+    ],
+)
+def test_buffer_declaration_errors(spec, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        spec()
+
+
+def test_mismatched_batch_dims_rejected():
+    with pytest.raises(ValueError, match="same leading"):
+        StaticBuffers({"a": Buffer((4,), torch.int64), "b": Buffer((8,), torch.int64)}, "cpu")

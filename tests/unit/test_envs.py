@@ -1,0 +1,68 @@
+import pathlib
+import re
+
+import pytest
+
+from stepgraph import envs
+from stepgraph.config import RunnerConfig, Toggles
+
+
+def test_defaults_follow_master():
+    t = Toggles.from_env({})
+    assert t.step_graph and all(t.pieces().values())
+    off = Toggles.from_env({"STEPGRAPH_ENABLE": "0"})
+    assert not off.step_graph and not any(off.pieces().values())
+
+
+def test_piece_overrides_three_states():
+    t = Toggles.from_env({"STEPGRAPH_ENABLE": "1", "STEPGRAPH_FUSED_TAIL": "0"})
+    assert t.step_graph and not t.fused_tail and t.fused_relay
+    t = Toggles.from_env({"STEPGRAPH_ENABLE": "0", "STEPGRAPH_FUSED_GREEDY_VERIFY": "1"})
+    assert not t.step_graph and t.fused_greedy_verify and not t.fused_tail
+    t = Toggles.from_env({"STEPGRAPH_FUSED_RELAY": ""})  # empty = unset
+    assert t.fused_relay
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2", "on"])
+def test_bad_value_names_valid_choices(value):
+    with pytest.raises(envs.EnvError, match="use 0 .*or 1"):
+        Toggles.from_env({"STEPGRAPH_FUSED_TAIL": value})
+
+
+def test_unknown_name_lists_valid_ones():
+    with pytest.raises(envs.EnvError, match="STEPGRAPH_FUSED_TAIL") as e:
+        Toggles.from_env({"STEPGRAPH_FUSED_TIAL": "1"})
+    assert "STEPGRAPH_FUSED_TIAL" in str(e.value)
+
+
+def test_seven_pieces_and_config_mirror():
+    assert len(envs.PIECES) == 7
+    assert set(Toggles.piece_names()) == {field for field, _ in envs.PIECES.values()}
+    for name in envs.PIECES:
+        assert envs.piece_variable(envs.PIECES[name][0]) == name
+
+
+def test_runner_config_reads_env(monkeypatch):
+    monkeypatch.setenv("STEPGRAPH_ONE_LAUNCH_COPY", "0")
+    assert RunnerConfig().toggles.one_launch_copy is False
+    monkeypatch.setenv("STEPGRAPH_ONE_LAUNCH_COPY", "maybe")
+    with pytest.raises(envs.EnvError):
+        RunnerConfig()
+
+
+@pytest.mark.parametrize("kwargs", [{"buckets": ()}, {"memory_margin_bytes": -1}, {"warmup_iters": 0}, {"on_capture_error": "ignore"}])
+def test_runner_config_validation(kwargs):
+    with pytest.raises(ValueError):
+        RunnerConfig(toggles=Toggles(), **kwargs)
+
+
+def test_environment_read_only_in_envs_module():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"os\.environ|os\.getenv|getenv\(")
+    offenders = []
+    for path in [*root.joinpath("stepgraph").rglob("*.py"), *root.joinpath("kernels").rglob("*.py"), *root.joinpath("examples").rglob("*.py")]:
+        if path.name == "envs.py":
+            continue
+        if pattern.search(path.read_text()):
+            offenders.append(str(path.relative_to(root)))
+    assert offenders == [], f"environment read outside stepgraph/envs.py: {offenders}"
