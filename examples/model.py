@@ -135,7 +135,9 @@ class _Stack:
         shape = (num_layers, rows, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
         self.k_cache = torch.zeros(shape, device=init.device, dtype=init.dtype)
         self.v_cache = torch.zeros(shape, device=init.device, dtype=init.dtype)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim))
+        inv = 1.0 / (
+            cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim)
+        )
         freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] * inv[None, :]
         self.cos, self.sin = freqs.cos(), freqs.sin()
         self.key_pos = torch.arange(cfg.max_seq_len, device=init.device)
@@ -143,7 +145,7 @@ class _Stack:
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         cos = self.cos[positions][:, :, None, :]
         sin = self.sin[positions][:, :, None, :]
-        mask = (self.key_pos[None, None, None, :] <= positions[:, None, :, None])  # [B, 1, T, S]
+        mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, self.k_cache[i], self.v_cache[i], rows, positions, mask)
         return x
@@ -252,7 +254,9 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
     raise ValueError(f"draft must be 'eagle' or 'same', got {draft!r}")
 
 
-def greedy_reference(target: ExampleTarget, prompt: list[int], max_new_tokens: int, *, cache_row: int = 0, eos: int | None = None) -> list[int]:
+def greedy_reference(
+    target: ExampleTarget, prompt: list[int], max_new_tokens: int, *, cache_row: int = 0, eos: int | None = None
+) -> list[int]:
     """Plain greedy decoding of the target alone (no speculation), one token per forward."""
     dev = target.device
     rows = torch.tensor([cache_row], device=dev)

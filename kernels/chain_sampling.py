@@ -78,10 +78,26 @@ def _row_setup(row, K1, K, temp_ptr, draft_ptr, stride_draft, seed_ptr, offset_p
 
 @triton.jit
 def _sample_partial_kernel(
-    logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, seed_ptr, offset_ptr,
-    gkey_ptr, gidx_ptr, m_ptr, s_ptr, skey_ptr, sidx_ptr,
-    V, K, K1, n_splits,
-    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+    logits_ptr,
+    stride_b,
+    stride_j,
+    draft_ptr,
+    stride_draft,
+    temp_ptr,
+    seed_ptr,
+    offset_ptr,
+    gkey_ptr,
+    gidx_ptr,
+    m_ptr,
+    s_ptr,
+    skey_ptr,
+    sidx_ptr,
+    V,
+    K,
+    K1,
+    n_splits,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Temperature class: partial statistics of one (row, vocabulary split)."""
     row = tl.program_id(0).to(tl.int64)
@@ -161,10 +177,29 @@ def _search(base, V, lo, hi, target, inv_t, m, cut, MASS: tl.constexpr, BLOCK: t
 
 @triton.jit
 def _sample_filter_kernel(
-    logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, seed_ptr, offset_ptr,
-    gkey_ptr, gidx_ptr, m_ptr, s_ptr, skey_ptr, sidx_ptr, cut_ptr,
-    V, K, K1,
-    BLOCK: tl.constexpr, SEARCH_BLOCK: tl.constexpr, WAYS: tl.constexpr,
+    logits_ptr,
+    stride_b,
+    stride_j,
+    draft_ptr,
+    stride_draft,
+    temp_ptr,
+    topk_ptr,
+    topp_ptr,
+    seed_ptr,
+    offset_ptr,
+    gkey_ptr,
+    gidx_ptr,
+    m_ptr,
+    s_ptr,
+    skey_ptr,
+    sidx_ptr,
+    cut_ptr,
+    V,
+    K,
+    K1,
+    BLOCK: tl.constexpr,
+    SEARCH_BLOCK: tl.constexpr,
+    WAYS: tl.constexpr,
 ):
     """Top-k/top-p class: one program per row; exact cut-off search, then one sampling pass."""
     row = tl.program_id(0).to(tl.int64)
@@ -235,12 +270,38 @@ def _sample_filter_kernel(
 
 @triton.jit
 def _sample_finalize_kernel(
-    logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, seed_ptr, offset_ptr,
-    gkey_ptr, gidx_ptr, m_ptr, s_ptr, skey_ptr, sidx_ptr, cut_ptr,
-    tokens_ptr, ext_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, seq_ptr, new_seq_ptr, select_ptr,
-    V, K, n_splits,
-    K1_P2: tl.constexpr, NS_P2: tl.constexpr, HAS_CUT: tl.constexpr,
-    HAS_SEQ: tl.constexpr, HAS_ACCEPT_LEN: tl.constexpr, HAS_SELECT: tl.constexpr,
+    logits_ptr,
+    stride_b,
+    stride_j,
+    draft_ptr,
+    stride_draft,
+    temp_ptr,
+    seed_ptr,
+    offset_ptr,
+    gkey_ptr,
+    gidx_ptr,
+    m_ptr,
+    s_ptr,
+    skey_ptr,
+    sidx_ptr,
+    cut_ptr,
+    tokens_ptr,
+    ext_ptr,
+    num_acc_ptr,
+    bonus_ptr,
+    accept_len_ptr,
+    seq_ptr,
+    new_seq_ptr,
+    select_ptr,
+    V,
+    K,
+    n_splits,
+    K1_P2: tl.constexpr,
+    NS_P2: tl.constexpr,
+    HAS_CUT: tl.constexpr,
+    HAS_SEQ: tl.constexpr,
+    HAS_ACCEPT_LEN: tl.constexpr,
+    HAS_SELECT: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     K1 = K + 1
@@ -302,7 +363,10 @@ def _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_le
     check(logits.stride(-1) == 1 or logits.shape[-1] == 1, "logits must have unit stride along V")
     B, K1, V = logits.shape
     check(K1 >= 1 and V >= 1, f"logits needs K+1 >= 1 and V >= 1, got {tuple(logits.shape)}")
-    check(draft_tokens.dim() == 2 and draft_tokens.shape == (B, K1 - 1), f"draft_tokens must be [B={B}, K={K1 - 1}], got {tuple(draft_tokens.shape)}")
+    check(
+        draft_tokens.dim() == 2 and draft_tokens.shape == (B, K1 - 1),
+        f"draft_tokens must be [B={B}, K={K1 - 1}], got {tuple(draft_tokens.shape)}",
+    )
     check(draft_tokens.dtype in INDEX_DTYPES, f"draft_tokens must be int32 or int64, got {draft_tokens.dtype}")
     check(draft_tokens.stride(-1) == 1 or K1 <= 2, "draft_tokens must have unit stride along K")
     for name, t, dtypes in (
@@ -362,7 +426,10 @@ def chain_verify_sampling(
         t = out.get(name)
         if t is None:
             return torch.empty(shape, dtype=dtype, device=dev)
-        check(tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(), f"out[{name!r}] must be contiguous {dtype} {shape}")
+        check(
+            tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(),
+            f"out[{name!r}] must be contiguous {dtype} {shape}",
+        )
         return t
 
     res = SampledVerifyOutput(
@@ -377,7 +444,9 @@ def chain_verify_sampling(
     if B == 0:
         return res
     if not use_triton(logits):
-        ref = chain_verify_sampling_ref(logits, draft_tokens, temperature, top_k, top_p, seed, offset, filtered=filtered, seq_lens=seq_lens)
+        ref = chain_verify_sampling_ref(
+            logits, draft_tokens, temperature, top_k, top_p, seed, offset, filtered=filtered, seq_lens=seq_lens
+        )
         for name, t in res._asdict().items():
             if t is not None:
                 t.copy_(getattr(ref, name))
@@ -389,29 +458,70 @@ def chain_verify_sampling(
         n_splits = 1
     else:
         n_splits = triton.cdiv(V, vocab_split(rows, V, block=BLOCK_V))
-    parts = [torch.empty((rows, n_splits), dtype=dt, device=dev) for dt in (torch.int32, torch.int32, torch.float32, torch.float32, torch.int32, torch.int32)]
+    parts = [
+        torch.empty((rows, n_splits), dtype=dt, device=dev)
+        for dt in (torch.int32, torch.int32, torch.float32, torch.float32, torch.int32, torch.int32)
+    ]
     cut = torch.empty(rows if filtered else 1, dtype=torch.int64, device=dev)
     common = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
     if filtered:
         _sample_filter_kernel[(rows,)](
-            *common, temperature, top_k, top_p, seed, offset, *parts, cut, V, K, K1,
-            BLOCK=BLOCK_V, SEARCH_BLOCK=SEARCH_BLOCK, WAYS=SEARCH_WAYS, num_warps=8,
+            *common,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            offset,
+            *parts,
+            cut,
+            V,
+            K,
+            K1,
+            BLOCK=BLOCK_V,
+            SEARCH_BLOCK=SEARCH_BLOCK,
+            WAYS=SEARCH_WAYS,
+            num_warps=8,
         )
     else:
         split = vocab_split(rows, V, block=BLOCK_V)
         _sample_partial_kernel[(rows, n_splits)](
-            *common, temperature, seed, offset, *parts, V, K, K1, n_splits, SPLIT=split, BLOCK=BLOCK_V, num_warps=4,
+            *common,
+            temperature,
+            seed,
+            offset,
+            *parts,
+            V,
+            K,
+            K1,
+            n_splits,
+            SPLIT=split,
+            BLOCK=BLOCK_V,
+            num_warps=4,
         )
     _sample_finalize_kernel[(B,)](
-        *common, temperature, seed, offset, *parts, cut,
-        res.tokens, res.extend_tokens, res.num_accepted, res.bonus,
+        *common,
+        temperature,
+        seed,
+        offset,
+        *parts,
+        cut,
+        res.tokens,
+        res.extend_tokens,
+        res.num_accepted,
+        res.bonus,
         res.accept_len if res.accept_len is not None else res.bonus,
         seq_lens if seq_lens is not None else res.bonus,
         res.new_seq_lens if res.new_seq_lens is not None else res.bonus,
         res.select if res.select is not None else res.bonus,
-        V, K, n_splits,
-        K1_P2=next_pow2(K1), NS_P2=next_pow2(n_splits), HAS_CUT=filtered,
-        HAS_SEQ=seq_lens is not None, HAS_ACCEPT_LEN=with_accept_len, HAS_SELECT=with_select,
+        V,
+        K,
+        n_splits,
+        K1_P2=next_pow2(K1),
+        NS_P2=next_pow2(n_splits),
+        HAS_CUT=filtered,
+        HAS_SEQ=seq_lens is not None,
+        HAS_ACCEPT_LEN=with_accept_len,
+        HAS_SELECT=with_select,
         num_warps=1 if next_pow2(K1) * next_pow2(n_splits) <= 512 else 4,
     )
     return res

@@ -97,7 +97,10 @@ def draft_extend_tail(
     check(logits.dim() == 2, f"logits must be [N, V], got shape {tuple(logits.shape)}")
     check(logits.dtype in LOGIT_DTYPES, f"logits dtype {logits.dtype} not supported; use float32, float16 or bfloat16")
     check(logits.stride(-1) == 1 or logits.shape[-1] == 1, "logits must have unit stride along V")
-    check(select.dim() == 1 and select.dtype in INDEX_DTYPES, f"select must be [B] int32/int64, got {tuple(select.shape)} {select.dtype}")
+    check(
+        select.dim() == 1 and select.dtype in INDEX_DTYPES,
+        f"select must be [B] int32/int64, got {tuple(select.shape)} {select.dtype}",
+    )
     check(select.device == logits.device, f"select on {select.device}, logits on {logits.device}")
     N, V = logits.shape
     B = select.shape[0]
@@ -112,8 +115,10 @@ def draft_extend_tail(
     if hidden is not None:
         D = hidden.shape[1]
         hid = out_hidden if out_hidden is not None else torch.empty((B, D), dtype=hidden.dtype, device=hidden.device)
-        check(hid.shape == (B, D) and hid.dtype == hidden.dtype and (hid.stride(-1) == 1 or D == 1),
-              f"out_hidden must be [B={B}, D={D}] {hidden.dtype} with unit stride along D")
+        check(
+            hid.shape == (B, D) and hid.dtype == hidden.dtype and (hid.stride(-1) == 1 or D == 1),
+            f"out_hidden must be [B={B}, D={D}] {hidden.dtype} with unit stride along D",
+        )
     if B == 0:
         return TailOutput(tokens, hid)
     if N == 0 or not use_triton(logits):
@@ -122,7 +127,9 @@ def draft_extend_tail(
         if hid is not None:
             hid.copy_(ref.hidden)
         return TailOutput(tokens, hid)
-    keys, idx, n_splits = argmax_partials(logits, N, 1, logits.stride(0), 0, row_index=select, programs=B, **(config or {}))
+    keys, idx, n_splits = argmax_partials(
+        logits, N, 1, logits.stride(0), 0, row_index=select, programs=B, **(config or {})
+    )
     _finalize(keys, idx, n_splits, select, tokens, hidden, hid, N)
     return TailOutput(tokens, hid)
 
@@ -174,7 +181,10 @@ def argmax_rows(logits: torch.Tensor, *, out: torch.Tensor | None = None, config
 
     Used for the draft steps' topk-1 token. Shape: returns ``[N]`` int64. CUDA graph: safe.
     """
-    check(logits.dim() == 2 and logits.dtype in LOGIT_DTYPES, f"logits must be [N, V] float, got {tuple(logits.shape)} {logits.dtype}")
+    check(
+        logits.dim() == 2 and logits.dtype in LOGIT_DTYPES,
+        f"logits must be [N, V] float, got {tuple(logits.shape)} {logits.dtype}",
+    )
     check(logits.stride(-1) == 1 or logits.shape[-1] == 1, "logits must have unit stride along V")
     N = logits.shape[0]
     tokens = out if out is not None else torch.empty(N, dtype=torch.int64, device=logits.device)

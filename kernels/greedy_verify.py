@@ -97,7 +97,10 @@ def _check_inputs(logits: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: to
     check(draft_tokens.dtype in INDEX_DTYPES, f"draft_tokens must be int32 or int64, got {draft_tokens.dtype}")
     B, K1, V = logits.shape
     check(draft_tokens.shape[0] == B, f"draft_tokens has {draft_tokens.shape[0]} rows, logits has B={B}")
-    check(draft_tokens.shape[1] == K1 - 1, f"K mismatch: logits has K+1={K1} rows per request, drafts have K={draft_tokens.shape[1]}")
+    check(
+        draft_tokens.shape[1] == K1 - 1,
+        f"K mismatch: logits has K+1={K1} rows per request, drafts have K={draft_tokens.shape[1]}",
+    )
     check(K1 >= 1 and V >= 1, f"logits needs K+1 >= 1 and V >= 1, got {tuple(logits.shape)}")
     check(V <= 2**31 - 1, f"vocabulary {V} too large (int32 indices)")
     check(logits.stride(-1) == 1 or V == 1, f"logits must have unit stride along V, got stride {logits.stride(-1)}")
@@ -109,14 +112,19 @@ def _check_inputs(logits: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: to
         check(seq_lens.device == logits.device, f"seq_lens on {seq_lens.device}, logits on {logits.device}")
 
 
-def _outputs(B: int, K1: int, device, seq_lens, out: dict | None, with_accept_len: bool, with_select: bool, with_emitted: bool):
+def _outputs(
+    B: int, K1: int, device, seq_lens, out: dict | None, with_accept_len: bool, with_select: bool, with_emitted: bool
+):
     out = dict(out or {})
 
     def get(name, shape, dtype):
         t = out.get(name)
         if t is None:
             return torch.empty(shape, dtype=dtype, device=device)
-        check(tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(), f"out[{name!r}] must be a contiguous {dtype} tensor of shape {shape}")
+        check(
+            tuple(t.shape) == shape and t.dtype == dtype and t.is_contiguous(),
+            f"out[{name!r}] must be a contiguous {dtype} tensor of shape {shape}",
+        )
         check(t.device == device, f"out[{name!r}] is on {t.device}, expected {device}")
         return t
 

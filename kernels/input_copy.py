@@ -97,7 +97,11 @@ class InputCopyPlan:
             (kernel_jobs if ok else fallback).append((i, src))
         if fallback:
             input_copy_ref(
-                [s for _, s in fallback], [self.dsts[i] for i, _ in fallback], n, padded, [self.pads[i] for i, _ in fallback]
+                [s for _, s in fallback],
+                [self.dsts[i] for i, _ in fallback],
+                n,
+                padded,
+                [self.pads[i] for i, _ in fallback],
             )
         if kernel_jobs:
             if self._device.type == "cuda":
@@ -151,3 +155,29 @@ class InputCopyPlan:
 
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class StaticCopy:
+    """``dsts[i][:n] = srcs[i][:n]`` (pad rows ``[n, padded)``) for fixed tensors: the table is built and
+    uploaded once, so the copy can be captured in a CUDA graph (one kernel node)."""
+
+    def __init__(
+        self, srcs: Sequence[torch.Tensor], dsts: Sequence[torch.Tensor], pads: Sequence | None = None
+    ) -> None:
+        pads = [None] * len(dsts) if pads is None else list(pads)
+        check(len(srcs) == len(dsts) == len(pads) and len(dsts) > 0, "one source and one pad per destination")
+        for s, d in zip(srcs, dsts, strict=True):
+            check(
+                s.dtype == d.dtype and s.shape[1:] == d.shape[1:],
+                "sources and destinations must match in dtype and rows",
+            )
+            check(rc.rows_contiguous(s) and rc.rows_contiguous(d), "every row must be one contiguous run of bytes")
+        check(use_triton(dsts[0]), "StaticCopy needs CUDA (or TRITON_INTERPRET=1 on the CPU)")
+        fields = [rc.field(s, d, p, d.shape[0]) for s, d, p in zip(srcs, dsts, pads, strict=True)]
+        self.word = rc.word_bytes(fields)
+        self.max_words = max(f.row_bytes // self.word for f in fields)
+        self.num_fields = len(fields)
+        self.table = torch.tensor(rc.table_rows(fields, self.word), dtype=torch.int64).to(dsts[0].device)
+
+    def __call__(self, n: int, padded: int | None = None) -> None:
+        rc.launch(self.table, self.num_fields, n if padded is None else padded, self.max_words, self.word, n)

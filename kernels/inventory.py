@@ -97,5 +97,7 @@ def print_inventory(console=None) -> None:
     for col in ("kernel", "backend", "devices", "launches", "reference", "piece toggle", "test", "benchmark"):
         table.add_column(col)
     for k in KERNELS:
-        table.add_row(k.name, k.backend, k.devices, k.launches, k.reference.rsplit(".", 1)[-1], k.piece, k.test, k.benchmark)
+        table.add_row(
+            k.name, k.backend, k.devices, k.launches, k.reference.rsplit(".", 1)[-1], k.piece, k.test, k.benchmark
+        )
     console.print(table)

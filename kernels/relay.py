@@ -55,7 +55,11 @@ def relay_gather_ref(
     for src, out, pad in zip(fields, outs, pads, strict=True):
         rows = src.index_select(0, idx)
         mask = keep.view(-1, *([1] * (rows.dim() - 1)))
-        fill = torch.zeros((), dtype=src.dtype, device=src.device) if pad is None else torch.full((), pad, dtype=src.dtype, device=src.device)
+        fill = (
+            torch.zeros((), dtype=src.dtype, device=src.device)
+            if pad is None
+            else torch.full((), pad, dtype=src.dtype, device=src.device)
+        )
         out[: slots.shape[0]].copy_(torch.where(mask, rows, fill))
 
 
@@ -77,7 +81,10 @@ def _check_pairs(fields, others, what: str) -> None:
     check(len(fields) == len(others) and len(fields) > 0, f"give one {what} per relay field (at least one)")
     for i, (f, o) in enumerate(zip(fields, others, strict=True)):
         check(f.dtype == o.dtype, f"field {i}: relay dtype {f.dtype} != {what} dtype {o.dtype}")
-        check(f.shape[1:] == o.shape[1:], f"field {i}: relay rows {tuple(f.shape[1:])} != {what} rows {tuple(o.shape[1:])}")
+        check(
+            f.shape[1:] == o.shape[1:],
+            f"field {i}: relay rows {tuple(f.shape[1:])} != {what} rows {tuple(o.shape[1:])}",
+        )
         check_same_device(f"{what} {i}", o, f, f"relay field {i}")
 
 
@@ -105,7 +112,10 @@ class RelayStore:
 
     def __call__(self, slots: torch.Tensor) -> None:
         """Shape: ``slots`` is ``[B]`` (int32/int64, -1 for padded rows), ``B <= Bmax``."""
-        check(slots.dim() == 1 and slots.shape[0] <= self.srcs[0].shape[0], "slots must be [B] with B <= the sources' rows")
+        check(
+            slots.dim() == 1 and slots.shape[0] <= self.srcs[0].shape[0],
+            "slots must be [B] with B <= the sources' rows",
+        )
         if self.fused:
             self._plan.launch(slots, slots.shape[0])
         else:
@@ -130,7 +140,10 @@ class RelayGather:
             self._plan = _Plan(specs, fields[0].device, mode=1)
 
     def __call__(self, slots: torch.Tensor) -> None:
-        check(slots.dim() == 1 and slots.shape[0] <= self.outs[0].shape[0], "slots must be [B] with B <= the outputs' rows")
+        check(
+            slots.dim() == 1 and slots.shape[0] <= self.outs[0].shape[0],
+            "slots must be [B] with B <= the outputs' rows",
+        )
         if self.fused:
             self._plan.launch(slots, slots.shape[0])
         else:

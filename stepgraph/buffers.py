@@ -158,10 +158,13 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
                 raise TypeError(f"input {name!r} has dtype {src.dtype}; the buffer is {spec.dtype} (convert it first)")
             if src.dim() != len(spec.shape) or tuple(src.shape[1:]) != spec.shape[1:]:
                 want = ("B", *spec.shape[1:])
-                raise ValueError(f"input {name!r} has shape {tuple(src.shape)}; expected {want} with B <= {self.max_batch}")
+                raise ValueError(
+                    f"input {name!r} has shape {tuple(src.shape)}; expected {want} with B <= {self.max_batch}"
+                )
             if src.device != self.device and src.device.type != "cpu":
                 raise ValueError(
-                    f"input {name!r} is on {src.device}; the buffers are on {self.device} (move it, or pass it on the CPU)"
+                    f"input {name!r} is on {src.device}; the buffers are on {self.device} "
+                    "(move it, or pass it on the CPU)"
                 )
             n = src.shape[0]
             if batch is None:

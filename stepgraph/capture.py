@@ -13,6 +13,7 @@ Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections.abc import Callable, Mapping
@@ -68,7 +69,9 @@ class CudaGraphBackend:
 
     name = "cuda"
 
-    def __init__(self, device: torch.device, *, capture_error_mode: str = "thread_local", keep_graph: bool = False) -> None:
+    def __init__(
+        self, device: torch.device, *, capture_error_mode: str = "thread_local", keep_graph: bool = False
+    ) -> None:
         self.device = device
         self.capture_error_mode = capture_error_mode
         self.keep_graph = keep_graph
@@ -147,10 +150,9 @@ class CudaGraphBackend:
 
 
 def _discard(graph: torch.cuda.CUDAGraph) -> None:
-    try:
+    # a graph whose capture failed may refuse reset; there is nothing else to free then
+    with contextlib.suppress(Exception):
         graph.reset()
-    except Exception:  # noqa: BLE001 - a graph whose capture failed may refuse reset; nothing else to free
-        pass
 
 
 @contextmanager

@@ -115,5 +115,7 @@ class RunnerConfig:
         if self.max_warmup_batch < 1:
             raise ValueError(f"max_warmup_batch must be >= 1, got {self.max_warmup_batch}")
         if self.capture_error_mode not in ("global", "thread_local", "relaxed"):
-            raise ValueError(f"capture_error_mode must be global, thread_local or relaxed, got {self.capture_error_mode!r}")
+            raise ValueError(
+                f"capture_error_mode must be global, thread_local or relaxed, got {self.capture_error_mode!r}"
+            )
         object.__setattr__(self, "default_sampling", Sampling(self.default_sampling))

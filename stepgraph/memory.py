@@ -46,7 +46,9 @@ class TorchMemoryReader:
     """Readings of one CUDA device through torch (and NVML for :meth:`process_used`)."""
 
     def __init__(self, device: torch.device | int | None = None) -> None:
-        self.device = torch.device("cuda", torch.cuda.current_device() if device is None else torch.device(device).index or 0)
+        self.device = torch.device(
+            "cuda", torch.cuda.current_device() if device is None else torch.device(device).index or 0
+        )
 
     def read(self) -> MemoryReading:
         free, total = torch.cuda.mem_get_info(self.device)
@@ -176,7 +178,12 @@ class MemoryGuard:
             self.reader.release_cache()
             self.cache_releases += 1
             released = True
-            log.info("memory: released PyTorch's cache for key %s (%s cached, %s short)", key, _mib(reading.cached), _mib(shortfall))
+            log.info(
+                "memory: released PyTorch's cache for key %s (%s cached, %s short)",
+                key,
+                _mib(reading.cached),
+                _mib(shortfall),
+            )
             reading = self.reader.read()
             if self.fits(reading, needed):
                 return Decision(True, reading, released=True)

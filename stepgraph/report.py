@@ -45,7 +45,11 @@ def print_report(info: dict, console: Console | None = None) -> None:
         ("device", info.get("device")),
         ("buckets", str(info.get("buckets"))),
         ("captured keys", ", ".join(info.get("captured_keys", [])) or "none"),
-        ("runs / replays / eager", f"{info.get('runs')} / {info.get('replays')} / {info.get('eager_runs')} (oversize {info.get('oversize_runs')})"),
+        (
+            "runs / replays / eager",
+            f"{info.get('runs')} / {info.get('replays')} / {info.get('eager_runs')} "
+            f"(oversize {info.get('oversize_runs')})",
+        ),
         ("padded rows", str(info.get("padded_rows"))),
         ("graph pool", f"{_mib(info.get('graph_pool_bytes'))} MiB"),
         ("memory refusals", str(info.get("memory_refusals"))),
@@ -74,7 +78,13 @@ def print_report(info: dict, console: Console | None = None) -> None:
         )
     warm = info.get("warmup")
     if warm:
-        rows.append(("warm-up", f"sizes 1..{len(warm['batch_sizes'])} in {warm['seconds'] * 1e3:.1f} ms; missing {warm['missing'] or 'none'}"))
+        rows.append(
+            (
+                "warm-up",
+                f"sizes 1..{len(warm['batch_sizes'])} in {warm['seconds'] * 1e3:.1f} ms; "
+                f"missing {warm['missing'] or 'none'}",
+            )
+        )
     toggles = info.get("toggles") or {}
     if toggles:
         rows.append(("toggles", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in toggles.items())))
@@ -83,7 +93,17 @@ def print_report(info: dict, console: Console | None = None) -> None:
     console.print(summary)
 
     keys = Table(title="keys", title_justify="left")
-    for col in ("key", "status", "pool MiB", "warm-up peak MiB", "capture ms", "replays", "eager", "padded rows", "note"):
+    for col in (
+        "key",
+        "status",
+        "pool MiB",
+        "warm-up peak MiB",
+        "capture ms",
+        "replays",
+        "eager",
+        "padded rows",
+        "note",
+    ):
         keys.add_column(col, justify="right" if col not in ("key", "status", "note") else "left")
     for name, k in (info.get("keys") or {}).items():
         note = k.get("cause") or ""

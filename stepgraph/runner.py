@@ -111,7 +111,12 @@ class WarmupReport:
     seconds: float
 
     def as_dict(self) -> dict:
-        return {"batch_sizes": self.batch_sizes, "captured_keys": self.captured_keys, "missing": self.missing, "seconds": round(self.seconds, 4)}
+        return {
+            "batch_sizes": self.batch_sizes,
+            "captured_keys": self.captured_keys,
+            "missing": self.missing,
+            "seconds": round(self.seconds, 4),
+        }
 
 
 @dataclass
@@ -168,14 +173,20 @@ class StepGraphRunner:
         if isinstance(buffers, StaticBuffers):
             self.buffers = buffers
         else:
-            dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            dev = (
+                torch.device(device)
+                if device is not None
+                else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            )
             self.buffers = StaticBuffers(buffers, dev, one_launch_copy=self.toggles.one_launch_copy)
         self.device = self.buffers.device
         self.step = step
         self.name = name
         sizes = [b for b in self.config.buckets if b <= self.buffers.max_batch]
         if not sizes:
-            raise ValueError(f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}")
+            raise ValueError(
+                f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}"
+            )
         self.buckets = Buckets(sizes)
         self.agree = agree
         self.parked = parked or contextlib.nullcontext
@@ -189,7 +200,7 @@ class StepGraphRunner:
 
         reason = graphs_unavailable_reason(self.device)
         if reason is None and not self.toggles.step_graph:
-            reason = "the step graph is switched off (STEPGRAPH_ENABLE=0 or Toggles(step_graph=False)); the step runs eagerly"
+            reason = "the step graph is switched off (STEPGRAPH_ENABLE=0 or Toggles(step_graph=False)); it runs eagerly"
         if backend is not None:
             reason = None
         self.unavailable_reason = reason
@@ -201,7 +212,9 @@ class StepGraphRunner:
         elif self.backend is not None:
             self.guard = MemoryGuard(self.backend.reader, self.config.memory_margin_bytes, rank=_rank())
         else:
-            self.guard = MemoryGuard(_NoReader(), self.config.memory_margin_bytes, budget=ReleaseBudget(0), rank=_rank())
+            self.guard = MemoryGuard(
+                _NoReader(), self.config.memory_margin_bytes, budget=ReleaseBudget(0), rank=_rank()
+            )
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -403,7 +416,11 @@ class StepGraphRunner:
         self._captured_list.append(captured)
         log.info(
             "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB)",
-            self.name, key, captured.seconds * 1e3, captured.pool_bytes / 2**20, stats.warmup_peak_bytes / 2**20,
+            self.name,
+            key,
+            captured.seconds * 1e3,
+            captured.pool_bytes / 2**20,
+            stats.warmup_peak_bytes / 2**20,
         )
 
     def _record_failure(self, stats: KeyStats, cause: str, text: str) -> None:
@@ -452,11 +469,25 @@ class StepGraphRunner:
                     batch(k)
                     if self.stats(key).captured is None:
                         missing.append(k)
-                        log.warning("%s: warm-up: batch size %d still has no graph (key %s: %s)", self.name, k, key, self.stats(key).status)
+                        log.warning(
+                            "%s: warm-up: batch size %d still has no graph (key %s: %s)",
+                            self.name,
+                            k,
+                            key,
+                            self.stats(key).status,
+                        )
         seconds = time.perf_counter() - t0
-        captured = sorted({str(self.key_for(k, sampling)) for k in sizes if self.stats(self.key_for(k, sampling)).captured})
+        captured = sorted(
+            {str(self.key_for(k, sampling)) for k in sizes if self.stats(self.key_for(k, sampling)).captured}
+        )
         self.last_warmup = WarmupReport(sizes, captured, missing, seconds)
-        log.info("%s: warm-up of batch sizes 1..%d took %.1f ms; captured keys: %s", self.name, len(sizes), seconds * 1e3, ", ".join(captured) or "none")
+        log.info(
+            "%s: warm-up of batch sizes 1..%d took %.1f ms; captured keys: %s",
+            self.name,
+            len(sizes),
+            seconds * 1e3,
+            ", ".join(captured) or "none",
+        )
         return self.last_warmup
 
     # ------------------------------------------------------------------------------------------------
@@ -472,7 +503,8 @@ class StepGraphRunner:
         live = [str(k) for k, s in self._keys.items() if s.captured is not None]
         if live:
             raise RecaptureRefused(
-                f"recapture ({reason}) refused while the step graph is on ({len(live)} live graphs: {', '.join(live[:4])}"
+                f"recapture ({reason}) refused while the step graph is on "
+                f"({len(live)} live graphs: {', '.join(live[:4])}"
                 f"{'...' if len(live) > 4 else ''}); call runner.release() first, then capture again"
             )
         for s in self._keys.values():
@@ -535,7 +567,10 @@ class StepGraphRunner:
                 "suggested": pad_waste(in_range, suggested) if suggested else 0,
             },
             "warmup": self.last_warmup.as_dict() if self.last_warmup else None,
-            "keys": {str(k): {**s.as_dict(), **({} if self.graphs_available else {"status": "eager"})} for k, s in sorted(keys.items())},
+            "keys": {
+                str(k): {**s.as_dict(), **({} if self.graphs_available else {"status": "eager"})}
+                for k, s in sorted(keys.items())
+            },
         }
 
     def print_report(self, console=None) -> None:

@@ -45,7 +45,9 @@ def run_trial(trial: Trial, cmd: list[str], file: Path | None, timeout: float) -
     proc = subprocess.run(cmd, env=envs.child_environment(trial.overrides), capture_output=True, timeout=timeout)
     trial.returncode = proc.returncode
     trial.stderr = proc.stderr.decode(errors="replace")[-2000:]
-    trial.output = file.read_bytes() if file is not None and file.exists() else (b"" if file is not None else proc.stdout)
+    trial.output = (
+        file.read_bytes() if file is not None and file.exists() else (b"" if file is not None else proc.stdout)
+    )
     trial.digest = hashlib.sha256(trial.output).hexdigest()[:12]
     return trial
 
@@ -80,7 +82,9 @@ def main(argv: list[str]) -> int:
     failed = [r for r in results if r.returncode != 0]
     for r in failed:
         console.print(f"[red]{r.label}: exit {r.returncode}[/]\n{r.stderr}")
-    changing = [r.label.removesuffix(" off") for r in results[1:] if r.digest != base.digest or r.returncode != base.returncode]
+    changing = [
+        r.label.removesuffix(" off") for r in results[1:] if r.digest != base.digest or r.returncode != base.returncode
+    ]
     if changing:
         console.print(f"pieces that change the output: {', '.join(changing)}")
     else:

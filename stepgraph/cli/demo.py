@@ -72,7 +72,9 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
 
     target, draft = build(args.preset, device=device, dtype=dtype, draft=args.draft, **_overrides(args))
     cfg = RunnerConfig(toggles=toggles if graphs else replace(toggles, step_graph=False), progress=not args.quiet)
-    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed)
+    dec = SpecDecoder.for_example(
+        target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed
+    )
     if graphs and dec.runner.graphs_available:
         dec.warmup(args.batch, _params(args).sampling)
     if device.type == "cuda":
@@ -83,7 +85,16 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     tokens = sum(len(o) for o in out)
-    return dec, out, {"seconds": round(seconds, 4), "tokens": tokens, "tokens_per_second": round(tokens / seconds, 1), **dec.stats.as_dict()}
+    return (
+        dec,
+        out,
+        {
+            "seconds": round(seconds, 4),
+            "tokens": tokens,
+            "tokens_per_second": round(tokens / seconds, 1),
+            **dec.stats.as_dict(),
+        },
+    )
 
 
 def run(args) -> int:
@@ -97,11 +108,18 @@ def run(args) -> int:
 
     vocab = args.vocab or PRESETS[args.preset].vocab_size
     g = torch.Generator().manual_seed(args.seed)
-    prompts = [torch.randint(0, vocab, (int(n),), generator=g).tolist() for n in torch.randint(4, 17, (args.batch,), generator=g)]
+    prompts = [
+        torch.randint(0, vocab, (int(n),), generator=g).tolist()
+        for n in torch.randint(4, 17, (args.batch,), generator=g)
+    ]
     record = {"args": vars(args), "device": str(device), "torch": torch.__version__, "prompts": prompts}
 
     if device.type != "cuda" or not toggles.step_graph:
-        why = "no CUDA device: running the same loop eagerly (no graphs)" if device.type != "cuda" else "STEPGRAPH_ENABLE=0: eager"
+        why = (
+            "no CUDA device: running the same loop eagerly (no graphs)"
+            if device.type != "cuda"
+            else "STEPGRAPH_ENABLE=0: eager"
+        )
         console.print(f"[bold yellow]{why}[/]")
         dec, out, stats = _decode(args, device, dtype, toggles, prompts, graphs=False)
         runs = {"eager": stats}
@@ -125,7 +143,9 @@ def run(args) -> int:
             f"{s['steps']} steps, mean accepted length {s['mean_accept_len']:.2f} (of K+1 = {args.k + 1})"
         )
     if "step_graph" in runs:
-        console.print(f"step graph speed-up: {runs['step_graph']['tokens_per_second'] / runs['eager']['tokens_per_second']:.2f}x")
+        console.print(
+            f"step graph speed-up: {runs['step_graph']['tokens_per_second'] / runs['eager']['tokens_per_second']:.2f}x"
+        )
     console.print(f"first request's tokens: {next(iter(record['outputs'].values()))[0][:24]}")
     if args.json:
         record.update(runs=runs, runners=infos)

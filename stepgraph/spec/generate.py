@@ -26,6 +26,8 @@ from stepgraph.keys import Sampling, SamplingParams
 from stepgraph.spec.step import ChainStep, Draft, Target
 from stepgraph.spec.tp import TensorParallel
 
+GREEDY = SamplingParams()
+
 
 @dataclass
 class Request:
@@ -175,7 +177,7 @@ class SpecDecoder:
         prompts: Sequence[Sequence[int]],
         *,
         max_new_tokens: int | Sequence[int] = 32,
-        sampling: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+        sampling: SamplingParams | Sequence[SamplingParams] = GREEDY,
         overlap: bool = False,
         on_step: Callable[[int], None] | None = None,
     ) -> list[list[int]]:

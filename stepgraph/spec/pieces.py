@@ -43,7 +43,11 @@ class Pieces:
     def greedy_verify(self, logits, drafts, seq_lens, out_bonus, out_seq_lens) -> VerifyResult:
         if self.t.fused_greedy_verify:
             r = greedy_chain_verify(
-                logits, drafts, seq_lens, with_select=True, with_emitted=True,
+                logits,
+                drafts,
+                seq_lens,
+                with_select=True,
+                with_emitted=True,
                 out={"bonus": out_bonus, "new_seq_lens": out_seq_lens},
             )
             return VerifyResult(r.emitted, r.predict, r.num_accepted, r.select)
@@ -58,16 +62,27 @@ class Pieces:
         seq = state["seq_len"]
         if self.t.lean_sampled_verify and self.t.two_launch_sampling:
             r = chain_verify_sampling(
-                logits, drafts, *args, state["seed"], state["offset"], filtered=filtered, seq_lens=seq,
-                with_select=True, out={"bonus": out_bonus, "new_seq_lens": out_seq_lens},
+                logits,
+                drafts,
+                *args,
+                state["seed"],
+                state["offset"],
+                filtered=filtered,
+                seq_lens=seq,
+                with_select=True,
+                out={"bonus": out_bonus, "new_seq_lens": out_seq_lens},
             )
             return VerifyResult(r.tokens, r.extend_tokens, r.num_accepted, r.select)
         if self.t.lean_sampled_verify:
-            r = chain_verify_sampling_ref(logits, drafts, *args, state["seed"], state["offset"], filtered=filtered, seq_lens=seq)
+            r = chain_verify_sampling_ref(
+                logits, drafts, *args, state["seed"], state["offset"], filtered=filtered, seq_lens=seq
+            )
         else:
             nxt, sib = self._tree
             candidates = torch.cat([state["token"][:, None], drafts.long()], 1)
-            r = tree_verify_sampling(logits, candidates, nxt, sib, *args, state["offset"], max_depth=self.K, seq_lens=seq)
+            r = tree_verify_sampling(
+                logits, candidates, nxt, sib, *args, state["offset"], max_depth=self.K, seq_lens=seq
+            )
         out_bonus.copy_(r.bonus)
         out_seq_lens.copy_(r.new_seq_lens)
         return VerifyResult(r.tokens, r.extend_tokens, r.num_accepted, r.select)

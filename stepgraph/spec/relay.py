@@ -55,12 +55,17 @@ class RelayState:
         }
         self.pads = {name: pad for name, (_, _, pad) in spec.items()}
         self.fields = {n: torch.full((S, *row), pad, dtype=dt, device=device) for n, (row, dt, pad) in spec.items()}
-        self.work = {n: torch.full((max_batch, *row), pad, dtype=dt, device=device) for n, (row, dt, pad) in spec.items()}
+        self.work = {
+            n: torch.full((max_batch, *row), pad, dtype=dt, device=device) for n, (row, dt, pad) in spec.items()
+        }
         # what a step writes for the next one: bonus token, next first draft, new length, draft feature
         self.out = {n: torch.zeros_like(self.work[n]) for n in ("token", "draft", "seq_len", "hidden")}
         names = list(spec)
         self._gather = RelayGather(
-            [self.fields[n] for n in names], [self.work[n] for n in names], [self.pads[n] for n in names], fused=toggles.one_launch_copy
+            [self.fields[n] for n in names],
+            [self.work[n] for n in names],
+            [self.pads[n] for n in names],
+            fused=toggles.one_launch_copy,
         )
         dst = [self.fields[n] for n in STEP_WRITES]
         src = [self.out[n] for n in STEP_WRITES[:-1]] + [self.work["offset"]]

@@ -87,7 +87,9 @@ class ChainStep:
         self.device = torch.device(device)
         self.target, self.draft, self.tp = target, draft, tp
         self.K, self.V = num_draft_tokens, vocab_size
-        self.relay = RelayState(num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles)
+        self.relay = RelayState(
+            num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles
+        )
         self.pieces = Pieces(self.toggles, num_draft_tokens, self.device)
         self._j = torch.arange(num_draft_tokens + 1, device=self.device)
         buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
@@ -103,38 +105,47 @@ class ChainStep:
 
     # ------------------------------------------------------------------------------------------------
     def _step(self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
-        K = self.K
-        slots = buf["slots"]
-        st = self.relay.inputs(slots, batch)
-        t, s, rows = st["token"], st["seq_len"], st["cache_row"]
+        ctx = self.draft_stage(buf["slots"], batch)
+        self.verify_stage(ctx, sampling)
+        return self.extend_stage(ctx)
 
+    # The three stages (draft / verify / draft-extend) are also usable one by one: the per-stage graphs
+    # of the benchmark, and backends that capture their own stage graphs (stepgraph.splice).
+    def draft_stage(self, slots: torch.Tensor, batch: int) -> dict:
+        """Gather the batch's state and run K-1 topk-1 draft steps. Returns the step context."""
+        st = self.relay.inputs(slots, batch)
+        s, rows = st["seq_len"], st["cache_row"]
         drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
-        for i in range(1, K):  # K-1 topk-1 draft steps
+        for i in range(1, self.K):
             logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
             tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
             drafts.append(tok)
-        draft_tokens = torch.stack(drafts, 1)  # [B, K]
+        return {"slots": slots, "batch": batch, "state": st, "drafts": torch.stack(drafts, 1)}  # drafts [B, K]
 
+    def verify_stage(self, ctx: dict, sampling: Sampling) -> None:
+        """Target forward over ``[t, d_1..d_K]`` and acceptance (greedy or sampled); TP broadcast."""
+        st, drafts = ctx["state"], ctx["drafts"]
+        s = st["seq_len"]
         positions = s[:, None] + self._j  # [B, K+1]
-        logits, hidden = self.target(torch.cat([t[:, None], draft_tokens], 1), positions, rows)
-        out = self.relay.outputs(batch)
+        logits, hidden = self.target(torch.cat([st["token"][:, None], drafts], 1), positions, st["cache_row"])
+        out = self.relay.outputs(ctx["batch"])
         if sampling is Sampling.GREEDY:
-            v = self.pieces.greedy_verify(logits, draft_tokens, s, out["token"], out["seq_len"])
+            v = self.pieces.greedy_verify(logits, drafts, s, out["token"], out["seq_len"])
         else:
             filtered = sampling is Sampling.TOP_K_TOP_P
-            v = self.pieces.sampled_verify(logits, draft_tokens, st, filtered, out["token"], out["seq_len"])
+            v = self.pieces.sampled_verify(logits, drafts, st, filtered, out["token"], out["seq_len"])
         if self.tp is not None:
             self.tp.broadcast([v.tokens, v.extend_tokens, v.num_accepted, v.select, out["token"], out["seq_len"]])
+        ctx.update(verify=v, hidden=hidden, positions=positions, out=out)
 
-        d_logits, d_hidden = self.draft(v.extend_tokens, positions + 1, hidden, rows)  # [B, K+1, V]
-        self.pieces.tail(
-            d_logits.reshape(batch * (K + 1), -1),
-            d_hidden.reshape(batch * (K + 1), -1),
-            v.select,
-            out["draft"],
-            out["hidden"],
-        )
-        self.relay.commit(slots, batch)
+    def extend_stage(self, ctx: dict) -> dict[str, torch.Tensor]:
+        """Draft over the K+1 verified positions, the fused tail, and the relay store."""
+        v, out, batch = ctx["verify"], ctx["out"], ctx["batch"]
+        rows = ctx["state"]["cache_row"]
+        d_logits, d_hidden = self.draft(v.extend_tokens, ctx["positions"] + 1, ctx["hidden"], rows)  # [B, K+1, V]
+        flat = batch * (self.K + 1)
+        self.pieces.tail(d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), v.select, out["draft"], out["hidden"])
+        self.relay.commit(ctx["slots"], batch)
         return {"tokens": v.tokens, "num_accepted": v.num_accepted}
 
     # ------------------------------------------------------------------------------------------------

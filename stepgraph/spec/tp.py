@@ -49,7 +49,11 @@ class TensorParallel:
 
     def agree(self, allowed: bool) -> bool:
         """True only when every rank allows the capture (an all-reduce MIN of the decisions)."""
-        dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(self.group) == "nccl" else torch.device("cpu")
+        dev = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend(self.group) == "nccl"
+            else torch.device("cpu")
+        )
         flag = torch.tensor([1 if allowed else 0], dtype=torch.int32, device=dev)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
         return bool(flag.item())

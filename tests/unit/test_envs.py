@@ -50,7 +50,9 @@ def test_runner_config_reads_env(monkeypatch):
         RunnerConfig()
 
 
-@pytest.mark.parametrize("kwargs", [{"buckets": ()}, {"memory_margin_bytes": -1}, {"warmup_iters": 0}, {"on_capture_error": "ignore"}])
+@pytest.mark.parametrize(
+    "kwargs", [{"buckets": ()}, {"memory_margin_bytes": -1}, {"warmup_iters": 0}, {"on_capture_error": "ignore"}]
+)
 def test_runner_config_validation(kwargs):
     with pytest.raises(ValueError):
         RunnerConfig(toggles=Toggles(), **kwargs)
@@ -60,7 +62,11 @@ def test_environment_read_only_in_envs_module():
     root = pathlib.Path(__file__).resolve().parents[2]
     pattern = re.compile(r"os\.environ|os\.getenv|getenv\(")
     offenders = []
-    for path in [*root.joinpath("stepgraph").rglob("*.py"), *root.joinpath("kernels").rglob("*.py"), *root.joinpath("examples").rglob("*.py")]:
+    for path in [
+        *root.joinpath("stepgraph").rglob("*.py"),
+        *root.joinpath("kernels").rglob("*.py"),
+        *root.joinpath("examples").rglob("*.py"),
+    ]:
         if path.name == "envs.py":
             continue
         if pattern.search(path.read_text()):

@@ -11,7 +11,15 @@ def test_sampling_order_and_most_general():
     assert Sampling.most_general([]) is Sampling.GREEDY
 
 
-@pytest.mark.parametrize("text,expected", [("greedy", Sampling.GREEDY), ("top-k-top-p", Sampling.TOP_K_TOP_P), ("TEMPERATURE", Sampling.TEMPERATURE), (1, Sampling.TEMPERATURE)])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("greedy", Sampling.GREEDY),
+        ("top-k-top-p", Sampling.TOP_K_TOP_P),
+        ("TEMPERATURE", Sampling.TEMPERATURE),
+        (1, Sampling.TEMPERATURE),
+    ],
+)
 def test_sampling_parse(text, expected):
     assert Sampling.parse(text) is expected
 
@@ -35,7 +43,9 @@ def test_sampling_params_class(params, cls):
     assert params.sampling is cls
 
 
-@pytest.mark.parametrize("kwargs", [{"temperature": -1.0}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -2}, {"temperature": float("nan")}])
+@pytest.mark.parametrize(
+    "kwargs", [{"temperature": -1.0}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -2}, {"temperature": float("nan")}]
+)
 def test_sampling_params_validation(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
@@ -74,7 +84,9 @@ def _brute_force(hist, m):
     return best[0]
 
 
-@pytest.mark.parametrize("hist,m", [({1: 10, 3: 5, 4: 1, 7: 9, 8: 2}, 3), ({2: 1, 5: 100, 6: 1}, 2), ({4: 3}, 4), ({1: 1, 2: 1, 3: 1}, 1)])
+@pytest.mark.parametrize(
+    "hist,m", [({1: 10, 3: 5, 4: 1, 7: 9, 8: 2}, 3), ({2: 1, 5: 100, 6: 1}, 2), ({4: 3}, 4), ({1: 1, 2: 1, 3: 1}, 1)]
+)
 def test_suggest_buckets_is_optimal(hist, m):
     sug = suggest_buckets(hist, m)
     assert len(sug) <= m and max(hist) in sug

@@ -27,7 +27,13 @@ def test_refuses_when_short_and_no_cache(caplog):
         d = g.check("bs=8/greedy", 800 * MiB)
     assert not d.allowed and r.releases == 0 and g.refusals == 1
     ref = g.last_refusal
-    assert (ref.key, ref.free, ref.needed, ref.reserved, ref.allocated) == ("bs=8/greedy", 500 * MiB, 800 * MiB, 100 * MiB, 90 * MiB)
+    assert (ref.key, ref.free, ref.needed, ref.reserved, ref.allocated) == (
+        "bs=8/greedy",
+        500 * MiB,
+        800 * MiB,
+        100 * MiB,
+        90 * MiB,
+    )
     msg = caplog.records[-1].getMessage()
     for part in ("bs=8/greedy", "free 500.0 MiB", "needed 800.0 MiB", "reserved 100.0 MiB", "allocated 90.0 MiB"):
         assert part in msg

@@ -22,7 +22,8 @@ def make(backend=None, guard=None, *, toggles=None, **cfg):
         return {"out": out, "arg": buf["y"] + 1}
 
     bufs = {"x": Buffer((8, 3), torch.float32, pad=0.0), "y": Buffer((8,), torch.int64, pad=0)}
-    config = RunnerConfig(toggles=toggles or Toggles(), buckets=(1, 2, 4, 8), progress=False, **cfg)
+    cfg.setdefault("buckets", (1, 2, 4, 8))
+    config = RunnerConfig(toggles=toggles or Toggles(), progress=False, **cfg)
     r = StepGraphRunner(step, bufs, device="cpu", config=config, backend=backend, guard=guard)
     return r, calls
 
@@ -214,7 +215,16 @@ def test_info_fields_and_bucket_suggestion():
     for n in [3, 3, 3, 5, 5, 1]:
         r.run(batch(n))
     info = r.info()
-    for field in ("memory_refusals", "last_memory_refusal", "cache_releases", "captured_keys", "max_batch_size", "num_alloc_retries", "num_ooms", "keys"):
+    for field in (
+        "memory_refusals",
+        "last_memory_refusal",
+        "cache_releases",
+        "captured_keys",
+        "max_batch_size",
+        "num_alloc_retries",
+        "num_ooms",
+        "keys",
+    ):
         assert field in info
     assert info["max_batch_size"] == 8
     assert info["batch_size_histogram"] == {"1": 1, "3": 3, "5": 2}

@@ -1,0 +1,219 @@
+"""Kernel benchmarks on the GPU: each kernel against its torch composite, eager and inside a graph.
+
+Method (ANCHORS.md): per-instance time with 20 instances captured in one graph and replayed back to
+back, so the graph launch itself is amortised as it is inside a step graph. Also eager (one launch per
+call, host overhead included) and the memory floor (bytes moved / 4.3 TB/s).
+
+    python benchmarks/bench_kernels.py --out benchmarks/results/<date>-h200 [--only greedy_verify,tail,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import torch
+from _timing import eager_us, env_record, per_instance_us, save
+
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
+from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, draft_extend_tail_ref
+from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
+from stepgraph.kernels.input_copy import InputCopyPlan, StaticCopy, input_copy_ref
+from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
+
+BW = 4.3e12  # bytes/s, measured device-to-device copy on this H200 (KINDS.md)
+K, V, D = 3, 151936, 1024
+BATCHES = (1, 8, 64)
+dev = "cuda"
+
+
+def floor_us(nbytes: int) -> float:
+    return nbytes / BW * 1e6
+
+
+def bench_greedy(rows: list, record: dict) -> None:
+    sweep = {}
+    for B in BATCHES:
+        x = torch.randn(B, K + 1, V, device=dev).bfloat16()
+        d = torch.argmax(x, -1)[:, :K].contiguous()
+        res = {
+            "composite": per_instance_us(lambda: greedy_chain_verify_ref(x, d)),
+            "argmax_alone": per_instance_us(lambda: torch.argmax(x, -1)),
+            "fused_default": per_instance_us(lambda: greedy_chain_verify(x, d)),
+            "fused_eager": eager_us(lambda: greedy_chain_verify(x, d)),
+            "composite_eager": eager_us(lambda: greedy_chain_verify_ref(x, d)),
+            "floor": floor_us(x.numel() * 2),
+        }
+        best = None
+        for block, warps, progs in itertools.product((1024, 2048, 4096), (4, 8), (132, 264, 528, 1056)):
+            cfg = {"block": block, "num_warps": warps, "target_programs": progs}
+            t = per_instance_us(lambda cfg=cfg: greedy_chain_verify(x, d, config=cfg), rep=100)
+            sweep[f"B={B} {block}/{warps}/{progs}"] = t
+            if best is None or t < best[0]:
+                best = (t, cfg)
+        res["fused_best"], res["best_config"] = best
+        record[f"greedy_verify B={B}"] = res
+        rows.append(
+            f"| greedy verify B={B} | {res['composite']:.2f} | {res['argmax_alone']:.2f} | {res['fused_default']:.2f} | "
+            f"{res['fused_best']:.2f} ({best[1]['block']}/{best[1]['num_warps']}/{best[1]['target_programs']}) | "
+            f"{res['floor']:.2f} | {res['fused_best'] / res['composite']:.3f} | {res['fused_best'] / res['floor']:.2f} |"
+        )
+    record["greedy_verify_sweep"] = sweep
+
+
+def bench_tail(rows: list, record: dict) -> None:
+    for B in BATCHES:
+        N = B * (K + 1)
+        x = torch.randn(N, V, device=dev).bfloat16()
+        h = torch.randn(N, D, device=dev).bfloat16()
+        sel = (torch.arange(B, device=dev) * (K + 1) + torch.randint(0, K + 1, (B,), device=dev)).contiguous()
+        res = {
+            "torch": per_instance_us(lambda: draft_extend_tail_ref(x, h, sel)),
+            "fused": per_instance_us(lambda: draft_extend_tail(x, h, sel)),
+            "floor": floor_us(B * V * 2 + 2 * B * D * 2),
+            "argmax_rows_fused": per_instance_us(lambda: argmax_rows(x[:B])),
+            "argmax_rows_torch": per_instance_us(lambda: torch.argmax(x[:B], -1)),
+        }
+        record[f"tail B={B}"] = res
+        rows.append(
+            f"| draft-extend tail B={B} | {res['torch']:.2f} | - | {res['fused']:.2f} | - | {res['floor']:.2f} | "
+            f"{res['fused'] / res['torch']:.3f} | {res['fused'] / res['floor']:.2f} |"
+        )
+        rows.append(
+            f"| draft-step argmax N={B} | {res['argmax_rows_torch']:.2f} | - | {res['argmax_rows_fused']:.2f} | - | "
+            f"{floor_us(B * V * 2):.2f} | {res['argmax_rows_fused'] / res['argmax_rows_torch']:.3f} | - |"
+        )
+
+
+def bench_sampling(rows: list, record: dict) -> None:
+    for B, filtered in itertools.product((1, 8, 64), (False, True)):
+        x = torch.randn(B, K + 1, V, device=dev).bfloat16()
+        d = torch.argmax(x, -1)[:, :K].contiguous()
+        T = torch.full((B,), 0.8, device=dev)
+        tk = torch.full((B,), 40 if filtered else 0, device=dev, dtype=torch.int64)
+        tp = torch.full((B,), 0.9 if filtered else 1.0, device=dev)
+        seed = torch.arange(B, device=dev, dtype=torch.int64)
+        off = torch.zeros(B, device=dev, dtype=torch.int64)
+        res = {
+            "torch": per_instance_us(
+                lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, filtered=filtered), copies=5
+            ),
+            "kernel": per_instance_us(
+                lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, filtered=filtered), copies=5
+            ),
+            "floor": floor_us(x.numel() * 2),
+        }
+        name = "top-k/top-p" if filtered else "temperature"
+        record[f"sampling {name} B={B}"] = res
+        rows.append(
+            f"| sampled verify ({name}) B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f} | - | {res['floor']:.2f} | "
+            f"{res['kernel'] / res['torch']:.3f} | {res['kernel'] / res['floor']:.2f} |"
+        )
+
+
+def bench_copies(rows: list, record: dict) -> None:
+    for B in BATCHES:
+        # the anchor's set: 8 small int64 copies
+        srcs = [torch.randint(0, 100, (B,), device=dev) for _ in range(8)]
+        dsts = [torch.empty(64, device=dev, dtype=torch.int64) for _ in range(8)]
+        one = StaticCopy(srcs, dsts)
+        res = {
+            "per_tensor": per_instance_us(lambda: [d[:B].copy_(s) for s, d in zip(srcs, dsts)]),
+            "foreach": per_instance_us(lambda: torch._foreach_copy_([d[:B] for d in dsts], srcs)),
+            "one_launch": per_instance_us(lambda: one(B)),
+        }
+        # a step's mixed set: 10 tensors, 5 dtypes, hidden rows included
+        mixed_src = [
+            torch.randint(0, 9, (B,), device=dev),
+            torch.randint(0, 9, (B,), device=dev, dtype=torch.int32),
+            torch.randn(B, D, device=dev).bfloat16(),
+            torch.rand(B, device=dev),
+            torch.randint(0, 9, (B, 4), device=dev),
+            torch.rand(B, device=dev) > 0.5,
+            torch.randint(0, 9, (B,), device=dev),
+            torch.randn(B, 8, device=dev).half(),
+            torch.randint(0, 9, (B,), device=dev, dtype=torch.int32),
+            torch.randint(0, 9, (B,), device=dev),
+        ]
+        mixed_dst = [torch.empty(64, *s.shape[1:], device=dev, dtype=s.dtype) for s in mixed_src]
+        mixed = StaticCopy(mixed_src, mixed_dst)
+        res["mixed_per_tensor"] = per_instance_us(lambda: [d[:B].copy_(s) for s, d in zip(mixed_src, mixed_dst)])
+        res["mixed_one_launch"] = per_instance_us(lambda: mixed(B))
+        # the runner's copy-in from host tensors (eager wall time: staging + one H2D + one launch)
+        host = [s.cpu() for s in mixed_src]
+        plan = InputCopyPlan(mixed_dst, [0] * len(mixed_dst))
+        idx = list(range(len(mixed_dst)))
+        res["host_copy_in_one_launch_eager"] = eager_us(lambda: plan(idx, host, B, B))
+        res["host_copy_in_per_tensor_eager"] = eager_us(
+            lambda: input_copy_ref(host, mixed_dst, B, B, [None] * len(host))
+        )
+        record[f"copies B={B}"] = res
+        rows.append(
+            f"| 8 int64 copies B={B} | {res['per_tensor']:.2f} | foreach {res['foreach']:.2f} | {res['one_launch']:.2f} | - | - | "
+            f"{res['one_launch'] / res['per_tensor']:.3f} | - |"
+        )
+        rows.append(
+            f"| 10 mixed copies B={B} | {res['mixed_per_tensor']:.2f} | - | {res['mixed_one_launch']:.2f} | - | - | "
+            f"{res['mixed_one_launch'] / res['mixed_per_tensor']:.3f} | - |"
+        )
+
+
+def bench_relay(rows: list, record: dict) -> None:
+    S = 65
+    for B in BATCHES:
+        fields = [torch.zeros(S, dtype=torch.int64, device=dev) for _ in range(4)] + [
+            torch.zeros(S, D, device=dev).bfloat16()
+        ]
+        srcs = [torch.randint(0, 9, (64,), device=dev) for _ in range(4)] + [torch.randn(64, D, device=dev).bfloat16()]
+        slots = torch.randperm(S - 1, device=dev)[:B]
+        store = RelayStore(fields, srcs)
+        outs = [torch.empty_like(s) for s in srcs]
+        gather = RelayGather(fields, outs, [0] * 5)
+        res = {
+            "store_per_field": per_instance_us(lambda: relay_store_ref(fields, srcs, slots, scratch_row=S - 1)),
+            "store_fused": per_instance_us(lambda: store(slots)),
+            "gather_per_field": per_instance_us(lambda: relay_gather_ref(fields, outs, slots, [0] * 5)),
+            "gather_fused": per_instance_us(lambda: gather(slots)),
+        }
+        record[f"relay B={B}"] = res
+        rows.append(
+            f"| relay store (5 fields) B={B} | {res['store_per_field']:.2f} | - | {res['store_fused']:.2f} | - | - | "
+            f"{res['store_fused'] / res['store_per_field']:.3f} | - |"
+        )
+        rows.append(
+            f"| relay gather (5 fields) B={B} | {res['gather_per_field']:.2f} | - | {res['gather_fused']:.2f} | - | - | "
+            f"{res['gather_fused'] / res['gather_per_field']:.3f} | - |"
+        )
+
+
+BENCHES = {
+    "greedy_verify": bench_greedy,
+    "tail": bench_tail,
+    "sampling": bench_sampling,
+    "copy": bench_copies,
+    "relay": bench_relay,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--only", default=",".join(BENCHES))
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    record = {"env": env_record(), "method": "per instance: 20 instances in one graph, do_bench median / 20 (us)"}
+    rows = [
+        "| kernel | torch composite (us) | torch.argmax / other (us) | stepgraph (us) | best config (us) | memory floor (us) | "
+        "ratio to composite | ratio to floor |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in args.only.split(","):
+        BENCHES[name](rows, record)
+        torch.cuda.synchronize()
+    env = record["env"]
+    header = f"# Kernel benchmarks, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
+    save(args.out, "kernels", record, header + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

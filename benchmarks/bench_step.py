@@ -1,0 +1,318 @@
+"""Step benchmark: eager vs per-stage graphs vs the step graph vs torch.compile, on the example model.
+
+Qwen3-0.6B shape (28 layers, hidden 1024, 16 heads, MLP 3072, vocabulary 151936, bf16), K = 3, a static KV
+cache of 1024 positions, EAGLE-style draft head. Per batch size, all in one run:
+
+* eager: the plain path (every piece off, no graphs), one host read of the tokens per step;
+* per-stage graphs: draft, verify and draft-extend captured separately, with the host sync a per-stage
+  design needs between verify and draft-extend;
+* step graph: stepgraph's whole-step graph, one host read of the tokens per step;
+* device time: back-to-back replays of the step graph with no host sync (occupancy = device / step);
+* torch.compile(mode="reduce-overhead") on the eager step (batch 1 only: it takes a while to compile).
+
+Also the capture time per key and the graph memory of keys 1..8 in one shared pool against each key alone.
+
+    python benchmarks/bench_step.py --out benchmarks/results/<dir> [--batches 1,8,32] [--layers 28] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from _timing import env_record, save
+
+from stepgraph import RunnerConfig, Sampling, Toggles
+from stepgraph.examples.model import build
+from stepgraph.spec.generate import SpecDecoder
+
+K = 3
+PROMPT = 128
+
+
+class Setup:
+    """Models + a decoder per mode, with B requests prefilled and the relay state snapshotted."""
+
+    def __init__(self, B: int, layers: int, max_requests: int) -> None:
+        self.B = B
+        self.target, self.draft = build(
+            "qwen3-0.6b", device="cuda", dtype=torch.bfloat16, num_layers=layers, max_requests=max_requests
+        )
+        self.decoders = {}
+        g = torch.Generator().manual_seed(0)
+        self.prompts = [torch.randint(0, 151936, (PROMPT,), generator=g).tolist() for _ in range(B)]
+
+    def decoder(self, name: str, toggles: Toggles, buckets=None) -> SpecDecoder:
+        cfg = RunnerConfig(toggles=toggles, progress=False, buckets=buckets or (self.B,))
+        dec = SpecDecoder.for_example(self.target, self.draft, num_draft_tokens=K, max_batch=max(self.B, 8), config=cfg)
+        reqs = [dec._new_request(p, 64, dec_params()) for p in self.prompts]
+        for r in reqs:
+            dec._prefill(r)
+        if self.B == 1 and dec.step.relay.single_views and reqs[0].slot != 0:
+            dec._move_to_slot0(reqs[0])
+        dec.slots = torch.tensor([r.slot for r in reqs], dtype=torch.int64)
+        dec.snapshot = {n: f.clone() for n, f in dec.step.relay.fields.items()}
+        self.decoders[name] = dec
+        return dec
+
+
+def dec_params():
+    from stepgraph.keys import SamplingParams
+
+    return SamplingParams()
+
+
+def restore(dec: SpecDecoder) -> None:
+    for n, f in dec.step.relay.fields.items():
+        f.copy_(dec.snapshot[n])
+
+
+def time_steps(step_once, dec: SpecDecoder, steps: int = 40, repeats: int = 3) -> float:
+    """Median over repeats of the mean wall time per synchronous step (state restored between repeats)."""
+    out = []
+    for _ in range(repeats):
+        restore(dec)
+        for _ in range(3):
+            step_once()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step_once()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) / steps)
+    return statistics.median(out) * 1e3
+
+
+def mode_eager(setup: Setup) -> float:
+    dec = setup.decoder("eager", Toggles.all(False))
+    dec.step.run(dec.slots, Sampling.GREEDY)
+
+    def once():
+        dec.step.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"].cpu()
+
+    return time_steps(once, dec)
+
+
+def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
+    dec = setup.decoder("graph", Toggles.all(True))
+    dec.step.run(dec.slots, Sampling.GREEDY)  # captures the key (on parked state) and replays
+    runner = dec.step.runner
+    assert runner.info()["captured_keys"], runner.info()
+
+    def once():
+        runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"].cpu()
+
+    sync_ms = time_steps(once, dec)
+    key = runner.key_for(setup.B)
+    graph = runner.stats(key).captured
+    restore(dec)
+
+    def device_once():
+        graph.replay()
+
+    device_ms = time_steps(device_once, dec, steps=100)
+    return sync_ms, device_ms, runner.stats(key).capture_seconds * 1e3
+
+
+def mode_per_stage(setup: Setup) -> float:
+    """Three graphs (draft, verify, draft-extend) with a host sync between verify and draft-extend."""
+    dec = setup.decoder("stages", Toggles.all(True))
+    step = dec.step
+    B = setup.B
+    slots_buf = step.runner.buffers["slots"]
+    step.runner.buffers.copy_in({"slots": dec.slots}, B, B)
+    slots = slots_buf[:B]
+    pool = torch.cuda.graph_pool_handle()
+    s = torch.cuda.Stream()
+    ctx = {}
+    with step.relay.parked():
+        for _ in range(2):  # warm-up on the side stream
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                c = step.draft_stage(slots, B)
+                step.verify_stage(c, Sampling.GREEDY)
+                step.extend_stage(c)
+            torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        graphs = [torch.cuda.CUDAGraph() for _ in range(3)]
+        with torch.cuda.graph(graphs[0], pool=pool, stream=s):
+            ctx.update(step.draft_stage(slots, B))
+        with torch.cuda.graph(graphs[1], pool=pool, stream=s):
+            step.verify_stage(ctx, Sampling.GREEDY)
+        with torch.cuda.graph(graphs[2], pool=pool, stream=s):
+            outs = step.extend_stage(ctx)
+    restore(dec)
+    num_acc = ctx["verify"].num_accepted
+
+    def once():
+        graphs[0].replay()
+        graphs[1].replay()
+        num_acc.cpu()  # the per-stage design reads accept lengths before planning draft-extend
+        graphs[2].replay()
+        outs["tokens"].cpu()
+
+    return time_steps(once, dec)
+
+
+def mode_compile(setup: Setup) -> dict:
+    dec = setup.decoder("compile", Toggles.all(False))
+    step = dec.step
+    B = setup.B
+    step.runner.buffers.copy_in({"slots": dec.slots}, B, B)
+    views = step.runner.buffers.views(B)
+
+    def plain_step():
+        return step._step(views, B, Sampling.GREEDY)["tokens"]
+
+    try:
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        compiled = torch.compile(plain_step, mode="reduce-overhead")
+        t0 = time.perf_counter()
+        for _ in range(3):  # compile + record the cudagraph tree
+            compiled().cpu()
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t0
+        ms = time_steps(lambda: compiled().cpu(), dec)
+        from torch._dynamo.utils import counters
+
+        skips = dict(counters.get("inductor", {}))
+        return {
+            "ms": ms,
+            "compile_s": compile_s,
+            "inductor_counters": {k: v for k, v in skips.items() if "cudagraph" in k},
+        }
+    except Exception as e:  # noqa: BLE001 - report why it did not run
+        return {"ms": None, "error": f"{type(e).__name__}: {str(e)[:400]}"}
+
+
+def memory_keys(setup: Setup) -> dict:
+    """Keys 1..8 captured into one shared pool, against each key captured alone."""
+    dec = setup.decoder("keys", Toggles.all(True), buckets=tuple(range(1, 9)))
+    runner = dec.step.runner
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with dec.step.relay.parked():
+        runner.capture([(b, "greedy") for b in range(1, 9)])
+    total_s = time.perf_counter() - t0
+    info = runner.info()
+    shared = info["graph_pool_bytes"]
+    per_key = {k: v["capture_ms"] for k, v in info["keys"].items()}
+    runner.release()
+    alone = {}
+    for b in range(1, 9):
+        d = setup.decoder(f"alone{b}", Toggles.all(True), buckets=tuple(range(1, 9)))
+        with d.step.relay.parked():
+            d.step.runner.capture([(b, "greedy")])
+        alone[b] = d.step.runner.info()["graph_pool_bytes"]
+        d.step.runner.release()
+    return {
+        "shared_pool_bytes": shared,
+        "alone_bytes": alone,
+        "largest_alone_bytes": max(alone.values()),
+        "ratio_shared_to_largest": shared / max(alone.values()),
+        "capture_ms_per_key": per_key,
+        "capture_all_seconds": total_s,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    batches = [int(b) for b in args.batches.split(",")]
+    record = {"env": env_record(), "layers": args.layers, "K": K, "prompt_len": PROMPT, "results": {}}
+    rows = [
+        "| B | eager (ms) | per-stage graphs + sync (ms) | step graph (ms) | device time (ms) | occupancy | host overhead (us) "
+        "| vs eager | torch.compile r-o (ms) | vs compile | capture (ms) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for B in batches:
+        setup = Setup(B, args.layers, max_requests=max(B, 8) + 1)
+        eager = mode_eager(setup)
+        stages = mode_per_stage(setup)
+        graph, device, capture_ms = mode_step_graph(setup)
+        comp = (
+            mode_compile(setup) if (B == 1 and not args.no_compile) else {"ms": None, "note": "not run (batch 1 only)"}
+        )
+        res = {
+            "eager_ms": eager,
+            "per_stage_ms": stages,
+            "step_graph_ms": graph,
+            "device_ms": device,
+            "occupancy": device / graph,
+            "host_overhead_us": (graph - device) * 1e3,
+            "speedup_vs_eager": eager / graph,
+            "compile": comp,
+            "capture_ms": capture_ms,
+        }
+        if comp.get("ms"):
+            res["speedup_vs_compile"] = comp["ms"] / graph
+        record["results"][B] = res
+        c = f"{comp['ms']:.3f} ({comp['compile_s']:.0f} s compile)" if comp.get("ms") else comp.get("error", "-")[:60]
+        rows.append(
+            f"| {B} | {eager:.3f} | {stages:.3f} | {graph:.3f} | {device:.3f} | {res['occupancy'] * 100:.1f}% | "
+            f"{res['host_overhead_us']:.1f} | {res['speedup_vs_eager']:.2f}x | {c} | "
+            f"{res.get('speedup_vs_compile', float('nan')):.2f}x | {capture_ms:.1f} |"
+        )
+        del setup
+        torch.cuda.empty_cache()
+    if not args.no_memory:
+        mem = memory_keys(Setup(8, args.layers, max_requests=9))
+        record["memory"] = mem
+        rows.append("")
+        rows.append(
+            f"Keys 1..8 in one shared pool: {mem['shared_pool_bytes'] / 2**20:.1f} MiB; the largest key alone: "
+            f"{mem['largest_alone_bytes'] / 2**20:.1f} MiB (ratio {mem['ratio_shared_to_largest']:.2f}); "
+            f"capture per key (ms): {', '.join(f'{k} {v:.1f}' for k, v in mem['capture_ms_per_key'].items())}"
+        )
+    env = record["env"]
+    header = (
+        f"# Step benchmark, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
+        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, static KV cache of 1024, "
+        f"prompt {PROMPT} tokens, greedy.\n\n"
+    )
+    table = header + "\n".join(rows) + "\n"
+    _plot(record, args.out)
+    save(args.out, f"step_{args.layers}l", record, table)
+
+
+def _plot(record: dict, out: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    res = record["results"]
+    bs = sorted(res)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (
+        ("eager_ms", "eager"),
+        ("per_stage_ms", "per-stage graphs"),
+        ("step_graph_ms", "step graph"),
+        ("device_ms", "device time"),
+    ):
+        ax.plot(bs, [res[b][key] for b in bs], marker="o", label=label)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("ms per step")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title(f"chain step, {record['layers']} layers, K={K}")
+    from pathlib import Path
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    fig.savefig(Path(out) / f"step_{record['layers']}l.png", dpi=120, bbox_inches="tight")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The runner on a real GPU: replay == eager bit for bit, refusals, failed captures, memory, release."""
+
+import gc
+
+import pytest
+import torch
+
+from stepgraph import Buffer, RunnerConfig, Sampling, StepGraphRunner, Toggles
+from stepgraph.keys import GraphKey
+
+pytestmark = pytest.mark.gpu
+MiB = 1 << 20
+
+
+class MLPStep:
+    """A small two-GEMM step: padding changes GEMM shapes, so it checks 'eager at the padded shape'."""
+
+    def __init__(self, d=512, dtype=torch.bfloat16, sync=False):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        self.w1 = torch.randn(d, 4 * d, device="cuda", generator=g, dtype=torch.float32).to(dtype) / d**0.5
+        self.w2 = torch.randn(4 * d, d, device="cuda", generator=g, dtype=torch.float32).to(dtype) / d**0.5
+        self.sync = sync
+
+    def __call__(self, buf, bs, sampling):
+        h = torch.relu(buf["x"] @ self.w1) @ self.w2
+        if self.sync:
+            _ = h.sum().item()  # a host sync: not capturable
+        return {"y": h, "arg": torch.argmax(h, -1)}
+
+
+def runner(step=None, **cfg):
+    cfg.setdefault("buckets", (1, 2, 3, 4, 5, 6, 7, 8))
+    config = RunnerConfig(toggles=Toggles(), progress=False, **cfg)
+    bufs = {"x": Buffer((8, 512), torch.bfloat16, pad=0.0)}
+    return StepGraphRunner(step or MLPStep(), bufs, device="cuda", config=config)
+
+
+def test_replay_equals_eager_at_padded_shape():
+    r = runner()
+    eager = runner(toggles=Toggles(step_graph=False))
+    assert not eager.graphs_available
+    for bs in (1, 3, 5, 8):
+        x = torch.randn(bs, 512, device="cuda").bfloat16()
+        a = r.run({"x": x}, copy_outputs=True)
+        b = eager.run({"x": x}, copy_outputs=True)
+        assert torch.equal(a["y"], b["y"]) and torch.equal(a["arg"], b["arg"]), bs
+    assert r.info()["replays"] == 4 and len(r.info()["captured_keys"]) == 4
+
+
+def test_refused_key_gives_the_captured_keys_bits():
+    r = runner()
+    x = torch.randn(3, 512, device="cuda").bfloat16()
+    captured = r.run({"x": x}, copy_outputs=True)
+    r2 = runner(memory_margin_bytes=1 << 50)  # nothing fits: every key refused
+    refused = r2.run({"x": x}, copy_outputs=True)
+    assert r2.stats(GraphKey(3, Sampling.GREEDY)).status == "refused" and r2.info()["memory_refusals"] == 1
+    assert torch.equal(captured["y"], refused["y"])
+
+
+def test_host_sync_gives_clear_error_and_eager_fallback():
+    r = runner(MLPStep(sync=True))
+    x = torch.randn(2, 512, device="cuda").bfloat16()
+    out = r.run({"x": x}, copy_outputs=True)
+    st = r.stats(GraphKey(2, Sampling.GREEDY))
+    assert st.status == "failed" and st.cause == "host_sync" and ".item()" in st.error
+    ref = runner(MLPStep(), toggles=Toggles(step_graph=False)).run({"x": x})
+    assert torch.equal(out["y"], ref["y"])
+    r.run({"x": x})  # still serving
+    assert st.eager_runs == 2
+
+
+def test_repeated_failed_captures_do_not_leak():
+    r = runner(MLPStep(sync=True))
+    key = [(4, "greedy")]
+    r.capture(key)
+    torch.cuda.synchronize()
+    gc.collect()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_reserved()
+    for _ in range(20):
+        r.capture(key)
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() <= base
+    assert r.info()["capture_failures"] == 21
+
+
+def test_release_returns_memory_and_capture_works_again():
+    r = runner()
+    x = torch.randn(8, 512, device="cuda").bfloat16()
+    r.run({"x": x})  # eager warm state (cuBLAS handles etc.) outside the comparison
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    r.capture()
+    assert torch.cuda.memory_reserved() > before
+    r.release()
+    assert torch.cuda.memory_reserved() <= before
+    out = r.run({"x": x}, copy_outputs=True)
+    assert r.info()["captured_keys"] == ["bs=8/greedy"] and out["y"].shape == (8, 512)
+
+
+def test_shared_pool_keys_1_to_8_against_one_key():
+    big = runner(buckets=(8,))
+    torch.cuda.synchronize()
+    big.capture([(8, "greedy")])
+    alone = big.info()["graph_pool_bytes"]
+    big.release()
+    many = runner()
+    many.capture()
+    shared = many.info()["graph_pool_bytes"]
+    assert len(many.info()["captured_keys"]) == 8
+    assert shared <= 2 * max(alone, 2 * MiB), (shared, alone)
+
+
+def test_memory_pressure_refuses_then_captures_when_freed():
+    r = runner(memory_margin_bytes=512 * MiB, refused_retry_runs=2)
+    x = torch.randn(4, 512, device="cuda").bfloat16()
+    r.run({"x": torch.randn(1, 512, device="cuda").bfloat16()})  # context + cuBLAS ready
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    hog = torch.empty(free - 256 * MiB, dtype=torch.uint8, device="cuda")
+    r.run({"x": x})
+    st = r.stats(GraphKey(4, Sampling.GREEDY))
+    assert st.status == "refused"
+    refusal = r.info()["last_memory_refusal"]
+    assert refusal["key"] == "bs=4/greedy" and refusal["free"] < 512 * MiB
+    del hog
+    torch.cuda.empty_cache()
+    r.run({"x": x})
+    r.run({"x": x})  # 2 eager runs since the refusal: checked again and captured
+    assert st.status == "captured"
+
+
+def test_warmup_captures_each_size():
+    r = runner()
+    rep = r.warmup(max_running_requests=6)
+    assert rep.missing == [] and len(rep.captured_keys) == 6
+    assert r.info()["warmup"]["batch_sizes"] == [1, 2, 3, 4, 5, 6]
