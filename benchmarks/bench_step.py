@@ -102,7 +102,7 @@ def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
     assert runner.info()["captured_keys"], runner.info()
 
     def once():
-        runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"].cpu()
+        dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
 
     sync_ms = time_steps(once, dec)
     key = runner.key_for(setup.B)

@@ -1,13 +1,15 @@
-"""Stage 1 of the two-stage argmax shared by the greedy verify and the draft-extend tail.
+"""The two-stage argmax shared by the greedy verify and the draft-extend tail.
 
 ``torch.argmax`` semantics, bit for bit: the lowest index wins ties, a NaN counts as larger than
-everything (so the first NaN wins), ``-0.0 == +0.0``, and an all ``-inf`` row gives 0. Values are mapped
-to int32 keys whose integer order is that float order (NaN canonicalised above +inf), so every
-comparison is an exact integer comparison.
+everything (the first NaN wins), ``-0.0 == +0.0``, and an all ``-inf`` row gives 0.
 
-Each program reduces ``SPLIT`` consecutive vocabulary entries of one row to a (key, index) partial;
-stage 2 (in the caller's kernel) reduces a row's partials, keeping the lowest index among equal keys.
-Cost: reads each logit once (B*(K+1)*V elements); writes 8 bytes per program.
+Stage 1: each program reduces ``SPLIT`` consecutive entries of one row to a partial
+``(max value, lowest index of it, first NaN index)``, in the float domain (per element: a compare and two
+selects for the maximum, a compare, select and min for NaNs). Stage 2 reduces a row's partials: the
+first NaN if any, else the largest value with the lowest index. Stage 2 runs either in a second launch
+or, with a zeroed ``workspace`` counter per request, in the same launch: the program that arrives last
+for a request (an acq_rel atomic on its counter) finishes the reduction and resets the counter.
+Cost: reads each logit once; writes 12 bytes per program.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import triton.language as tl
 
 from ._common import vocab_split
 
-INT32_MIN = -2147483648
 INT32_MAX = 2147483647
 BLOCK_V = 1024
 NUM_WARPS = 4
@@ -34,11 +35,69 @@ def sortable_key(x):
 
 
 @triton.jit
+def split_argmax(base, V, start, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """``(max, lowest index of max, first NaN index or INT32_MAX)`` over ``[start, start + SPLIT) ∩ [0, V)``."""
+    offs = start + tl.arange(0, BLOCK)
+    x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    nan_idx = tl.where(x != x, offs, 2147483647).to(tl.int32)
+    best = tl.where(x != x, float("-inf"), x)
+    best_idx = offs.to(tl.int32)
+    for i in range(BLOCK, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+        better = x > best
+        best = tl.where(better, x, best)
+        best_idx = tl.where(better, offs.to(tl.int32), best_idx)
+        nan_idx = tl.minimum(nan_idx, tl.where(x != x, offs, 2147483647).to(tl.int32))
+    m = tl.max(best, axis=0)
+    idx = tl.min(tl.where(best == m, best_idx, 2147483647), axis=0)
+    return m, idx, tl.min(nan_idx, axis=0)
+
+
+@triton.jit
+def reduce_partials(vals, idx, nans, axis: tl.constexpr):
+    """Combine partials along ``axis`` (masked entries: val -inf, idx/nan INT32_MAX) into the argmax."""
+    first_nan = tl.min(nans, axis=axis)
+    m = tl.max(vals, axis=axis)
+    if axis == 1:
+        hit = vals == m[:, None]
+    else:
+        hit = vals == m[None, :]
+    best = tl.min(tl.where(hit, idx, 2147483647), axis=axis)
+    return tl.where(first_nan < 2147483647, first_nan, best)
+
+
+@triton.jit
+def arrived_last(counter_ptr, total):
+    """True in the program that arrives last (of ``total``) at ``counter_ptr``; it resets the counter.
+
+    Every program's earlier stores are visible to that program: the CTA barrier orders them before the
+    release part of the atomic, and the acquire part orders the last program's later loads after it.
+    """
+    tl.debug_barrier()
+    seen = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    last = seen == total - 1
+    if last:
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+    return last
+
+
+@triton.jit
+def _row_base(logits_ptr, row_index_ptr, p, K1, stride_b, stride_j, num_rows, ROW_INDEXED: tl.constexpr):
+    row = p.to(tl.int64)
+    if ROW_INDEXED:
+        row = tl.load(row_index_ptr + p).to(tl.int64)
+        row = tl.where((row >= 0) & (row < num_rows), row, 0)
+    return logits_ptr + (row // K1) * stride_b + (row % K1) * stride_j
+
+
+@triton.jit
 def _argmax_partial_kernel(
     logits_ptr,
     row_index_ptr,
-    part_key_ptr,
-    part_idx_ptr,
+    val_ptr,
+    idx_ptr,
+    nan_ptr,
     V,
     K1,
     stride_b,
@@ -51,26 +110,27 @@ def _argmax_partial_kernel(
 ):
     p = tl.program_id(0)
     s = tl.program_id(1)
-    row = p.to(tl.int64)
-    if ROW_INDEXED:
-        row = tl.load(row_index_ptr + p).to(tl.int64)
-        row = tl.where((row >= 0) & (row < num_rows), row, 0)
-    base = logits_ptr + (row // K1) * stride_b + (row % K1) * stride_j
-    best_key = tl.full([BLOCK], -2147483648, tl.int32)
-    best_idx = tl.zeros([BLOCK], tl.int32)
-    start = s.to(tl.int64) * SPLIT
-    for i in range(0, SPLIT, BLOCK):
-        offs = start + i + tl.arange(0, BLOCK)
-        x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-        key = tl.where(offs < V, sortable_key(x), -2147483648)
-        better = key > best_key
-        best_key = tl.where(better, key, best_key)
-        best_idx = tl.where(better, offs.to(tl.int32), best_idx)
-    m = tl.max(best_key, axis=0)
-    idx = tl.min(tl.where(best_key == m, best_idx, 2147483647), axis=0)
+    base = _row_base(logits_ptr, row_index_ptr, p, K1, stride_b, stride_j, num_rows, ROW_INDEXED)
+    m, idx, nan = split_argmax(base, V, s.to(tl.int64) * SPLIT, SPLIT, BLOCK)
     out = p.to(tl.int64) * n_splits + s
-    tl.store(part_key_ptr + out, m)
-    tl.store(part_idx_ptr + out, idx)
+    tl.store(val_ptr + out, m)
+    tl.store(idx_ptr + out, idx)
+    tl.store(nan_ptr + out, nan)
+
+
+def split_plan(programs: int, V: int, block: int, target_programs: int) -> tuple[int, int]:
+    """``(SPLIT, n_splits)`` for ``programs`` rows of ``V`` entries."""
+    split = vocab_split(programs, V, block=block, target_programs=target_programs)
+    return split, triton.cdiv(V, split)
+
+
+def partial_buffers(programs: int, n_splits: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    shape = (programs, n_splits)
+    return (
+        torch.empty(shape, dtype=torch.float32, device=device),
+        torch.empty(shape, dtype=torch.int32, device=device),
+        torch.empty(shape, dtype=torch.int32, device=device),
+    )
 
 
 def argmax_partials(
@@ -85,22 +145,21 @@ def argmax_partials(
     block: int = BLOCK_V,
     num_warps: int = NUM_WARPS,
     target_programs: int = 264,
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Launch stage 1 over ``programs`` rows (``row_index[p]`` or ``p``); return (keys, idx, n_splits).
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Launch stage 1 over ``programs`` rows (``row_index[p]`` or ``p``); return (vals, idx, nans, n_splits).
 
-    Shapes: keys/idx are ``[programs, n_splits]`` int32.
+    Shapes: each partial is ``[programs, n_splits]`` (float32, int32, int32).
     """
     V = logits.shape[-1]
     programs = num_rows if programs is None else programs
-    split = vocab_split(programs, V, block=block, target_programs=target_programs)
-    n_splits = triton.cdiv(V, split)
-    keys = torch.empty((programs, n_splits), dtype=torch.int32, device=logits.device)
-    idx = torch.empty((programs, n_splits), dtype=torch.int32, device=logits.device)
+    split, n_splits = split_plan(programs, V, block, target_programs)
+    vals, idx, nans = partial_buffers(programs, n_splits, logits.device)
     _argmax_partial_kernel[(programs, n_splits)](
         logits,
-        keys if row_index is None else row_index,
-        keys,
+        vals if row_index is None else row_index,
+        vals,
         idx,
+        nans,
         V,
         k1,
         stride_b,
@@ -112,12 +171,12 @@ def argmax_partials(
         ROW_INDEXED=row_index is not None,
         num_warps=num_warps,
     )
-    return keys, idx, n_splits
+    return vals, idx, nans, n_splits
 
 
 @triton.jit
-def reduce_partials(keys, idx, axis: tl.constexpr):
-    """Reduce (key, index) partials along ``axis``: largest key, lowest index among equal keys."""
+def reduce_keys(keys, idx, axis: tl.constexpr):
+    """Reduce (sortable key, index) partials along ``axis``: largest key, lowest index among equal keys."""
     m = tl.max(keys, axis=axis)
     if axis == 1:
         hit = keys == m[:, None]

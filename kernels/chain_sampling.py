@@ -28,15 +28,17 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import reduce_partials, sortable_key
+from ._argmax import reduce_keys, sortable_key
 from ._common import check, next_pow2, use_triton, vocab_split
 from .greedy_verify import INDEX_DTYPES, LOGIT_DTYPES
 
 INF_KEY = 0x7F800000  # sortable_key(+inf); NaN keys are larger
 NEG_INF_KEY = -2139095041  # sortable_key(-inf)
 BLOCK_V = 1024
-SEARCH_BLOCK = 512
-SEARCH_WAYS = 8
+SEARCH_BLOCK = 1024
+SEARCH_WAYS = 16
+FILTER_BLOCK = 2048  # one program per row: wide blocks and many warps keep its passes short
+FILTER_WARPS = 16
 INF_KEY_C: tl.constexpr = tl.constexpr(INF_KEY)
 NEG_INF_KEY_C: tl.constexpr = tl.constexpr(NEG_INF_KEY)
 
@@ -142,33 +144,31 @@ def _sample_partial_kernel(
 
 
 @triton.jit
-def _weight(x, key, inv_t, m, cut, MASS: tl.constexpr):
-    if MASS:
-        w = tl.where(key >= cut, tl.exp(x * inv_t - m), 0.0)
-    else:
-        w = tl.where(key > -2147483648, 1.0, 0.0)
-    return w
-
-
-@triton.jit
 def _search(base, V, lo, hi, target, inv_t, m, cut, MASS: tl.constexpr, BLOCK: tl.constexpr, WAYS: tl.constexpr):
-    """Largest key ``c`` in ``[lo, hi)`` with ``G(c) >= target``, where ``G(c)`` is the count (or mass) of
-    entries with key >= c. Requires ``G(lo) >= target > G(hi)``; G is non-increasing, so the multi-way
-    bisection is exact (fp32 sums of non-negative terms in a fixed order stay monotone)."""
+    """Largest key ``c`` in ``[lo, hi)`` with ``G(c) >= target``, where ``G(c)`` is the count (or the mass
+    ``exp(z - m)`` over entries with key >= ``cut``) of entries with key >= c. Requires
+    ``G(lo) >= target > G(hi)``. G is non-increasing, so the WAYS-way bisection is exact (fp32 sums of
+    non-negative terms in a fixed order stay monotone in c). About 32 / log2(WAYS + 1) passes."""
     w_i = tl.arange(0, WAYS).to(tl.int64)
     while hi - lo > 1:
         step = tl.maximum((hi - lo) // (WAYS + 1), 1)
         cands = lo + step * (w_i + 1)
         valid = cands < hi
-        acc = tl.zeros([WAYS], tl.float32)
+        c32 = tl.minimum(cands, 2147483647).to(tl.int32)  # keys are int32; hi <= INF_KEY + 1 fits
+        if MASS:
+            acc = tl.zeros([WAYS], tl.float32)
+        else:
+            acc = tl.zeros([WAYS], tl.int32)
         for i in range(0, V, BLOCK):
             offs = i + tl.arange(0, BLOCK)
-            inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-            key = tl.where(inb, sortable_key(x), -2147483648)
-            w = _weight(x, key, inv_t, m, cut, MASS)
-            ge = key.to(tl.int64)[:, None] >= cands[None, :]
-            acc += tl.sum(tl.where(ge, w[:, None], 0.0), axis=0)
+            x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+            key = tl.where(offs < V, sortable_key(x), -2147483648)
+            ge = key[:, None] >= c32[None, :]
+            if MASS:
+                w = tl.where(key >= cut, tl.exp(x * inv_t - m), 0.0)
+                acc += tl.sum(tl.where(ge, w[:, None], 0.0), axis=0)
+            else:
+                acc += tl.sum(ge.to(tl.int32), axis=0)
         ok = valid & (acc >= target)
         lo = tl.max(tl.where(ok, cands, lo), axis=0)
         hi = tl.min(tl.where(valid & (acc < target), cands, hi), axis=0)
@@ -231,15 +231,15 @@ def _sample_filter_kernel(
     top_p = tl.load(topp_ptr + b).to(tl.float32)
     if regular:
         if (top_k > 0) & (top_k < V):
-            cut = _search(base, V, lo0, k_max + 1, top_k.to(tl.float32), inv_t, m, cut, False, SEARCH_BLOCK, WAYS)
+            cut = _search(base, V, lo0, k_max + 1, top_k.to(tl.int32), inv_t, m, cut, False, SEARCH_BLOCK, WAYS)
         if top_p < 1.0:
-            z_acc = tl.zeros([SEARCH_BLOCK], tl.float32)
-            for i in range(0, V, SEARCH_BLOCK):
-                offs = i + tl.arange(0, SEARCH_BLOCK)
+            z_acc = tl.zeros([BLOCK], tl.float32)
+            for i in range(0, V, BLOCK):
+                offs = i + tl.arange(0, BLOCK)
                 inb = offs < V
                 x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
                 key = tl.where(inb, sortable_key(x), -2147483648)
-                z_acc += _weight(x, key, inv_t, m, cut, True)
+                z_acc += tl.where(key >= cut, tl.exp(x * inv_t - m), 0.0)
             target = top_p * tl.sum(z_acc, axis=0)
             cut = _search(base, V, cut, k_max + 1, target, inv_t, m, cut, True, SEARCH_BLOCK, WAYS)
     # pass C: kept mass and Gumbel argmax over the kept set (minus the draft token)
@@ -311,10 +311,10 @@ def _sample_finalize_kernel(
     m2 = (j[:, None] <= K) & (sp[None, :] < n_splits)
     offs = rows[:, None] * n_splits + sp[None, :]
     gkey = tl.load(gkey_ptr + offs, mask=m2, other=-2147483648)
-    predict = reduce_partials(gkey, tl.load(gidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
+    predict = reduce_keys(gkey, tl.load(gidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
     gmax = tl.max(gkey, axis=1)
     skey = tl.load(skey_ptr + offs, mask=m2, other=-2147483648)
-    sample = reduce_partials(skey, tl.load(sidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
+    sample = reduce_keys(skey, tl.load(sidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
     sample_ok = tl.max(skey, axis=1) > -2147483648
     m_part = tl.load(m_ptr + offs, mask=m2, other=float("-inf"))
     m_row = tl.max(m_part, axis=1)
@@ -477,10 +477,10 @@ def chain_verify_sampling(
             V,
             K,
             K1,
-            BLOCK=BLOCK_V,
+            BLOCK=FILTER_BLOCK,
             SEARCH_BLOCK=SEARCH_BLOCK,
             WAYS=SEARCH_WAYS,
-            num_warps=8,
+            num_warps=FILTER_WARPS,
         )
     else:
         split = vocab_split(rows, V, block=BLOCK_V)

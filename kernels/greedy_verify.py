@@ -5,8 +5,9 @@ of leading ``j < K`` with ``draft[j] == predict[j]``, ``bonus = predict[n]``. Op
 are written in the same launch: ``accept_len = n + 1``, ``new_seq_lens = seq_lens + n + 1`` and the
 select index ``b * (K + 1) + n`` (the row the draft-extend tail reads).
 
-Launch 1 splits the vocabulary across programs (:mod:`._argmax`); launch 2 runs one program per request
-that finishes the reduction and walks the chain with a predicate (no data-dependent exit).
+Stage 1 splits the vocabulary across programs (:mod:`._argmax`); stage 2 runs once per request, finishes
+the reduction and walks the chain with a predicate (no data-dependent exit). Stage 2 is a second launch,
+or, given a workspace, runs in the last program of each request within the same launch.
 Cost: reads B*(K+1)*V logits once + B*K drafts; writes B*(K+1) + a few B-sized outputs.
 """
 
@@ -18,7 +19,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import argmax_partials, reduce_partials
+from ._argmax import (
+    BLOCK_V,
+    NUM_WARPS,
+    argmax_partials,
+    arrived_last,
+    partial_buffers,
+    reduce_partials,
+    split_argmax,
+    split_plan,
+)
 from ._common import check, next_pow2, use_triton
 
 LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -40,9 +50,12 @@ class GreedyVerifyOutput(NamedTuple):
 
 
 @triton.jit
-def _greedy_verify_finalize_kernel(
-    part_key_ptr,
-    part_idx_ptr,
+def _finalize_request(
+    b,
+    val_ptr,
+    idx_ptr,
+    nan_ptr,
+    n_splits,
     draft_ptr,
     stride_draft_b,
     seq_lens_ptr,
@@ -53,7 +66,6 @@ def _greedy_verify_finalize_kernel(
     new_seq_ptr,
     select_ptr,
     emitted_ptr,
-    n_splits,
     K,
     K1_P2: tl.constexpr,
     NS_P2: tl.constexpr,
@@ -62,20 +74,21 @@ def _greedy_verify_finalize_kernel(
     HAS_SELECT: tl.constexpr,
     HAS_EMITTED: tl.constexpr,
 ):
-    b = tl.program_id(0).to(tl.int64)
+    """Finish request ``b``'s K+1 argmaxes from the partials and walk the chain (no data-dependent exit)."""
     j = tl.arange(0, K1_P2)
     s = tl.arange(0, NS_P2)
     rows = b * (K + 1) + j
     m2 = (j[:, None] <= K) & (s[None, :] < n_splits)
     offs = rows[:, None] * n_splits + s[None, :]
-    keys = tl.load(part_key_ptr + offs, mask=m2, other=-2147483648)
-    idx = tl.load(part_idx_ptr + offs, mask=m2, other=2147483647)
-    predict = reduce_partials(keys, idx, 1).to(tl.int64)  # [K1_P2]
+    vals = tl.load(val_ptr + offs, mask=m2, other=float("-inf"), cache_modifier=".cg")
+    idx = tl.load(idx_ptr + offs, mask=m2, other=2147483647, cache_modifier=".cg")
+    nans = tl.load(nan_ptr + offs, mask=m2, other=2147483647, cache_modifier=".cg")
+    predict = reduce_partials(vals, idx, nans, 1).to(tl.int64)  # [K1_P2]
     tl.store(predict_ptr + b * (K + 1) + j, predict, mask=j <= K)
 
     draft = tl.load(draft_ptr + b * stride_draft_b + j, mask=j < K, other=0).to(tl.int64)
     mismatch = (j < K) & (draft != predict)
-    n = tl.min(tl.where(mismatch, j, K), axis=0).to(tl.int64)  # leading matches, no early exit
+    n = tl.min(tl.where(mismatch, j, K), axis=0).to(tl.int64)  # leading matches
     bonus = tl.sum(tl.where(j == n, predict, 0), axis=0)
     tl.store(num_acc_ptr + b, n)
     tl.store(bonus_ptr + b, bonus)
@@ -88,6 +101,50 @@ def _greedy_verify_finalize_kernel(
         tl.store(select_ptr + b, b * (K + 1) + n)
     if HAS_EMITTED:
         tl.store(emitted_ptr + b * (K + 1) + j, tl.where(j <= n, predict, -1), mask=j <= K)
+
+
+@triton.jit
+def _greedy_verify_finalize_kernel(
+    val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
+    predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
+    K1_P2: tl.constexpr, NS_P2: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_ACCEPT_LEN: tl.constexpr,
+    HAS_SELECT: tl.constexpr, HAS_EMITTED: tl.constexpr,
+):  # fmt: skip
+    """Launch 2 of the two-launch form: one program per request."""
+    b = tl.program_id(0).to(tl.int64)
+    _finalize_request(
+        b, val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
+        predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
+        K1_P2, NS_P2, HAS_SEQ, HAS_ACCEPT_LEN, HAS_SELECT, HAS_EMITTED,
+    )  # fmt: skip
+
+
+@triton.jit
+def _greedy_verify_one_launch_kernel(
+    logits_ptr, stride_b, stride_j, V, counter_ptr,
+    val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
+    predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
+    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+    K1_P2: tl.constexpr, NS_P2: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_ACCEPT_LEN: tl.constexpr,
+    HAS_SELECT: tl.constexpr, HAS_EMITTED: tl.constexpr,
+):  # fmt: skip
+    """Both stages in one launch: the last program to finish a request's partials finalizes it."""
+    p = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    K1 = K + 1
+    b = p // K1
+    base = logits_ptr + b * stride_b + (p % K1) * stride_j
+    m, idx, nan = split_argmax(base, V, s.to(tl.int64) * SPLIT, SPLIT, BLOCK)
+    out = p * n_splits + s
+    tl.store(val_ptr + out, m)
+    tl.store(idx_ptr + out, idx)
+    tl.store(nan_ptr + out, nan)
+    if arrived_last(counter_ptr + b, K1 * n_splits):
+        _finalize_request(
+            b, val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
+            predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
+            K1_P2, NS_P2, HAS_SEQ, HAS_ACCEPT_LEN, HAS_SELECT, HAS_EMITTED,
+        )  # fmt: skip
 
 
 def _check_inputs(logits: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: torch.Tensor | None) -> None:
@@ -148,6 +205,7 @@ def greedy_chain_verify(
     with_select: bool = False,
     with_emitted: bool = False,
     out: dict[str, torch.Tensor] | None = None,
+    workspace: torch.Tensor | None = None,
     config: dict | None = None,
 ) -> GreedyVerifyOutput:
     """Greedy chain verification fused with a two-stage argmax, in two launches.
@@ -165,6 +223,10 @@ def greedy_chain_verify(
         -1 after position ``n``).
     out:
         Optional output tensors by field name (written in place, e.g. relay slot views).
+    workspace:
+        A zeroed int32 tensor of at least B elements, kept by the caller across calls: both stages then
+        run in **one** launch (the last program of each request finalizes it and re-zeroes its counter).
+        ``None``: two launches.
     config:
         Optional ``{"block", "num_warps", "target_programs"}`` for stage 1.
 
@@ -183,32 +245,46 @@ def greedy_chain_verify(
         return res
     if not use_triton(logits):
         return _fill_from_ref(res, greedy_chain_verify_ref(logits, draft_tokens, seq_lens))
-    keys, idx, n_splits = argmax_partials(logits, B * K1, K1, logits.stride(0), logits.stride(1), **(config or {}))
     K = K1 - 1
     drafts = draft_tokens if K > 0 else res.predict  # never read when K == 0
-    _greedy_verify_finalize_kernel[(B,)](
-        keys,
-        idx,
+    dummy = res.predict
+    tail_args = (
         drafts,
         drafts.stride(0),
-        seq_lens if seq_lens is not None else res.predict,
+        seq_lens if seq_lens is not None else dummy,
         res.predict,
         res.num_accepted,
         res.bonus,
-        res.accept_len if res.accept_len is not None else res.predict,
-        res.new_seq_lens if res.new_seq_lens is not None else res.predict,
-        res.select if res.select is not None else res.predict,
-        res.emitted if res.emitted is not None else res.predict,
-        n_splits,
+        res.accept_len if res.accept_len is not None else dummy,
+        res.new_seq_lens if res.new_seq_lens is not None else dummy,
+        res.select if res.select is not None else dummy,
+        res.emitted if res.emitted is not None else dummy,
         K,
-        K1_P2=next_pow2(K1),
-        NS_P2=next_pow2(n_splits),
-        HAS_SEQ=seq_lens is not None,
-        HAS_ACCEPT_LEN=res.accept_len is not None,
-        HAS_SELECT=res.select is not None,
-        HAS_EMITTED=res.emitted is not None,
-        num_warps=1 if next_pow2(K1) * next_pow2(n_splits) <= 512 else 4,
     )
+    flags = {
+        "HAS_SEQ": seq_lens is not None,
+        "HAS_ACCEPT_LEN": res.accept_len is not None,
+        "HAS_SELECT": res.select is not None,
+        "HAS_EMITTED": res.emitted is not None,
+    }
+    cfg = {"block": BLOCK_V, "num_warps": NUM_WARPS, "target_programs": 264, **(config or {})}
+    if workspace is None:
+        vals, idx, nans, n_splits = argmax_partials(logits, B * K1, K1, logits.stride(0), logits.stride(1), **cfg)
+        _greedy_verify_finalize_kernel[(B,)](
+            vals, idx, nans, n_splits, *tail_args,
+            K1_P2=next_pow2(K1), NS_P2=next_pow2(n_splits), **flags,
+            num_warps=1 if next_pow2(K1) * next_pow2(n_splits) <= 512 else 4,
+        )  # fmt: skip
+        return res
+    check(workspace.dtype == torch.int32 and workspace.numel() >= B and workspace.device == logits.device,
+          f"workspace must be a zeroed int32 tensor of >= {B} elements on {logits.device}")  # fmt: skip
+    split, n_splits = split_plan(B * K1, V, cfg["block"], cfg["target_programs"])
+    vals, idx, nans = partial_buffers(B * K1, n_splits, logits.device)
+    _greedy_verify_one_launch_kernel[(B * K1, n_splits)](
+        logits, logits.stride(0), logits.stride(1), V, workspace, vals, idx, nans, n_splits, *tail_args,
+        SPLIT=split, BLOCK=cfg["block"], K1_P2=next_pow2(K1), NS_P2=next_pow2(n_splits), **flags,
+        num_warps=cfg["num_warps"],
+    )  # fmt: skip
     return res
 
 

@@ -61,7 +61,9 @@ class InputCopyPlan:
     ``plan(indices, srcs, n, padded)`` copies ``srcs[j]`` into destination ``indices[j]``.
     """
 
-    def __init__(self, dsts: Sequence[torch.Tensor], pads: Sequence, *, use_kernel: bool = True) -> None:
+    def __init__(
+        self, dsts: Sequence[torch.Tensor], pads: Sequence, *, use_kernel: bool = True, staged: bool | None = None
+    ) -> None:
         check(len(dsts) == len(pads), "one pad (or None) per destination")
         self.dsts = list(dsts)
         self.pads = list(pads)
@@ -69,6 +71,9 @@ class InputCopyPlan:
         self.kernel_ok = [rc.rows_contiguous(d) for d in self.dsts]
         self.launches = 0  # kernel launches made (for tests and benchmarks)
         self._device = dsts[0].device if dsts else torch.device("cpu")
+        # staged: the table (and host rows) go through one staging buffer and one copy (always on CUDA;
+        # on the CPU only when asked, so tests cover the same path)
+        self.staged = self._device.type == "cuda" if staged is None else staged
         self._staging: torch.Tensor | None = None
         self._pinned: list[torch.Tensor] = []
         self._events: list[torch.cuda.Event | None] = []
@@ -82,7 +87,8 @@ class InputCopyPlan:
         data_bytes = sum(_aligned(d.shape[0] * rc.row_bytes(d)) for d in self.dsts)
         total = _aligned(table_bytes) + data_bytes
         self._staging = torch.empty(total, dtype=torch.uint8, device=self._device)
-        self._pinned = [torch.empty(total, dtype=torch.uint8, pin_memory=True) for _ in range(STAGING_RING)]
+        pin = self._device.type == "cuda"
+        self._pinned = [torch.empty(total, dtype=torch.uint8, pin_memory=pin) for _ in range(STAGING_RING)]
         self._events = [None] * STAGING_RING
 
     def __call__(self, indices: Sequence[int], srcs: Sequence[torch.Tensor], n: int, padded: int) -> None:
@@ -104,8 +110,8 @@ class InputCopyPlan:
                 [self.pads[i] for i, _ in fallback],
             )
         if kernel_jobs:
-            if self._device.type == "cuda":
-                self._launch_cuda(kernel_jobs, n, padded)
+            if self.staged:
+                self._launch_staged(kernel_jobs, n, padded)
             else:
                 self._launch_local(kernel_jobs, n, padded)
 
@@ -115,7 +121,7 @@ class InputCopyPlan:
         table = torch.tensor(rc.table_rows(fields, w), dtype=torch.int64, device=self._device)
         self._launch(table, fields, w, n, padded)
 
-    def _launch_cuda(self, jobs, n: int, padded: int) -> None:
+    def _launch_staged(self, jobs, n: int, padded: int) -> None:
         check(not is_capturing(), "input copy-in runs outside graph capture (it stages host data)")
         self._ensure_staging()
         slot = self._turn % STAGING_RING
@@ -127,7 +133,7 @@ class InputCopyPlan:
         offset, fields = table_bytes, []
         for i, src in jobs:
             dst = self.dsts[i]
-            if src.device.type == "cpu":
+            if src.device.type == "cpu":  # a host source: its rows travel in the staging copy
                 nbytes = n * rc.row_bytes(dst)
                 rows = src[:n].contiguous().view(-1).view(torch.uint8)
                 pinned[offset : offset + nbytes].copy_(rows)
@@ -138,13 +144,13 @@ class InputCopyPlan:
                 f = rc.field(src, dst, self.pads[i], padded)
             fields.append(f)
         w = rc.word_bytes(fields)
-        pinned[: rc.COLS * 8 * len(jobs)].view(torch.int64).copy_(
-            torch.tensor(rc.table_rows(fields, w), dtype=torch.int64)
-        )
+        table = torch.tensor(rc.table_rows(fields, w), dtype=torch.int64).view(-1)
+        pinned[: table.numel() * 8].view(torch.int64).copy_(table)
         staging[:offset].copy_(pinned[:offset], non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self._events[slot] = event
+        if self._device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+            self._events[slot] = event
         self._launch(staging.view(torch.int64), fields, w, n, padded)
 
     def _launch(self, table: torch.Tensor, fields, w: int, n: int, padded: int) -> None:

@@ -82,6 +82,7 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         device: torch.device | str,
         *,
         one_launch_copy: bool = True,
+        staged_copy: bool | None = None,
     ) -> None:
         if not specs:
             raise ValueError("declare at least one buffer")
@@ -93,6 +94,8 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             detail = ", ".join(f"{n}: {s.shape[0]}" for n, s in specs.items())
             raise ValueError(f"every buffer needs the same leading (batch) size; got {detail}")
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.specs: dict[str, Buffer] = dict(specs)
         self.max_batch: int = batches.pop()
         self.tensors: dict[str, torch.Tensor] = {
@@ -103,6 +106,7 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             [self.tensors[n] for n in self.specs],
             [spec.pad if spec.pad is not KEEP else None for spec in self.specs.values()],
             use_kernel=one_launch_copy,
+            staged=staged_copy,
         )
         self._index = {name: i for i, name in enumerate(self.specs)}
         self.reset()

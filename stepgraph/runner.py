@@ -195,6 +195,7 @@ class StepGraphRunner:
         self._generation = 0
         self._poison: list[torch.Tensor] = []
         self._views_cache: dict[tuple[GraphKey, int], dict[str, torch.Tensor]] = {}
+        self._replay_cache: dict[tuple[int, Sampling], tuple] = {}  # (batch, sampling) -> replay fast path
         self._captured_list: list[Captured] = []
         self.last_warmup: WarmupReport | None = None
 
@@ -266,6 +267,10 @@ class StepGraphRunner:
         ValueError / TypeError
             For an empty batch, or inputs of the wrong name, shape, dtype or device.
         """
+        if not inputs and not copy_outputs:  # steady state: inputs already in place, key captured
+            fast = self._replay_cache.get((batch_size, sampling))
+            if fast is not None:
+                return self._replay_fast(*fast)
         sampling = Sampling.parse(sampling)
         inputs = inputs or {}
         real = self.buffers.check_inputs(inputs) if inputs else None
@@ -305,12 +310,25 @@ class StepGraphRunner:
             if views is None:
                 views = {k: v[:real] for k, v in stats.captured.outputs.items()}
                 self._views_cache[(key, real)] = views
+                if not self.toggles.debug:
+                    self._replay_cache[(real, sampling)] = (stats, stats.captured.replay, views, real)
             return self._hand_out(views, real, copy_outputs, sliced=True)
         stats.eager_runs += 1
         if stats.status == "refused":
             stats.runs_since_refusal += 1
         outputs = self._call_step(padded, sampling)
         return self._hand_out(outputs, real, copy_outputs)
+
+    def _replay_fast(self, stats: KeyStats, replay, views: dict, real: int) -> StepOutputs:
+        """The hot path: same bookkeeping as :meth:`run` for a captured key, none of the checks it needs."""
+        self._generation += 1
+        c = self._counters
+        c.runs += 1
+        c.histogram[real] += 1
+        stats.padded_rows += stats.key.batch_size - real
+        replay()
+        stats.replays += 1
+        return StepOutputs(views, self, self._generation)
 
     def _should_capture(self, stats: KeyStats) -> bool:
         if self.backend is None or stats.captured is not None or not self.config.capture_on_first_use:
@@ -519,6 +537,7 @@ class StepGraphRunner:
             s.captured = None
             s.status = "uncaptured"
         self._views_cache.clear()
+        self._replay_cache.clear()
         self._generation += 1
 
     # ------------------------------------------------------------------------------------------------

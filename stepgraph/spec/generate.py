@@ -144,6 +144,7 @@ class SpecDecoder:
         self._free_rows = list(range(max_requests))
         self._last_slots: list[int] | None = None
         self._next_id = 0
+        self._host_tokens: torch.Tensor | None = None
 
     @classmethod
     def for_example(cls, target, draft, **kwargs) -> SpecDecoder:
@@ -333,6 +334,17 @@ class SpecDecoder:
     def _drain_slot0(self) -> None:  # overridden by the overlapped loop's pending frees
         raise RuntimeError("slot 0 is held by a live request while another request runs alone")
 
+    def _read_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The step's tokens on the host: one copy into a reused pinned buffer, then wait for it."""
+        if tokens.device.type != "cuda":
+            return tokens
+        if self._host_tokens is None:
+            self._host_tokens = torch.empty((self.max_batch, self.K + 1), dtype=torch.int64, pin_memory=True)
+        host = self._host_tokens[: tokens.shape[0]]
+        host.copy_(tokens, non_blocking=True)
+        torch.cuda.current_stream(tokens.device).synchronize()
+        return host
+
     def _consume(self, batch: list[Request], tokens: torch.Tensor) -> list[Request]:
         """Apply one step's tokens (``[B, K+1]`` on the host); return the requests that finished."""
         done = []
@@ -359,7 +371,7 @@ class SpecDecoder:
                 break
             batch = list(active)
             out = self._launch(batch, on_step)
-            for r in self._consume(batch, out["tokens"].cpu()):
+            for r in self._consume(batch, self._read_tokens(out["tokens"])):
                 active.remove(r)
                 self._release(r)
 

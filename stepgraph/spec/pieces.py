@@ -28,16 +28,22 @@ class VerifyResult:
 
 
 class Pieces:
-    def __init__(self, toggles: Toggles, num_draft: int, device: torch.device) -> None:
+    """The step's pieces. ``workspace`` (a zeroed int32 buffer of >= max_batch * (K + 1)) runs the fused
+    argmax kernels in one launch each instead of two; every kernel leaves it zeroed for the next."""
+
+    def __init__(
+        self, toggles: Toggles, num_draft: int, device: torch.device, workspace: torch.Tensor | None = None
+    ) -> None:
         self.t = toggles
         self.K = num_draft
+        self.ws = workspace
         self._tree = chain_tree(num_draft, device)
         self._j = torch.arange(num_draft + 1, device=device)
 
     # draft steps -------------------------------------------------------------------------------
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:
         """``[N, V] -> [N]`` topk-1 token of each row (fused_tail: the two-stage kernel)."""
-        return argmax_rows(logits) if self.t.fused_tail else torch.argmax(logits, -1)
+        return argmax_rows(logits, workspace=self.ws) if self.t.fused_tail else torch.argmax(logits, -1)
 
     # verify --------------------------------------------------------------------------------------
     def greedy_verify(self, logits, drafts, seq_lens, out_bonus, out_seq_lens) -> VerifyResult:
@@ -90,7 +96,7 @@ class Pieces:
     # draft-extend tail --------------------------------------------------------------------------
     def tail(self, logits, hidden, select, out_tokens, out_hidden) -> None:
         if self.t.fused_tail:
-            draft_extend_tail(logits, hidden, select, out_tokens=out_tokens, out_hidden=out_hidden)
+            draft_extend_tail(logits, hidden, select, out_tokens=out_tokens, out_hidden=out_hidden, workspace=self.ws)
             return
         r = draft_extend_tail_ref(logits, hidden, select)
         out_tokens.copy_(r.tokens)

@@ -62,6 +62,9 @@ class ChainStep:
         Runner settings; its toggles choose the pieces.
     tp:
         Tensor-parallel broadcast of the verify result (``None``: single rank).
+    one_launch_argmax:
+        Run each fused argmax kernel (verify, tail, draft steps) as one launch (a last-arriving program
+        finishes each request) instead of two.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class ChainStep:
         device: torch.device | str,
         config: RunnerConfig | None = None,
         tp: TensorParallel | None = None,
+        one_launch_argmax: bool = True,
     ) -> None:
         if num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
@@ -90,7 +94,8 @@ class ChainStep:
         self.relay = RelayState(
             num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles
         )
-        self.pieces = Pieces(self.toggles, num_draft_tokens, self.device)
+        workspace = torch.zeros(max_batch * (num_draft_tokens + 1), dtype=torch.int32, device=self.device)
+        self.pieces = Pieces(self.toggles, num_draft_tokens, self.device, workspace if one_launch_argmax else None)
         self._j = torch.arange(num_draft_tokens + 1, device=self.device)
         buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
         self.runner = StepGraphRunner(

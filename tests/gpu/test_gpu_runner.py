@@ -30,7 +30,8 @@ class MLPStep:
 
 def runner(step=None, **cfg):
     cfg.setdefault("buckets", (1, 2, 3, 4, 5, 6, 7, 8))
-    config = RunnerConfig(toggles=Toggles(), progress=False, **cfg)
+    cfg.setdefault("toggles", Toggles())
+    config = RunnerConfig(progress=False, **cfg)
     bufs = {"x": Buffer((8, 512), torch.bfloat16, pad=0.0)}
     return StepGraphRunner(step or MLPStep(), bufs, device="cuda", config=config)
 
@@ -86,9 +87,9 @@ def test_repeated_failed_captures_do_not_leak():
 
 
 def test_release_returns_memory_and_capture_works_again():
-    r = runner()
+    r = runner(capture_on_first_use=False)
     x = torch.randn(8, 512, device="cuda").bfloat16()
-    r.run({"x": x})  # eager warm state (cuBLAS handles etc.) outside the comparison
+    r.run({"x": x})  # eager: cuBLAS handles etc. exist before the baseline
     gc.collect()
     torch.cuda.empty_cache()
     before = torch.cuda.memory_reserved()
@@ -96,6 +97,7 @@ def test_release_returns_memory_and_capture_works_again():
     assert torch.cuda.memory_reserved() > before
     r.release()
     assert torch.cuda.memory_reserved() <= before
+    r.capture([(8, "greedy")])
     out = r.run({"x": x}, copy_outputs=True)
     assert r.info()["captured_keys"] == ["bs=8/greedy"] and out["y"].shape == (8, 512)
 

@@ -62,6 +62,19 @@ def test_one_launch_and_per_tensor_give_identical_bytes():
     assert a._copy.launches == 1
 
 
+def test_staged_copy_path_table_and_host_rows_in_one_copy():
+    """The CUDA path (table + host rows through one staging buffer), exercised on the CPU."""
+    a = StaticBuffers(specs(), "cpu", one_launch_copy=True, staged_copy=True)
+    p = StaticBuffers(specs(), "cpu", one_launch_copy=False)
+    for n, padded in ((5, 8), (2, 3), (8, 8)):
+        x = inputs(n)
+        for bufs in (a, p):
+            bufs.copy_in(x, n, padded)
+        for name in specs():
+            assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), (name, n)
+    assert a._copy.launches == 3
+
+
 def test_kernel_falls_back_per_tensor_where_it_cannot_apply():
     b = StaticBuffers({"x": Buffer((4, 3), torch.float32), "y": Buffer((4,), torch.int64)}, "cpu")
     strided = torch.randn(3, 6)[:, ::2]  # rows are not one contiguous run of bytes

@@ -1,0 +1,115 @@
+"""Overlapped decode loop against the synchronous one (issue: the host runs one step ahead).
+
+For B in {1, 8} on the example model (Qwen3-0.6B shape by default), each with and without a deliberately
+slow host side (about 200 us of Python scheduling work per step): decode time per step, device time per
+step (back-to-back replays), occupancy (device time / step time) and host time per step.
+
+    python benchmarks/bench_overlap.py --out benchmarks/results/<dir> [--layers 28]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from _timing import env_record, save
+
+from stepgraph import RunnerConfig, Sampling, Toggles
+from stepgraph.examples.model import build
+from stepgraph.keys import SamplingParams
+from stepgraph.spec.generate import SpecDecoder
+
+K = 3
+
+
+def slow_host(us: float):
+    def work(_batch: int) -> None:  # stands in for a scheduler's Python work
+        end = time.perf_counter() + us * 1e-6
+        x = 0
+        while time.perf_counter() < end:
+            x += 1
+
+    return work
+
+
+def device_step_ms(dec: SpecDecoder, B: int, steps: int = 50) -> float:
+    """Back-to-back replays of the batch's key, no host sync (relay state restored afterwards)."""
+    runner = dec.step.runner
+    key = runner.key_for(B, Sampling.GREEDY)
+    captured = runner.stats(key).captured
+    saved = {n: f.clone() for n, f in dec.step.relay.fields.items()}
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        captured.replay()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / steps * 1e3
+    for n, f in dec.step.relay.fields.items():
+        f.copy_(saved[n])
+    return ms
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=160)
+    args = ap.parse_args()
+    target, draft = build("qwen3-0.6b", device="cuda", dtype=torch.bfloat16, num_layers=args.layers, max_requests=20)
+    record = {"env": env_record(), "layers": args.layers, "results": {}}
+    rows = [
+        "| B | host work | loop | ms / step | device ms / step | occupancy | host ms / step | steps |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    g = torch.Generator().manual_seed(0)
+    for B in (1, 8):
+        prompts = [torch.randint(0, 151936, (64,), generator=g).tolist() for _ in range(B)]
+        dec = SpecDecoder.for_example(
+            target,
+            draft,
+            num_draft_tokens=K,
+            max_batch=B,
+            config=RunnerConfig(toggles=Toggles.all(True), progress=False),
+        )
+        dec.warmup(B)
+        dec.generate(prompts, max_new_tokens=16)  # warm everything
+        device_ms = device_step_ms(dec, B)
+        for host_us in (0, 200):
+            for overlap in (False, True):
+                dec.stats = type(dec.stats)()
+                torch.cuda.synchronize()
+                out = dec.generate(
+                    prompts,
+                    max_new_tokens=args.tokens,
+                    sampling=SamplingParams(),
+                    overlap=overlap,
+                    on_step=slow_host(host_us) if host_us else None,
+                )
+                st = dec.stats
+                step_ms = st.decode_seconds / st.steps * 1e3
+                res = {
+                    "step_ms": step_ms,
+                    "device_ms": device_ms,
+                    "occupancy": min(1.0, device_ms / step_ms),
+                    "host_ms": max(0.0, step_ms - device_ms),
+                    "steps": st.steps,
+                    "discarded_steps": st.discarded_steps,
+                    "tokens": sum(len(o) for o in out),
+                }
+                record["results"][f"B={B} host={host_us}us overlap={overlap}"] = res
+                rows.append(
+                    f"| {B} | {host_us} us | {'overlapped' if overlap else 'synchronous'} | {step_ms:.3f} | {device_ms:.3f} | "
+                    f"{res['occupancy'] * 100:.2f}% | {res['host_ms']:.3f} | {st.steps} |"
+                )
+    env = record["env"]
+    header = (
+        f"# Overlapped decode loop, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
+        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, greedy, {args.tokens} new tokens "
+        "per request. Occupancy = device time per step (back-to-back replays) / wall time per decode step.\n\n"
+    )
+    save(args.out, f"overlap_{args.layers}l", record, header + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
