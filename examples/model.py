@@ -64,14 +64,13 @@ PRESETS = {"tiny": ModelConfig(), "qwen3-0.6b": QWEN3_0_6B}
 
 
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x [B, T, H, hd]; cos/sin [B, T, 1, hd/2]
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+def _rope(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as one complex multiply. x ``[B, T, H, hd]``, cis ``[B, T, 1, hd/2]`` complex."""
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * cis).flatten(-2).to(x.dtype)
 
 
 class _Init:
@@ -89,65 +88,59 @@ class _Init:
 
 
 class _Layer:
-    """One decoder layer: RMSNorm, GQA attention with RoPE over the static cache, SwiGLU MLP."""
+    """One decoder layer: RMSNorm, GQA attention with RoPE over the static cache, SwiGLU MLP.
+
+    Fused projections (QKV, gate-up) and one cache tensor for K and V keep it to ~18 kernels.
+    """
 
     def __init__(self, cfg: ModelConfig, init: _Init, scale: float) -> None:
         d, hd = cfg.hidden_size, cfg.head_dim
         std = 1.0 / math.sqrt(d)
         self.cfg = cfg
         self.ln1, self.ln2 = init.ones(d), init.ones(d)
-        self.wq = init.normal(d, cfg.num_heads * hd, std=std)
-        self.wk = init.normal(d, cfg.num_kv_heads * hd, std=std)
-        self.wv = init.normal(d, cfg.num_kv_heads * hd, std=std)
+        self.w_qkv = init.normal(d, (cfg.num_heads + 2 * cfg.num_kv_heads) * hd, std=std)
         self.wo = init.normal(cfg.num_heads * hd, d, std=scale / math.sqrt(cfg.num_heads * hd))
-        self.w_gate = init.normal(d, cfg.intermediate_size, std=std)
-        self.w_up = init.normal(d, cfg.intermediate_size, std=std)
+        self.w_gate_up = init.normal(d, 2 * cfg.intermediate_size, std=std)
         self.w_down = init.normal(cfg.intermediate_size, d, std=scale / math.sqrt(cfg.intermediate_size))
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
 
-    def __call__(self, x, cos, sin, k_cache, v_cache, rows, positions, mask) -> torch.Tensor:
+    def __call__(self, x, cis, kv_cache, rows, positions, mask) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
-        h = _rms_norm(x, self.ln1)
-        q = (h @ self.wq).view(B, T, cfg.num_heads, cfg.head_dim)
-        k = (h @ self.wk).view(B, T, cfg.num_kv_heads, cfg.head_dim)
-        v = (h @ self.wv).view(B, T, cfg.num_kv_heads, cfg.head_dim)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-        r = rows[:, None].expand(B, T)
-        k_cache[r, :, positions] = k  # [B, T, KVH, hd] into cache rows at their positions
-        v_cache[r, :, positions] = v
-        keys, values = k_cache[rows], v_cache[rows]  # [B, KVH, S, hd]
-        attn = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)
+        H, KVH = cfg.num_heads, cfg.num_kv_heads
+        qkv = (_rms_norm(x, self.ln1) @ self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
+        qk = _rope(qkv[:, :, : H + KVH], cis)
+        kv = torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2)  # [B, T, 2, KVH, hd]
+        kv_cache[rows[:, None].expand(B, T), :, :, positions] = kv  # into the rows at their positions
+        cached = kv_cache[rows]  # [B, 2, KVH, S, hd]
+        q = qk[:, :, :H].transpose(1, 2)
+        attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
         x = x + attn.transpose(1, 2).reshape(B, T, -1) @ self.wo
-        h = _rms_norm(x, self.ln2)
-        return x + (F.silu(h @ self.w_gate) * (h @ self.w_up)) @ self.w_down
+        gate, up = (_rms_norm(x, self.ln2) @ self.w_gate_up).chunk(2, dim=-1)
+        return x + (F.silu(gate) * up) @ self.w_down
 
 
 class _Stack:
-    """Embedding-free decoder stack with its own static KV cache and rotary tables."""
+    """Embedding-free decoder stack with its own static KV cache and rotary table."""
 
     def __init__(self, cfg: ModelConfig, num_layers: int, init: _Init) -> None:
         self.cfg = cfg
         self.layers = [_Layer(cfg, init, cfg.residual_scale) for _ in range(num_layers)]
         rows = cfg.max_requests + 1
-        shape = (num_layers, rows, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
-        self.k_cache = torch.zeros(shape, device=init.device, dtype=init.dtype)
-        self.v_cache = torch.zeros(shape, device=init.device, dtype=init.dtype)
-        inv = 1.0 / (
-            cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim)
-        )
-        freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] * inv[None, :]
-        self.cos, self.sin = freqs.cos(), freqs.sin()
+        shape = (num_layers, rows, 2, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
+        self.kv_cache = torch.zeros(shape, device=init.device, dtype=init.dtype)
+        half = torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim
+        freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] / cfg.rope_theta**half
+        self.cis = torch.polar(torch.ones_like(freqs), freqs)  # [S, hd/2] complex64
         self.key_pos = torch.arange(cfg.max_seq_len, device=init.device)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        cos = self.cos[positions][:, :, None, :]
-        sin = self.sin[positions][:, :, None, :]
+        cis = self.cis[positions][:, :, None, :]
         mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, self.k_cache[i], self.v_cache[i], rows, positions, mask)
+            x = layer(x, cis, self.kv_cache[i], rows, positions, mask)
         return x
 
 

@@ -21,8 +21,18 @@ import triton.language as tl
 from ._common import vocab_split
 
 INT32_MAX = 2147483647
-BLOCK_V = 1024
+BLOCK_V = 2048
 NUM_WARPS = 4
+
+
+def default_config(rows: int) -> dict:
+    """Stage-1 launch settings by number of rows (from the H200 sweep in benchmarks/results): small
+    batches want few, fat programs with 8 warps; large ones fill the machine with 4-warp programs."""
+    return {
+        "block": BLOCK_V,
+        "num_warps": 8 if rows <= 64 else 4,
+        "target_programs": 132 if rows <= 8 else (528 if rows <= 64 else 264),
+    }
 
 
 @triton.jit
@@ -36,22 +46,34 @@ def sortable_key(x):
 
 @triton.jit
 def split_argmax(base, V, start, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
-    """``(max, lowest index of max, first NaN index or INT32_MAX)`` over ``[start, start + SPLIT) ∩ [0, V)``."""
-    offs = start + tl.arange(0, BLOCK)
-    x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-    nan_idx = tl.where(x != x, offs, 2147483647).to(tl.int32)
-    best = tl.where(x != x, float("-inf"), x)
-    best_idx = offs.to(tl.int32)
-    for i in range(BLOCK, SPLIT, BLOCK):
-        offs = start + i + tl.arange(0, BLOCK)
+    """``(max, lowest index of max, first NaN index or INT32_MAX)`` over ``[start, start + SPLIT) ∩ [0, V)``.
+
+    Per element and lane: a compare and two selects (value, iteration number) and an OR for NaN presence.
+    The first NaN's exact index is found by a second pass over the split, only when a NaN was seen.
+    """
+    lanes = tl.arange(0, BLOCK)
+    x = tl.load(base + start + lanes, mask=start + lanes < V, other=float("-inf")).to(tl.float32)
+    has_nan = x != x
+    best = tl.where(has_nan, float("-inf"), x)
+    best_it = tl.zeros([BLOCK], tl.int32)
+    for i in range(1, SPLIT // BLOCK):
+        offs = start + i * BLOCK + lanes
         x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
         better = x > best
         best = tl.where(better, x, best)
-        best_idx = tl.where(better, offs.to(tl.int32), best_idx)
-        nan_idx = tl.minimum(nan_idx, tl.where(x != x, offs, 2147483647).to(tl.int32))
+        best_it = tl.where(better, i, best_it)
+        has_nan = has_nan | (x != x)
     m = tl.max(best, axis=0)
-    idx = tl.min(tl.where(best == m, best_idx, 2147483647), axis=0)
-    return m, idx, tl.min(nan_idx, axis=0)
+    idx = tl.min(tl.where(best == m, (start + best_it * BLOCK + lanes).to(tl.int32), 2147483647), axis=0)
+    first_nan = tl.full([], 2147483647, tl.int32)
+    if tl.max(has_nan.to(tl.int32), axis=0) > 0:  # rare: find the first NaN exactly
+        nan_idx = tl.full([BLOCK], 2147483647, tl.int32)
+        for i in range(0, SPLIT // BLOCK):
+            offs = start + i * BLOCK + lanes
+            x = tl.load(base + offs, mask=offs < V, other=0.0).to(tl.float32)
+            nan_idx = tl.minimum(nan_idx, tl.where(x != x, offs, 2147483647).to(tl.int32))
+        first_nan = tl.min(nan_idx, axis=0)
+    return m, idx, first_nan
 
 
 @triton.jit

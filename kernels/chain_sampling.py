@@ -36,9 +36,9 @@ INF_KEY = 0x7F800000  # sortable_key(+inf); NaN keys are larger
 NEG_INF_KEY = -2139095041  # sortable_key(-inf)
 BLOCK_V = 1024
 SEARCH_BLOCK = 1024
-SEARCH_WAYS = 16
+SEARCH_WAYS = 4  # per element per pass ~6 + 2*WAYS ops over log_{WAYS+1}(2^32) passes: 4 is the minimum
 FILTER_BLOCK = 2048  # one program per row: wide blocks and many warps keep its passes short
-FILTER_WARPS = 16
+FILTER_WARPS = 8
 INF_KEY_C: tl.constexpr = tl.constexpr(INF_KEY)
 NEG_INF_KEY_C: tl.constexpr = tl.constexpr(NEG_INF_KEY)
 
@@ -148,30 +148,32 @@ def _search(base, V, lo, hi, target, inv_t, m, cut, MASS: tl.constexpr, BLOCK: t
     """Largest key ``c`` in ``[lo, hi)`` with ``G(c) >= target``, where ``G(c)`` is the count (or the mass
     ``exp(z - m)`` over entries with key >= ``cut``) of entries with key >= c. Requires
     ``G(lo) >= target > G(hi)``. G is non-increasing, so the WAYS-way bisection is exact (fp32 sums of
-    non-negative terms in a fixed order stay monotone in c). About 32 / log2(WAYS + 1) passes."""
+    non-negative terms in a fixed order stay monotone in c). Each pass accumulates per lane in a
+    ``[BLOCK, WAYS]`` tile and reduces once; about 32 / log2(WAYS + 1) passes."""
     w_i = tl.arange(0, WAYS).to(tl.int64)
     while hi - lo > 1:
         step = tl.maximum((hi - lo) // (WAYS + 1), 1)
         cands = lo + step * (w_i + 1)
         valid = cands < hi
-        c32 = tl.minimum(cands, 2147483647).to(tl.int32)  # keys are int32; hi <= INF_KEY + 1 fits
+        c32 = tl.minimum(cands, 2147483647).to(tl.int32)[None, :]  # keys are int32; hi <= INF_KEY + 1 fits
         if MASS:
-            acc = tl.zeros([WAYS], tl.float32)
+            acc = tl.zeros([BLOCK, WAYS], tl.float32)
         else:
-            acc = tl.zeros([WAYS], tl.int32)
+            acc = tl.zeros([BLOCK, WAYS], tl.int32)
         for i in range(0, V, BLOCK):
             offs = i + tl.arange(0, BLOCK)
             x = tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
             key = tl.where(offs < V, sortable_key(x), -2147483648)
-            ge = key[:, None] >= c32[None, :]
+            ge = key[:, None] >= c32
             if MASS:
                 w = tl.where(key >= cut, tl.exp(x * inv_t - m), 0.0)
-                acc += tl.sum(tl.where(ge, w[:, None], 0.0), axis=0)
+                acc += tl.where(ge, w[:, None], 0.0)
             else:
-                acc += tl.sum(ge.to(tl.int32), axis=0)
-        ok = valid & (acc >= target)
+                acc += ge.to(tl.int32)
+        total = tl.sum(acc, axis=0)
+        ok = valid & (total >= target)
         lo = tl.max(tl.where(ok, cands, lo), axis=0)
-        hi = tl.min(tl.where(valid & (acc < target), cands, hi), axis=0)
+        hi = tl.min(tl.where(valid & (total < target), cands, hi), axis=0)
     return lo
 
 

@@ -19,10 +19,9 @@ import triton
 import triton.language as tl
 
 from ._argmax import (
-    BLOCK_V,
-    NUM_WARPS,
     argmax_partials,
     arrived_last,
+    default_config,
     partial_buffers,
     reduce_partials,
     split_argmax,
@@ -131,7 +130,7 @@ def _launch(logits, hidden, select, tokens, hid, workspace, config) -> None:
     B = tokens.shape[0]
     D = hidden.shape[1] if hidden is not None else 0
     block_d = min(BLOCK_D, next_pow2(D)) if D else 1
-    cfg = {"block": BLOCK_V, "num_warps": NUM_WARPS, "target_programs": 264, **(config or {})}
+    cfg = {**default_config(B), **(config or {})}
     flags = {"HAS_HIDDEN": hidden is not None, "HAS_SELECT": select is not None}
     dummy = tokens
     rest = (

@@ -20,10 +20,9 @@ import triton
 import triton.language as tl
 
 from ._argmax import (
-    BLOCK_V,
-    NUM_WARPS,
     argmax_partials,
     arrived_last,
+    default_config,
     partial_buffers,
     reduce_partials,
     split_argmax,
@@ -267,7 +266,7 @@ def greedy_chain_verify(
         "HAS_SELECT": res.select is not None,
         "HAS_EMITTED": res.emitted is not None,
     }
-    cfg = {"block": BLOCK_V, "num_warps": NUM_WARPS, "target_programs": 264, **(config or {})}
+    cfg = {**default_config(B * K1), **(config or {})}
     if workspace is None:
         vals, idx, nans, n_splits = argmax_partials(logits, B * K1, K1, logits.stride(0), logits.stride(1), **cfg)
         _greedy_verify_finalize_kernel[(B,)](

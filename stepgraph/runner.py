@@ -530,7 +530,12 @@ class StepGraphRunner:
                 s.status = "uncaptured"
 
     def release(self) -> None:
-        """Tear down every graph and the shared pool; keys can be captured again afterwards."""
+        """Tear down every graph and the shared pool; keys can be captured again afterwards.
+
+        ``torch.cuda.memory_reserved()`` returns to its level before the captures. cuBLAS keeps the
+        workspace it made for the capture stream (32 MiB by default, ``CUBLAS_WORKSPACE_CONFIG``); when no
+        graph is live anywhere in the process, ``torch._C._cuda_clearCublasWorkspaces()`` frees it too.
+        """
         if self.backend is not None:
             self.backend.release(self._captured_list)
         for s in self._keys.values():
