@@ -99,14 +99,15 @@ def main() -> None:
                 }
                 record["results"][f"B={B} host={host_us}us overlap={overlap}"] = res
                 rows.append(
-                    f"| {B} | {host_us} us | {'overlapped' if overlap else 'synchronous'} | {step_ms:.3f} | {device_ms:.3f} | "
+                    f"| {B} | {host_us} us | {'overlapped' if overlap else 'synchronous'} | {step_ms:.3f} | {res['device_ms']:.3f} | "
                     f"{res['occupancy'] * 100:.2f}% | {res['host_ms']:.3f} | {st.steps} |"
                 )
     env = record["env"]
     header = (
         f"# Overlapped decode loop, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
         f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, greedy, {args.tokens} new tokens "
-        "per request. Occupancy = device time per step (back-to-back replays) / wall time per decode step.\n\n"
+        "per request. Device time = the steps' summed GPU time (CUDA events around each step); occupancy = device time / "
+        "decode wall time (prefill excluded).\n\n"
     )
     save(args.out, f"overlap_{args.layers}l", record, header + "\n".join(rows) + "\n")
 

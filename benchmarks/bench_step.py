@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 from _timing import env_record, save
@@ -87,6 +88,17 @@ def time_steps(step_once, dec: SpecDecoder, steps: int = 40, repeats: int = 3) -
 
 def mode_eager(setup: Setup) -> float:
     dec = setup.decoder("eager", Toggles.all(False))
+    dec.step.run(dec.slots, Sampling.GREEDY)
+
+    def once():
+        dec.step.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"].cpu()
+
+    return time_steps(once, dec)
+
+
+def mode_eager_fused(setup: Setup) -> float:
+    """The same step eagerly with every fused piece on (no graph): Triton launches pay Python overhead."""
+    dec = setup.decoder("eager_fused", replace(Toggles.all(True), step_graph=False))
     dec.step.run(dec.slots, Sampling.GREEDY)
 
     def once():
@@ -231,13 +243,14 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     record = {"env": env_record(), "layers": args.layers, "K": K, "prompt_len": PROMPT, "results": {}}
     rows = [
-        "| B | eager (ms) | per-stage graphs + sync (ms) | step graph (ms) | device time (ms) | occupancy | host overhead (us) "
+        "| B | eager (ms) | eager, fused pieces (ms) | per-stage graphs + sync (ms) | step graph (ms) | device time (ms) | occupancy | host overhead (us) "
         "| vs eager | torch.compile r-o (ms) | vs compile | capture (ms) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
         setup = Setup(B, args.layers, max_requests=max(B, 8) + 1)
         eager = mode_eager(setup)
+        eager_fused = mode_eager_fused(setup)
         stages = mode_per_stage(setup)
         graph, device, capture_ms = mode_step_graph(setup)
         comp = (
@@ -245,6 +258,7 @@ def main() -> None:
         )
         res = {
             "eager_ms": eager,
+            "eager_fused_pieces_ms": eager_fused,
             "per_stage_ms": stages,
             "step_graph_ms": graph,
             "device_ms": device,
@@ -259,7 +273,7 @@ def main() -> None:
         record["results"][B] = res
         c = f"{comp['ms']:.3f} ({comp['compile_s']:.0f} s compile)" if comp.get("ms") else comp.get("error", "-")[:60]
         rows.append(
-            f"| {B} | {eager:.3f} | {stages:.3f} | {graph:.3f} | {device:.3f} | {res['occupancy'] * 100:.1f}% | "
+            f"| {B} | {eager:.3f} | {eager_fused:.3f} | {stages:.3f} | {graph:.3f} | {device:.3f} | {res['occupancy'] * 100:.1f}% | "
             f"{res['host_overhead_us']:.1f} | {res['speedup_vs_eager']:.2f}x | {c} | "
             f"{res.get('speedup_vs_compile', float('nan')):.2f}x | {capture_ms:.1f} |"
         )

@@ -117,9 +117,10 @@ class _Layer:
         cached = kv_cache[rows]  # [B, 2, KVH, S, hd]
         q = qk[:, :, :H].transpose(1, 2)
         attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
-        x = x + attn.transpose(1, 2).reshape(B, T, -1) @ self.wo
+        x = torch.addmm(x.view(B * T, -1), attn.transpose(1, 2).reshape(B * T, -1), self.wo).view(B, T, -1)
         gate, up = (_rms_norm(x, self.ln2) @ self.w_gate_up).chunk(2, dim=-1)
-        return x + (F.silu(gate) * up) @ self.w_down
+        act = (F.silu(gate) * up).view(B * T, -1)
+        return torch.addmm(x.view(B * T, -1), act, self.w_down).view(B, T, -1)  # residual add in the GEMM
 
 
 class _Stack:

@@ -26,13 +26,17 @@ NUM_WARPS = 4
 
 
 def default_config(rows: int) -> dict:
-    """Stage-1 launch settings by number of rows (from the H200 sweep in benchmarks/results): small
-    batches want few, fat programs with 8 warps; large ones fill the machine with 4-warp programs."""
-    return {
-        "block": BLOCK_V,
-        "num_warps": 8 if rows <= 64 else 4,
-        "target_programs": 132 if rows <= 8 else (528 if rows <= 64 else 264),
-    }
+    """Stage-1 launch settings by number of rows, from the H200 sweeps in benchmarks/results: about one
+    program per SM for a few rows, more for medium batches, and 8-block splits for large ones."""
+    if rows <= 8:
+        return {"block": 1024, "num_warps": 8, "target_programs": 132}
+    if rows <= 64:
+        return {"block": 2048, "num_warps": 8, "target_programs": 528}
+    return {"block": 1024, "num_warps": 8, "target_programs": 132}
+
+
+#: One launch (last-arriving program finalizes) pays off while few programs share a request's counter.
+ONE_LAUNCH_MAX_ROWS = 64
 
 
 @triton.jit

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import (
+    ONE_LAUNCH_MAX_ROWS,
     argmax_partials,
     arrived_last,
     default_config,
@@ -143,7 +144,7 @@ def _launch(logits, hidden, select, tokens, hid, workspace, config) -> None:
         N,
         D,
     )
-    if workspace is None:
+    if workspace is None or B > ONE_LAUNCH_MAX_ROWS:
         stride = logits.stride(0)
         vals, idx, nans, n_splits = argmax_partials(logits, N, 1, stride, 0, row_index=select, programs=B, **cfg)
         _tail_finalize_kernel[(B, max(1, triton.cdiv(D, block_d)))](

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import (
+    ONE_LAUNCH_MAX_ROWS,
     argmax_partials,
     arrived_last,
     default_config,
@@ -224,8 +225,8 @@ def greedy_chain_verify(
         Optional output tensors by field name (written in place, e.g. relay slot views).
     workspace:
         A zeroed int32 tensor of at least B elements, kept by the caller across calls: both stages then
-        run in **one** launch (the last program of each request finalizes it and re-zeroes its counter).
-        ``None``: two launches.
+        run in **one** launch (the last program of each request finalizes it and re-zeroes its counter)
+        when ``B * (K + 1) <= 64``. ``None`` (or larger batches): two launches.
     config:
         Optional ``{"block", "num_warps", "target_programs"}`` for stage 1.
 
@@ -267,7 +268,7 @@ def greedy_chain_verify(
         "HAS_EMITTED": res.emitted is not None,
     }
     cfg = {**default_config(B * K1), **(config or {})}
-    if workspace is None:
+    if workspace is None or B * K1 > ONE_LAUNCH_MAX_ROWS:
         vals, idx, nans, n_splits = argmax_partials(logits, B * K1, K1, logits.stride(0), logits.stride(1), **cfg)
         _greedy_verify_finalize_kernel[(B,)](
             vals, idx, nans, n_splits, *tail_args,

@@ -145,6 +145,10 @@ class SpecDecoder:
         self._last_slots: list[int] | None = None
         self._next_id = 0
         self._host_tokens: torch.Tensor | None = None
+        #: (start, end) CUDA events around every step when ``record_step_events`` is set (benchmarks:
+        #: summed elapsed times are the device's busy time, whatever the host did in between)
+        self.record_step_events = False
+        self.step_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
     @classmethod
     def for_example(cls, target, draft, **kwargs) -> SpecDecoder:
@@ -309,11 +313,18 @@ class SpecDecoder:
         slots = [r.slot for r in batch]
         if on_step is not None:
             on_step(len(batch))
+        record = self.record_step_events and self.device.type == "cuda"
+        if record:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
         if slots == self._last_slots:
             out = self.step.run(None, sampling, batch_size=len(batch))
         else:
             out = self.step.run(torch.tensor(slots, dtype=torch.int64), sampling)
             self._last_slots = slots
+        if record:
+            end.record()
+            self.step_events.append((start, end))
         self.stats.steps += 1
         return out
 
