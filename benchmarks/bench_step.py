@@ -143,18 +143,20 @@ def mode_per_stage(setup: Setup) -> float:
         for _ in range(2):  # warm-up on the side stream
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
-                c = step.draft_stage(slots, B)
+                c = step.draft_stage(step.relay.inputs(slots, B), B)
                 step.verify_stage(c, Sampling.GREEDY)
                 step.extend_stage(c)
+                step.relay.commit(slots, B)
             torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
         graphs = [torch.cuda.CUDAGraph() for _ in range(3)]
         with torch.cuda.graph(graphs[0], pool=pool, stream=s):
-            ctx.update(step.draft_stage(slots, B))
+            ctx.update(step.draft_stage(step.relay.inputs(slots, B), B))
         with torch.cuda.graph(graphs[1], pool=pool, stream=s):
             step.verify_stage(ctx, Sampling.GREEDY)
         with torch.cuda.graph(graphs[2], pool=pool, stream=s):
             outs = step.extend_stage(ctx)
+            step.relay.commit(slots, B)
     restore(dec)
     num_acc = ctx["verify"].num_accepted
 

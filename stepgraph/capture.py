@@ -24,6 +24,7 @@ import torch
 
 from stepgraph.errors import CaptureError, classify_capture_exception
 from stepgraph.memory import MemoryReader, TorchMemoryReader
+from stepgraph.splice import collecting
 
 StepOutputsDict = Mapping[str, torch.Tensor]
 
@@ -37,7 +38,7 @@ class Captured:
     seconds: float
     pool_bytes: int
     nodes: int | None = None
-    children: list = field(default_factory=list)  # spliced child graphs kept alive (splice.py)
+    children: list = field(default_factory=list)  # spliced StageGraphs this graph holds (stepgraph.splice)
 
     def replay(self) -> None:
         self.graph.replay()
@@ -111,7 +112,7 @@ class CudaGraphBackend:
         t0 = time.perf_counter()
         failure: tuple[str, str, str] | None = None
         outputs = None
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream), collecting() as children:
             graph.capture_begin(pool=self._pool(), capture_error_mode=self.capture_error_mode)
             try:
                 outputs = fn()
@@ -134,13 +135,17 @@ class CudaGraphBackend:
         if self.keep_graph:
             graph.instantiate()
         pool_bytes = max(0, torch.cuda.memory_reserved(self.device) - reserved0)
-        return Captured(graph=graph, outputs=dict(outputs), seconds=seconds, pool_bytes=pool_bytes)
+        for child in children:
+            child.parents += 1
+        return Captured(graph=graph, outputs=dict(outputs), seconds=seconds, pool_bytes=pool_bytes, children=children)
 
     def release(self, captured: list[Captured]) -> None:
         """Tear every graph down and drop the pool; reserved memory returns once nothing references it."""
         for c in captured:
             c.outputs.clear()
             _discard(c.graph)
+            for child in c.children:
+                child.parents -= 1
             c.children.clear()
         captured.clear()
         self.pool = None

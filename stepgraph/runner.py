@@ -53,6 +53,7 @@ class KeyStats:
     def as_dict(self) -> dict:
         return {
             "status": self.status,
+            "children": [c.info() for c in self.captured.children] if self.captured is not None else [],
             "pool_bytes": self.pool_bytes,
             "warmup_peak_bytes": self.warmup_peak_bytes,
             "capture_ms": round(self.capture_seconds * 1e3, 3),
@@ -153,6 +154,9 @@ class StepGraphRunner:
     parked:
         ``parked()`` returns a context manager that parks state outside the buffers (e.g. a relay slot
         the step reads through views) at no-op values while a key is warmed up and captured.
+    before_capture:
+        ``before_capture(key)`` runs after the memory check and before the key's capture (e.g. capturing
+        per-stage graphs that the step then splices, :mod:`stepgraph.splice`).
     """
 
     def __init__(
@@ -166,6 +170,7 @@ class StepGraphRunner:
         guard: MemoryGuard | None = None,
         agree: Callable[[bool], bool] | None = None,
         parked: Callable[[], contextlib.AbstractContextManager] | None = None,
+        before_capture: Callable[[GraphKey], None] | None = None,
         name: str = "step",
     ) -> None:
         self.config = config or RunnerConfig()
@@ -190,6 +195,7 @@ class StepGraphRunner:
         self.buckets = Buckets(sizes)
         self.agree = agree
         self.parked = parked or contextlib.nullcontext
+        self.before_capture = before_capture
         self._keys: dict[GraphKey, KeyStats] = {}
         self._counters = _Counters()
         self._generation = 0
@@ -417,6 +423,8 @@ class StepGraphRunner:
                 stats.status, stats.runs_since_refusal = "refused", 0
                 stats.refusals += 1
                 return
+            if self.before_capture is not None:
+                self.before_capture(key)
             captured = self.backend.capture(lambda: self._call_step(bs, key.sampling))
         except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
             cause, hint = (e.cause, str(e)) if isinstance(e, CaptureError) else classify_capture_exception(e)
@@ -430,7 +438,8 @@ class StepGraphRunner:
             for n, t in saved.items():
                 self.buffers.tensors[n][:bs].copy_(t)
         stats.captured, stats.status, stats.error, stats.cause = captured, "captured", None, None
-        stats.pool_bytes, stats.capture_seconds = captured.pool_bytes, captured.seconds
+        stats.pool_bytes = captured.pool_bytes + sum(c.pool_bytes for c in captured.children)
+        stats.capture_seconds = captured.seconds + sum(c.seconds for c in captured.children)
         self._captured_list.append(captured)
         log.info(
             "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB)",

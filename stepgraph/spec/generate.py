@@ -92,6 +92,10 @@ class SpecDecoder:
         Stops a request when emitted (it is kept in the output).
     seed:
         Seeds requests without their own seed, and torch's generator for the torch sampling paths.
+    tp:
+        Tensor parallelism: rank 0's verify result is broadcast once per step (:mod:`stepgraph.spec.tp`).
+    splice_stages:
+        Build step graphs from spliced per-stage graphs (:mod:`stepgraph.splice`).
     """
 
     def __init__(
@@ -113,6 +117,7 @@ class SpecDecoder:
         config: RunnerConfig | None = None,
         seed: int = 0,
         tp: TensorParallel | None = None,
+        splice_stages: bool = False,
     ) -> None:
         self.target, self.draft = target, draft
         self.K = num_draft_tokens
@@ -137,6 +142,7 @@ class SpecDecoder:
             device=self.device,
             config=config,
             tp=tp,
+            splice_stages=splice_stages,
         )
         self.toggles = self.step.toggles
         self.stats = GenerationStats()

@@ -26,6 +26,8 @@ from stepgraph.runner import StepGraphRunner, StepOutputs
 from stepgraph.spec.pieces import Pieces
 from stepgraph.spec.relay import RelayState
 from stepgraph.spec.tp import TensorParallel
+from stepgraph.splice import SpliceError, StageGraph, splice
+from stepgraph.splice import support as splice_support
 
 
 class Target(Protocol):
@@ -65,6 +67,9 @@ class ChainStep:
     one_launch_argmax:
         Run each fused argmax kernel (verify, tail, draft steps) as one launch (a last-arriving program
         finishes each request) instead of two.
+    splice_stages:
+        Build each key's step graph from per-stage graphs (draft, verify, draft-extend) spliced as child
+        nodes, with the input copies and the relay store captured around them (:mod:`stepgraph.splice`).
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class ChainStep:
         config: RunnerConfig | None = None,
         tp: TensorParallel | None = None,
         one_launch_argmax: bool = True,
+        splice_stages: bool = False,
     ) -> None:
         if num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
@@ -98,6 +104,11 @@ class ChainStep:
         self.pieces = Pieces(self.toggles, num_draft_tokens, self.device, workspace if one_launch_argmax else None)
         self._j = torch.arange(num_draft_tokens + 1, device=self.device)
         buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
+        self._stages: dict[tuple[int, Sampling], list[StageGraph]] = {}
+        if splice_stages:
+            ok, why = splice_support()
+            if not ok and self.device.type == "cuda":
+                raise SpliceError(f"splice_stages=True but {why}")
         self.runner = StepGraphRunner(
             self._step,
             buffers,
@@ -105,27 +116,37 @@ class ChainStep:
             config=self.config,
             agree=tp.agree if tp is not None else None,
             parked=self.relay.parked,
+            before_capture=self._capture_stages if splice_stages else None,
             name="chain step",
         )
 
     # ------------------------------------------------------------------------------------------------
     def _step(self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
-        ctx = self.draft_stage(buf["slots"], batch)
-        self.verify_stage(ctx, sampling)
-        return self.extend_stage(ctx)
+        slots = buf["slots"]
+        st = self.relay.inputs(slots, batch)  # the step's input copies: one gather (or slot-0 views)
+        stages = self._stages.get((batch, sampling))
+        if stages is not None:  # splice the per-stage graphs; the glue around them is captured here
+            for stage in stages:
+                splice(stage)
+            out = stages[-1].outputs
+        else:
+            ctx = self.draft_stage(st, batch)
+            self.verify_stage(ctx, sampling)
+            out = self.extend_stage(ctx)
+        self.relay.commit(slots, batch)  # one relay store (nothing for a single request)
+        return out
 
     # The three stages (draft / verify / draft-extend) are also usable one by one: the per-stage graphs
-    # of the benchmark, and backends that capture their own stage graphs (stepgraph.splice).
-    def draft_stage(self, slots: torch.Tensor, batch: int) -> dict:
-        """Gather the batch's state and run K-1 topk-1 draft steps. Returns the step context."""
-        st = self.relay.inputs(slots, batch)
+    # of the benchmark, and the child graphs of splice mode.
+    def draft_stage(self, st: dict, batch: int) -> dict:
+        """K-1 topk-1 draft steps from the gathered state ``st``. Returns the step context."""
         s, rows = st["seq_len"], st["cache_row"]
         drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
         for i in range(1, self.K):
             logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
             tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
             drafts.append(tok)
-        return {"slots": slots, "batch": batch, "state": st, "drafts": torch.stack(drafts, 1)}  # drafts [B, K]
+        return {"batch": batch, "state": st, "drafts": torch.stack(drafts, 1)}  # drafts [B, K]
 
     def verify_stage(self, ctx: dict, sampling: Sampling) -> None:
         """Target forward over ``[t, d_1..d_K]`` and acceptance (greedy or sampled); TP broadcast."""
@@ -144,14 +165,26 @@ class ChainStep:
         ctx.update(verify=v, hidden=hidden, positions=positions, out=out)
 
     def extend_stage(self, ctx: dict) -> dict[str, torch.Tensor]:
-        """Draft over the K+1 verified positions, the fused tail, and the relay store."""
+        """Draft over the K+1 verified positions and the fused tail (the relay store follows in the step)."""
         v, out, batch = ctx["verify"], ctx["out"], ctx["batch"]
         rows = ctx["state"]["cache_row"]
         d_logits, d_hidden = self.draft(v.extend_tokens, ctx["positions"] + 1, ctx["hidden"], rows)  # [B, K+1, V]
         flat = batch * (self.K + 1)
         self.pieces.tail(d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), v.select, out["draft"], out["hidden"])
-        self.relay.commit(ctx["slots"], batch)
         return {"tokens": v.tokens, "num_accepted": v.num_accepted}
+
+    def _capture_stages(self, key) -> None:
+        """Splice mode: capture draft, verify and draft-extend as child graphs for ``key`` (called by the
+        runner after its memory check, on parked state), each primed with one replay for the next."""
+        batch, sampling = key.batch_size, key.sampling
+        st = self.relay.inputs(self.runner.buffers.views(batch)["slots"], batch)
+        backend = self.runner.backend
+        opts = {"pool": backend._pool(), "stream": backend.stream}
+        draft = StageGraph(lambda: self.draft_stage(st, batch), name=f"draft {key}", **opts)
+        ctx = draft.outputs
+        verify = StageGraph(lambda: self.verify_stage(ctx, sampling) or ctx, name=f"verify {key}", **opts)
+        extend = StageGraph(lambda: self.extend_stage(ctx), name=f"draft-extend {key}", **opts)
+        self._stages[(batch, sampling)] = [draft, verify, extend]
 
     # ------------------------------------------------------------------------------------------------
     def run(self, slots: torch.Tensor | None, sampling: Sampling, *, batch_size: int | None = None) -> StepOutputs:
@@ -182,4 +215,9 @@ class ChainStep:
         apply()
 
     def release(self) -> None:
+        """Release the step graphs, then the per-stage graphs they held (splice mode)."""
         self.runner.release()
+        for stages in self._stages.values():
+            for stage in stages:
+                stage.release()
+        self._stages.clear()

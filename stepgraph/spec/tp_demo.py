@@ -1,0 +1,103 @@
+"""A tensor-parallel decode worker on the example model (used by the TP tests and benchmark).
+
+Every rank holds the same example model (replicated weights); what the ranks must agree on is the
+verify result, which :class:`~stepgraph.spec.tp.TensorParallel` broadcasts from rank 0 once per step.
+``perturb`` adds noise to rank 1's verify logits, so without the broadcast the ranks would diverge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from stepgraph.config import RunnerConfig, Toggles
+from stepgraph.examples.model import build
+from stepgraph.spec.generate import SpecDecoder
+from stepgraph.spec.tp import TensorParallel
+
+
+class _Perturbed:
+    """Adds large noise to the verify forward's logits (``T == K + 1``) of one rank."""
+
+    def __init__(self, model, k1: int, seed: int) -> None:
+        self.model, self.k1 = model, k1
+        self.gen = torch.Generator(device=model.device).manual_seed(seed)
+        self.__dict__.update({k: getattr(model, k) for k in ("cfg", "device", "dtype")})
+
+    def __call__(self, tokens, positions, rows):
+        logits, hidden = self.model(tokens, positions, rows)
+        if tokens.shape[1] == self.k1:
+            noise = torch.randn(logits.shape, generator=self.gen, device=logits.device, dtype=torch.float32)
+            logits = logits + (noise * 10).to(logits.dtype)
+        return logits, hidden
+
+
+def prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (int(k),), generator=g).tolist() for k in torch.randint(3, 12, (n,), generator=g)]
+
+
+def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
+    """One rank: init the process group, decode, write ``rank{r}.json`` into ``out_dir``."""
+    backend = opts.get("backend", "gloo")
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        preset = opts.get("preset", "tiny")
+        target, draft = build(preset, device=device, dtype=dtype, **opts.get("overrides", {}))
+        K = opts.get("k", 3)
+        model = _Perturbed(target, K + 1, seed=rank) if (opts.get("perturb") and rank == 1) else target
+        tp = TensorParallel(packed=opts.get("packed", True)) if opts.get("tp", True) else None
+        toggles = Toggles.all(True) if opts.get("graphs", device.type == "cuda") else Toggles.all(False)
+        dec = SpecDecoder.for_example(
+            target, draft, num_draft_tokens=K, max_batch=opts.get("batch", 4),
+            config=RunnerConfig(toggles=toggles, progress=False), tp=tp,
+        )  # fmt: skip
+        dec.step.target = model  # the step's verify sees the (perturbed) logits; prefill does not
+        p = prompts(opts.get("requests", 4), target.cfg.vocab_size)
+        record = {"rank": rank}
+        if device.type == "cuda":
+            dec.warmup(opts.get("batch", 4))
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = dec.generate(p, max_new_tokens=opts.get("max_new_tokens", 16))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        record.update(
+            outputs=out,
+            steps=dec.stats.steps,
+            broadcasts=tp.broadcasts if tp else 0,
+            seconds=time.perf_counter() - t0,
+            info=dec.info(),
+        )
+        if opts.get("time_steps") and device.type == "cuda":
+            record["step_ms"] = _time_step(dec, opts.get("batch", 4))
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record, default=str))
+    finally:
+        dist.destroy_process_group()
+
+
+def _time_step(dec: SpecDecoder, B: int, steps: int = 50) -> float:
+    """Mean time of back-to-back step replays at batch B (collective inside the graph), ms."""
+    key = dec.runner.key_for(B)
+    captured = dec.runner.stats(key).captured
+    if captured is None:
+        return float("nan")
+    saved = {n: f.clone() for n, f in dec.step.relay.fields.items()}
+    dist.barrier()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        captured.replay()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / steps * 1e3
+    for n, f in dec.step.relay.fields.items():
+        f.copy_(saved[n])
+    return ms

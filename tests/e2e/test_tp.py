@@ -1,0 +1,83 @@
+"""Tensor parallelism on CPU: two gloo processes; rank 1's verify logits are perturbed."""
+
+import json
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from stepgraph.spec.tp_demo import worker
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(tmp_path, **opts):
+    mp.spawn(worker, args=(2, _port(), str(tmp_path), opts), nprocs=2, join=True)
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_one_packed_broadcast_per_step_makes_ranks_agree(tmp_path):
+    r0, r1 = _run(tmp_path, perturb=True, packed=True)
+    assert r0["outputs"] == r1["outputs"]  # rank 1 holds rank 0's result bit for bit
+    assert r0["broadcasts"] == r0["steps"] == r1["broadcasts"] == r1["steps"]  # exactly one per step
+
+
+def test_per_field_broadcasts_agree_too(tmp_path):
+    r0, r1 = _run(tmp_path, perturb=True, packed=False)
+    assert r0["outputs"] == r1["outputs"]
+    assert r0["broadcasts"] == 6 * r0["steps"]
+
+
+def test_without_broadcast_the_perturbed_rank_diverges(tmp_path):
+    r0, r1 = _run(tmp_path, perturb=True, tp=False)
+    assert r0["outputs"] != r1["outputs"]  # the test above can fail
+
+
+def agree_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    """Capture decisions must agree: rank 1's scripted memory refuses, so both ranks refuse."""
+    from stepgraph import Buffer, RunnerConfig, StepGraphRunner, Toggles
+    from stepgraph.keys import GraphKey, Sampling
+    from stepgraph.memory import MemoryGuard, MemoryReading, ReleaseBudget
+    from stepgraph.spec.tp import TensorParallel
+    from tests.helpers import ScriptedReader, SimulatedBackend
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        free = (1 << 40) if rank == 0 else 0
+        reader = ScriptedReader(MemoryReading(free=free, total=1 << 41, reserved=0, allocated=0))
+        tp = TensorParallel()
+        runner = StepGraphRunner(
+            lambda buf, bs, s: {"y": buf["x"] * 2},
+            {"x": Buffer((4,), torch.float32)},
+            device="cpu",
+            config=RunnerConfig(toggles=Toggles(), buckets=(1, 2, 4), progress=False),
+            backend=SimulatedBackend(reader),
+            guard=MemoryGuard(reader, 0, budget=ReleaseBudget()),
+            agree=tp.agree,
+        )
+        runner.run({"x": torch.ones(2)})
+        status = runner.stats(GraphKey(2, Sampling.GREEDY)).status
+        with open(f"{out_dir}/agree{rank}.json", "w") as f:
+            json.dump({"status": status, "refusals": runner.info()["memory_refusals"]}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_memory_refusal_on_one_rank_is_a_refusal_on_all(tmp_path):
+    mp.spawn(agree_worker, args=(2, _port(), str(tmp_path)), nprocs=2, join=True)
+    r = [json.loads((tmp_path / f"agree{i}.json").read_text()) for i in range(2)]
+    assert r[0]["status"] == r[1]["status"] == "refused"
+    assert r[0]["refusals"] == 0 and r[1]["refusals"] == 1  # rank 0 allowed locally, outvoted by rank 1
+
+
+def test_tensor_parallel_needs_an_initialised_group():
+    from stepgraph.spec.tp import TensorParallel
+
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        TensorParallel()
