@@ -45,9 +45,16 @@ class Setup:
         g = torch.Generator().manual_seed(0)
         self.prompts = [torch.randint(0, 151936, (PROMPT,), generator=g).tolist() for _ in range(B)]
 
-    def decoder(self, name: str, toggles: Toggles, buckets=None) -> SpecDecoder:
+    def decoder(self, name: str, toggles: Toggles, buckets=None, splice_stages=False) -> SpecDecoder:
         cfg = RunnerConfig(toggles=toggles, progress=False, buckets=buckets or (self.B,))
-        dec = SpecDecoder.for_example(self.target, self.draft, num_draft_tokens=K, max_batch=max(self.B, 8), config=cfg)
+        dec = SpecDecoder.for_example(
+            self.target,
+            self.draft,
+            num_draft_tokens=K,
+            max_batch=max(self.B, 8),
+            config=cfg,
+            splice_stages=splice_stages,
+        )
         reqs = [dec._new_request(p, 64, dec_params()) for p in self.prompts]
         for r in reqs:
             dec._prefill(r)
@@ -126,6 +133,21 @@ def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
 
     device_ms = time_steps(device_once, dec, steps=100)
     return sync_ms, device_ms, runner.stats(key).capture_seconds * 1e3
+
+
+def mode_spliced(setup: Setup) -> tuple[float, float]:
+    """The step graph built from spliced per-stage graphs (stepgraph.splice): sync and device time."""
+    dec = setup.decoder("spliced", Toggles.all(True), splice_stages=True)
+    dec.step.run(dec.slots, Sampling.GREEDY)
+    runner = dec.step.runner
+    assert runner.info()["captured_keys"], runner.info()
+
+    def once():
+        dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
+
+    sync_ms = time_steps(once, dec)
+    graph = runner.stats(runner.key_for(setup.B)).captured
+    return sync_ms, time_steps(graph.replay, dec, steps=100)
 
 
 def mode_per_stage(setup: Setup) -> float:
@@ -246,8 +268,8 @@ def main() -> None:
     record = {"env": env_record(), "layers": args.layers, "K": K, "prompt_len": PROMPT, "results": {}}
     rows = [
         "| B | eager (ms) | eager, fused pieces (ms) | per-stage graphs + sync (ms) | step graph (ms) | device time (ms) | occupancy | host overhead (us) "
-        "| vs eager | torch.compile r-o (ms) | vs compile | capture (ms) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| vs eager | torch.compile r-o (ms) | vs compile | capture (ms) | spliced step graph (ms) | spliced device (ms) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
         setup = Setup(B, args.layers, max_requests=max(B, 8) + 1)
@@ -255,6 +277,7 @@ def main() -> None:
         eager_fused = mode_eager_fused(setup)
         stages = mode_per_stage(setup)
         graph, device, capture_ms = mode_step_graph(setup)
+        spliced, spliced_device = mode_spliced(setup)
         comp = (
             mode_compile(setup) if (B == 1 and not args.no_compile) else {"ms": None, "note": "not run (batch 1 only)"}
         )
@@ -269,6 +292,8 @@ def main() -> None:
             "speedup_vs_eager": eager / graph,
             "compile": comp,
             "capture_ms": capture_ms,
+            "spliced_ms": spliced,
+            "spliced_device_ms": spliced_device,
         }
         if comp.get("ms"):
             res["speedup_vs_compile"] = comp["ms"] / graph
@@ -277,7 +302,7 @@ def main() -> None:
         rows.append(
             f"| {B} | {eager:.3f} | {eager_fused:.3f} | {stages:.3f} | {graph:.3f} | {device:.3f} | {res['occupancy'] * 100:.1f}% | "
             f"{res['host_overhead_us']:.1f} | {res['speedup_vs_eager']:.2f}x | {c} | "
-            f"{res.get('speedup_vs_compile', float('nan')):.2f}x | {capture_ms:.1f} |"
+            f"{res.get('speedup_vs_compile', float('nan')):.2f}x | {capture_ms:.1f} | {spliced:.3f} | {spliced_device:.3f} |"
         )
         del setup
         torch.cuda.empty_cache()

@@ -1,0 +1,156 @@
+"""chain_verify_sampling: exact rule checks, the emitted distribution, seeds, offsets, greedy rows."""
+
+import pytest
+import torch
+
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref, sampling_probs
+from stepgraph.kernels.greedy_verify import greedy_chain_verify_ref
+from tests.conftest import HAS_CUDA
+
+DEV = "cuda" if HAS_CUDA else "cpu"
+
+
+def params(B, T=1.0, k=0, p=1.0, seed0=0):
+    return (
+        torch.full((B,), T, device=DEV),
+        torch.full((B,), k, device=DEV, dtype=torch.int64),
+        torch.full((B,), p, device=DEV),
+        torch.arange(B, device=DEV, dtype=torch.int64) + seed0,
+        torch.zeros(B, device=DEV, dtype=torch.int64),
+    )
+
+
+def exact_law(q, drafts):
+    """P(n accepted, final token x) for target-only chain verification with distributions q [K+1, V]."""
+    K1, V = q.shape
+    law, acc = {}, 1.0
+    for j in range(K1):
+        for x in range(V):
+            if j < K1 - 1 and x == drafts[j]:
+                continue
+            law[(j, x)] = acc * q[j, x].item()
+        if j < K1 - 1:
+            acc *= q[j, drafts[j]].item()
+    return law
+
+
+def tv_distance(out, law, B):
+    counts = {}
+    for n, x in zip(out.num_accepted.tolist(), out.bonus.tolist()):
+        counts[(n, x)] = counts.get((n, x), 0) + 1
+    keys = set(law) | set(counts)
+    return 0.5 * sum(abs(counts.get(k, 0) / B - law.get(k, 0.0)) for k in keys)
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_one_hot_distributions_are_deterministic(filtered):
+    B, K, V = 3, 3, 40
+    logits = torch.full((B, K + 1, V), -1e4, device=DEV)
+    targets = torch.randint(0, V, (B, K + 1), device=DEV)
+    logits.scatter_(2, targets[..., None], 0.0)  # one-hot after softmax
+    drafts = targets[:, :K].clone()
+    drafts[1, 1] = (drafts[1, 1] + 1) % V
+    out = chain_verify_sampling(
+        logits, drafts, *params(B, 1.0, 5 if filtered else 0, 0.9 if filtered else 1.0), filtered=filtered
+    )
+    assert out.num_accepted.tolist() == [3, 1, 3]
+    assert out.tokens[1].tolist() == [targets[1, 0].item(), targets[1, 1].item(), -1, -1]
+    assert out.bonus[0].item() == targets[0, 3].item()
+
+
+@pytest.mark.parametrize("filtered,k,p", [(False, 0, 1.0), (True, 3, 1.0), (True, 0, 0.7)])
+def test_kernel_emits_the_target_distribution(filtered, k, p):
+    """TV distance between the kernel's (n, token) outcomes and the exact law. With N draws and M outcomes
+    the expected distance is about sqrt(M / (2 pi N)); the bound is 3x that. Triton's interpreter runs
+    Philox per element in Python, so on CPU this is a smoke check with few draws; the GPU test
+    (tests/gpu) draws 200,000 and bounds the distance at 0.01."""
+    torch.manual_seed(1)
+    V, K = 5, 1
+    B = 4000 if HAS_CUDA else (100 if filtered else 200)
+    logits1 = torch.randn(1, K + 1, V, device=DEV) * 1.5
+    drafts1 = torch.tensor([[2]], device=DEV)
+    T, tk, tp, seed, off = params(B, 1.0, k, p)
+    out = chain_verify_sampling(
+        logits1.expand(B, -1, -1).contiguous(),
+        drafts1.expand(B, -1).contiguous(),
+        T,
+        tk,
+        tp,
+        seed,
+        off,
+        filtered=filtered,
+    )
+    q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], filtered=filtered)[0].double()
+    law = exact_law(q, drafts1[0].tolist())
+    bound = 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5  # 0.03 on the GPU, 0.2 / 0.28 on CPU
+    assert tv_distance(out, law, B) < bound
+
+
+@pytest.mark.parametrize("filtered,k,p", [(False, 0, 1.0), (True, 3, 1.0), (True, 0, 0.7), (True, 2, 0.8)])
+def test_torch_reference_emits_the_target_distribution(filtered, k, p):
+    torch.manual_seed(2)
+    V, K, B = 6, 2, 100_000
+    logits1 = torch.randn(1, K + 1, V) * 1.5
+    drafts1 = torch.tensor([[2, 4]])
+    T, tk, tp, seed, off = (t.cpu() for t in params(B, 0.9, k, p))
+    out = chain_verify_sampling_ref(
+        logits1.expand(B, -1, -1), drafts1.expand(B, -1), T, tk, tp, seed, off, filtered=filtered
+    )
+    q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], filtered=filtered)[0].double()
+    assert tv_distance(out, exact_law(q, [2, 4]), B) < 0.01
+
+
+def test_filters_keep_the_documented_sets():
+    logits = torch.tensor([[[3.0, 1.0, 2.0, 2.0, 0.0]]])
+    one = torch.ones(1)
+    q = sampling_probs(logits, one, torch.tensor([2]), one, filtered=True)[0, 0]
+    assert (q > 0).tolist() == [True, False, True, True, False]  # top-2 keeps the tie at the 2nd value
+    q = sampling_probs(logits, one, torch.tensor([0]), torch.tensor([0.5]), filtered=True)[0, 0]
+    assert (q > 0).tolist() == [True, False, False, False, False]  # mass of strictly larger < 0.5 only for 3.0
+
+
+def test_seeded_runs_reproduce_and_offsets_advance():
+    B, K, V = 2, 2, 60
+    logits = torch.randn(B, K + 1, V, device=DEV)
+    drafts = torch.argmax(logits, -1)[:, :K].contiguous()
+    T, tk, tp, seed, off = params(B, 1.3, 20, 0.95)
+    a = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), filtered=True).tokens
+    b = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), filtered=True).tokens
+    assert torch.equal(a, b)
+    chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=True)
+    assert off.tolist() == [1, 1]
+    draws = {
+        tuple(chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=False).tokens.flatten().tolist())
+        for _ in range(4)
+    }
+    assert len(draws) > 1  # each call (each graph replay) advances the offset: fresh numbers
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_greedy_and_degenerate_rows_give_greedy_results(filtered):
+    B, K, V = 6, 3, 500
+    logits = torch.randn(B, K + 1, V, device=DEV)
+    logits[3, 1, 7] = float("nan")  # degenerate row -> greedy rule (first NaN)
+    logits[4, 0] = float("-inf")
+    logits[5, 2, 9] = float("inf")
+    drafts = torch.argmax(logits, -1)[:, :K].clone()
+    drafts[0, 0] += 1
+    T, tk, tp, seed, off = params(B, 0.0)
+    T[3:] = 1.0  # rows 3.. sample, but their degenerate rows fall back to greedy
+    out = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered)
+    ref = greedy_chain_verify_ref(logits, drafts)
+    assert torch.equal(out.num_accepted[:3], ref.num_accepted[:3]) and torch.equal(out.bonus[:3], ref.bonus[:3])
+    assert out.tokens[3, 1].item() in (7, -1) or out.num_accepted[3].item() == 0
+
+
+def test_bad_inputs():
+    B, K, V = 2, 2, 10
+    logits = torch.randn(B, K + 1, V, device=DEV)
+    d = torch.zeros(B, K, dtype=torch.long, device=DEV)
+    T, tk, tp, seed, off = params(B)
+    with pytest.raises(ValueError, match="temperature"):
+        chain_verify_sampling(logits, d, T.double(), tk, tp, seed, off)
+    with pytest.raises(ValueError, match="seed"):
+        chain_verify_sampling(logits, d, T, tk, tp, seed[:1], off)
+    with pytest.raises(ValueError, match="draft_tokens"):
+        chain_verify_sampling(logits, d[:, :1], T, tk, tp, seed, off)

@@ -1,0 +1,116 @@
+import pytest
+import torch
+
+from stepgraph.kernels.input_copy import StaticCopy, input_copy, input_copy_ref
+from stepgraph.kernels.inventory import KERNELS, print_inventory
+from stepgraph.kernels.relay import (
+    RelayGather,
+    RelayStore,
+    check_slots,
+    relay_gather,
+    relay_gather_ref,
+    relay_store,
+    relay_store_ref,
+)
+from tests.conftest import HAS_CUDA
+
+DEV = "cuda" if HAS_CUDA else "cpu"
+
+
+def fields(S=7):
+    return [
+        torch.randn(S, 33, device=DEV).bfloat16(),
+        torch.arange(S, device=DEV),
+        torch.randint(0, 9, (S,), device=DEV, dtype=torch.int32),
+        torch.rand(S, device=DEV),
+        torch.rand(S, 3, device=DEV) > 0.5,
+    ]
+
+
+def sources(B=5):
+    return [
+        torch.randn(B, 33, device=DEV).bfloat16(),
+        torch.arange(B, device=DEV) + 100,
+        torch.arange(B, device=DEV, dtype=torch.int32) + 50,
+        torch.rand(B, device=DEV),
+        torch.rand(B, 3, device=DEV) > 0.5,
+    ]
+
+
+def test_relay_store_one_launch_equals_per_field():
+    slots = torch.tensor([3, -1, 0, 6, 2], device=DEV)
+    a, b = fields(), fields()
+    for x, y in zip(a, b):
+        y.copy_(x)
+    src = sources()
+    RelayStore(a, src)(slots)
+    relay_store_ref(b, src, slots)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    relay_store(a, src, slots)  # functional form
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_relay_store_scratch_row_path_is_graph_safe_and_equal():
+    slots = torch.tensor([3, -1, 0, -1, 2], device=DEV)
+    a, b = fields(8), fields(8)
+    for x, y in zip(a, b):
+        y.copy_(x)
+    src = sources()
+    RelayStore(a, src, fused=False, scratch_row=7)(slots)
+    relay_store_ref(b, src, slots)
+    assert all(torch.equal(x[:7], y[:7]) for x, y in zip(a, b))  # row 7 is scratch
+
+
+def test_relay_gather_pads_and_skips_out_of_range():
+    f = fields()
+    slots = torch.tensor([4, -1, 0, 99], device=DEV)  # 99: out of range -> pad, never read
+    pads = [0.0, -1, 3, 0.5, True]
+    outs = [torch.empty(4, *t.shape[1:], dtype=t.dtype, device=DEV) for t in f]
+    ref = [torch.empty_like(o) for o in outs]
+    RelayGather(f, outs, pads)(slots)
+    relay_gather_ref(f, ref, torch.where(slots >= 7, -1, slots), pads)
+    assert all(torch.equal(x, y) for x, y in zip(outs, ref))
+    outs2 = [torch.empty_like(o) for o in outs]
+    relay_gather(f, outs2, slots, pads)
+    assert all(torch.equal(x, y) for x, y in zip(outs, outs2))
+
+
+def test_check_slots_reports_out_of_range():
+    check_slots(torch.tensor([0, -1, 6]), 7)
+    with pytest.raises(ValueError, match=r"\[0, 7\)"):
+        check_slots(torch.tensor([0, 7]), 7)
+    with pytest.raises(ValueError, match="integer"):
+        check_slots(torch.tensor([0.0]), 7)
+
+
+def test_relay_errors():
+    with pytest.raises(ValueError, match="dtype"):
+        RelayStore([torch.zeros(4, device=DEV)], [torch.zeros(4, dtype=torch.int64, device=DEV)])
+    with pytest.raises(ValueError, match="rows"):
+        RelayStore([torch.zeros(4, 2, device=DEV)], [torch.zeros(4, 3, device=DEV)])
+
+
+def test_static_copy_and_functional_copy():
+    srcs, dsts = sources(), [torch.zeros(8, *s.shape[1:], dtype=s.dtype, device=DEV) for s in sources()]
+    ref = [d.clone() for d in dsts]
+    pads = [1.0, -1, 2, 0.25, False]
+    StaticCopy(srcs, dsts, pads)(5, 7)
+    input_copy_ref(srcs, ref, 5, 7, pads)
+    assert all(torch.equal(a, b) for a, b in zip(dsts, ref))
+    dsts2 = [torch.zeros_like(d) for d in dsts]
+    input_copy(srcs, dsts2, 5, 7, pads)
+    assert all(torch.equal(a, b) for a, b in zip(dsts2, ref))
+
+
+def test_inventory_lists_every_kernel(capsys):
+    names = {k.name for k in KERNELS}
+    assert {"greedy_chain_verify", "chain_verify_sampling", "draft_extend_tail", "relay_store", "input_copy"} <= names
+    from rich.console import Console
+
+    console = Console(record=True, width=300)
+    print_inventory(console)
+    text = console.export_text()
+    for k in KERNELS:
+        assert k.name in text
+        mod, _, fn = k.launcher.rpartition(".")
+        assert hasattr(__import__(mod, fromlist=[fn]), fn)  # the launcher exists
