@@ -1,0 +1,144 @@
+"""Hugging Face transformers adapter: speculative decoding with a target and a draft causal LM.
+
+Both models keep their weights; stepgraph gives each a static KV cache indexed by request row, with a
+position per row (:class:`RowCache`), and passes a 4-D attention mask, so a forward over ``[B, T]``
+tokens at per-request positions is graph-safe. A plain draft model ignores the target's hidden states.
+
+Greedy policy: in float32 the speculative output equals the target's own greedy ``generate()`` token for
+token (tested on CPU). In bf16 on the GPU the verify forward (K+1 tokens) and a one-token decode use
+different GEMM shapes, whose roundings differ; near-ties can then resolve differently from ``generate()``.
+What stepgraph guarantees there is that the step graph equals the eager step at the same padded shape
+bit for bit; the agreement rate with ``generate()`` is measured, not promised.
+
+Needs the optional ``hf`` extra (``pip install 'stepgraph[hf]'``).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from stepgraph.config import RunnerConfig
+from stepgraph.spec.generate import SpecDecoder
+
+
+class RowCache:
+    """A static KV cache for an HF decoder: ``[layers, rows + 1, kv_heads, max_seq_len, head_dim]``.
+
+    Before each forward, :attr:`rows` (``[B]``) and :attr:`positions` (``[B, T]``) say where the new keys
+    and values go; ``update`` writes them there and returns the rows' whole caches. Row ``rows`` (the
+    last) is the scratch row for padded batch rows.
+    """
+
+    is_compileable = False
+
+    def __init__(self, config, max_requests: int, max_seq_len: int, device, dtype) -> None:
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        shape = (config.num_hidden_layers, max_requests + 1, kv_heads, max_seq_len, head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.scratch_row = max_requests
+        self.rows: torch.Tensor | None = None
+        self.positions: torch.Tensor | None = None
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        B, _, T, _ = key_states.shape  # [B, KVH, T, hd]
+        r = self.rows[:, None].expand(B, T)
+        self.k[layer_idx][r, :, self.positions] = key_states.transpose(1, 2)
+        self.v[layer_idx][r, :, self.positions] = value_states.transpose(1, 2)
+        return self.k[layer_idx][self.rows], self.v[layer_idx][self.rows]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # positions are always passed explicitly
+
+
+class HFCausalLM:
+    """``lm(tokens [B, T], positions [B, T], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, D])``.
+
+    ``draft=True`` makes it a draft callable (an extra ``hidden`` argument, ignored).
+    """
+
+    def __init__(self, model, *, max_requests: int, max_seq_len: int) -> None:
+        self.model = model.eval()
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.config = model.config
+        self.cache = RowCache(model.config, max_requests, max_seq_len, self.device, self.dtype)
+        self.key_pos = torch.arange(max_seq_len, device=self.device)
+        # transformers renamed the cache argument (past_key_values -> cache, 5.2x); use whichever exists
+        params = inspect.signature(model.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    def __call__(self, tokens, positions, cache_rows, hidden=None):
+        self.cache.rows, self.cache.positions = cache_rows, positions
+        visible = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        mask = torch.zeros(visible.shape, device=self.device, dtype=self.dtype).masked_fill_(~visible, float("-inf"))
+        with torch.no_grad():
+            kwargs = {self._cache_kw: self.cache}
+            out = self.model.model(
+                input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs
+            )
+            h = out.last_hidden_state
+            return self.model.lm_head(h), h
+
+
+class _AsDraft:
+    def __init__(self, lm: HFCausalLM) -> None:
+        self.lm = lm
+        self.hidden_size = lm.hidden_size
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        return self.lm(tokens, positions, cache_rows)
+
+
+def hf_spec_decoder(
+    target_model,
+    draft_model,
+    *,
+    max_requests: int = 8,
+    max_seq_len: int = 512,
+    num_draft_tokens: int = 3,
+    max_batch: int | None = None,
+    config: RunnerConfig | None = None,
+    eos_token_id: int | None = None,
+    seed: int = 0,
+) -> SpecDecoder:
+    """A :class:`SpecDecoder` over two HF causal LMs sharing a vocabulary (e.g. ``LlamaForCausalLM``).
+
+    The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
+    ``max_seq_len`` positions.
+    """
+    if target_model.config.vocab_size != draft_model.config.vocab_size:
+        raise ValueError(
+            f"target and draft vocabularies differ ({target_model.config.vocab_size} vs {draft_model.config.vocab_size})"
+        )
+    target = HFCausalLM(target_model, max_requests=max_requests, max_seq_len=max_seq_len)
+    draft = HFCausalLM(draft_model, max_requests=max_requests, max_seq_len=max_seq_len)
+    return SpecDecoder(
+        target,
+        _AsDraft(draft),
+        num_draft_tokens=num_draft_tokens,
+        max_requests=max_requests,
+        max_seq_len=max_seq_len,
+        vocab_size=target.vocab_size,
+        draft_hidden_size=draft.hidden_size,
+        target_hidden_size=target.hidden_size,
+        hidden_dtype=draft.dtype,
+        scratch_cache_row=max_requests,
+        device=target.device,
+        max_batch=max_batch,
+        eos_token_id=eos_token_id,
+        config=config,
+        seed=seed,
+    )
