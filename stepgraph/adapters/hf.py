@@ -119,10 +119,9 @@ def hf_spec_decoder(
     The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
     ``max_seq_len`` positions.
     """
-    if target_model.config.vocab_size != draft_model.config.vocab_size:
-        raise ValueError(
-            f"target and draft vocabularies differ ({target_model.config.vocab_size} vs {draft_model.config.vocab_size})"
-        )
+    tv, dv = target_model.config.vocab_size, draft_model.config.vocab_size
+    if tv != dv:
+        raise ValueError(f"target and draft vocabularies differ ({tv} vs {dv}); the draft must share the tokenizer")
     target = HFCausalLM(target_model, max_requests=max_requests, max_seq_len=max_seq_len)
     draft = HFCausalLM(draft_model, max_requests=max_requests, max_seq_len=max_seq_len)
     return SpecDecoder(
