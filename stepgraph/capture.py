@@ -127,6 +127,7 @@ class CudaGraphBackend:
         if failure is not None:
             outputs = None
             _discard(graph)
+            restore_generator(self.device)
             torch.cuda.synchronize(self.device)
             cause, hint, text = failure
             raise CaptureError(f"{hint}. Cause: {text}", cause=cause)
@@ -152,6 +153,19 @@ class CudaGraphBackend:
         gc.collect()
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()
+
+
+def restore_generator(device: torch.device) -> None:
+    """Take the default CUDA generator out of capture mode after a failed capture.
+
+    ``CUDAGraph.capture_end`` raises before its RNG epilogue when CUDA rejects the capture, which leaves
+    the generator "capturing": every later random op in the process then fails with "Offset increment
+    outside graph capture encountered unexpectedly". A clone of its state (same seed and offset) is not
+    capturing; installing it repairs the generator.
+    """
+    gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    if hasattr(gen, "graphsafe_set_state") and hasattr(gen, "clone_state"):
+        gen.graphsafe_set_state(gen.clone_state())
 
 
 def _discard(graph: torch.cuda.CUDAGraph) -> None:

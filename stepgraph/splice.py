@@ -133,8 +133,14 @@ class StageGraph:
         reserved0 = torch.cuda.memory_reserved()
         t0 = time.perf_counter()
         self.graph = torch.cuda.CUDAGraph(keep_graph=True)
-        with torch.cuda.graph(self.graph, pool=pool, stream=stream):
-            self.outputs = fn()
+        try:
+            with torch.cuda.graph(self.graph, pool=pool, stream=stream):
+                self.outputs = fn()
+        except Exception:
+            from stepgraph.capture import restore_generator
+
+            restore_generator(torch.device("cuda", torch.cuda.current_device()))
+            raise
         self.graph.instantiate()
         self.graph.replay()  # prime: the outputs hold real values for whoever warms up next
         torch.cuda.synchronize()
