@@ -127,7 +127,7 @@ class CudaGraphBackend:
         if failure is not None:
             outputs = None
             _discard(graph)
-            restore_generator(self.device)
+            restore_generator(self.device, self.stream)
             torch.cuda.synchronize(self.device)
             cause, hint, text = failure
             raise CaptureError(f"{hint}. Cause: {text}", cause=cause)
@@ -155,17 +155,24 @@ class CudaGraphBackend:
         torch.cuda.empty_cache()
 
 
-def restore_generator(device: torch.device) -> None:
+def restore_generator(device: torch.device, stream: torch.cuda.Stream) -> None:
     """Take the default CUDA generator out of capture mode after a failed capture.
 
-    ``CUDAGraph.capture_end`` raises before its RNG epilogue when CUDA rejects the capture, which leaves
-    the generator "capturing": every later random op in the process then fails with "Offset increment
-    outside graph capture encountered unexpectedly". A clone of its state (same seed and offset) is not
-    capturing; installing it repairs the generator.
+    ``CUDAGraph.capture_end`` can raise before its RNG epilogue (CUDA rejected the capture, or torch's own
+    checks failed), which leaves the generator "capturing": every later random op in the process then
+    fails with "Offset increment outside graph capture encountered unexpectedly". Capturing one trivial
+    kernel runs the generator's capture prologue and epilogue again, which leaves it out of capture mode
+    whatever state it was in (the same thing a later successful capture does).
     """
-    gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
-    if hasattr(gen, "graphsafe_set_state") and hasattr(gen, "clone_state"):
-        gen.graphsafe_set_state(gen.clone_state())
+    scratch = torch.zeros(1, device=device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        graph.capture_begin(capture_error_mode="relaxed")
+        try:
+            scratch.add_(1)
+        finally:
+            graph.capture_end()
+    graph.reset()
 
 
 def _discard(graph: torch.cuda.CUDAGraph) -> None:
@@ -176,6 +183,13 @@ def _discard(graph: torch.cuda.CUDAGraph) -> None:
 
 @contextmanager
 def _sync_debug_error():
+    """Make host syncs raise during the last warm-up. The mode is process-wide, so it is skipped while a
+    NCCL process group is up (its background threads use CUDA too)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        yield
+        return
     previous = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
     try:

@@ -139,7 +139,7 @@ class StageGraph:
         except Exception:
             from stepgraph.capture import restore_generator
 
-            restore_generator(torch.device("cuda", torch.cuda.current_device()))
+            restore_generator(torch.device("cuda", torch.cuda.current_device()), stream)
             raise
         self.graph.instantiate()
         self.graph.replay()  # prime: the outputs hold real values for whoever warms up next

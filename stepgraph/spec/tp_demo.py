@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -44,7 +45,12 @@ def prompts(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
 def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
     """One rank: init the process group, decode, write ``rank{r}.json`` into ``out_dir``."""
     backend = opts.get("backend", "gloo")
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    log = Path(out_dir, f"rank{rank}.log")
+    say = lambda msg: log.open("a").write(f"{time.strftime('%H:%M:%S')} {msg}\n")  # noqa: E731 - progress for hangs
+    say("init_process_group")
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+    )
     try:
         device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
         if device.type == "cuda":
@@ -64,10 +70,13 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
         p = prompts(opts.get("requests", 4), target.cfg.vocab_size)
         record = {"rank": rank}
         if device.type == "cuda":
+            say("warmup")
             dec.warmup(opts.get("batch", 4))
             torch.cuda.synchronize()
+        say("generate")
         t0 = time.perf_counter()
         out = dec.generate(p, max_new_tokens=opts.get("max_new_tokens", 16))
+        say("done")
         if device.type == "cuda":
             torch.cuda.synchronize()
         record.update(

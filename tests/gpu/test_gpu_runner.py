@@ -155,6 +155,17 @@ def test_random_numbers_still_work_after_a_failed_capture():
             torch.cuda.synchronize()  # not flagged by sync-debug mode: the capture itself is invalidated
             return {"y": h}
 
+    class RaisesInCapture:
+        def __call__(self, buf, bs, sampling):
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("user code failed while capturing")
+            return {"y": buf["x"] * 2}
+
+    r3 = runner(RaisesInCapture())
+    r3.capture([(2, "greedy")])
+    assert r3.stats(GraphKey(2, Sampling.GREEDY)).status == "failed"
+    torch.randn(4, device="cuda")
+
     r2 = runner(Invalidating())
     r2.capture([(2, "greedy")])
     assert r2.stats(GraphKey(2, Sampling.GREEDY)).status == "failed"

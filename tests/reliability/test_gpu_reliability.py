@@ -138,9 +138,10 @@ def test_soak_100k_replays_mixed_keys_refusals_and_oversize():
     r.capture([(b, s) for b in (1, 2, 4, 8) for s in Sampling])
     xs = torch.randn(12, 12, D, device="cuda")
     rng = random.Random(0)
-    for bs in range(1, 13):  # settle every shape's allocations before the baseline
+    for bs in range(1, 13):  # settle every shape's allocations (both runners) before the baseline
         for s in Sampling:
             r.run({"x": xs[0, :bs]}, s)
+            eager.run({"x": xs[0, :bs]}, s)
     start = (settle(), torch.cuda.memory_allocated())
     t0 = time.perf_counter()
     checked = 0
