@@ -26,7 +26,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="greedy_chain_verify",
         launcher="stepgraph.kernels.greedy_verify.greedy_chain_verify",
         reference="stepgraph.kernels.greedy_verify.greedy_chain_verify_ref",
-        launches="2 (vocabulary-split argmax; per-request finalize + chain walk)",
+        launches="1 with a workspace up to 64 rows (the last program of a request finalizes), else 2",
         test="tests/kernels/test_greedy_verify.py",
         benchmark="benchmarks/bench_kernels.py --only greedy_verify",
         piece="STEPGRAPH_FUSED_GREEDY_VERIFY",
@@ -44,7 +44,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="draft_extend_tail",
         launcher="stepgraph.kernels.draft_extend_tail.draft_extend_tail",
         reference="stepgraph.kernels.draft_extend_tail.draft_extend_tail_ref",
-        launches="2 (argmax partials of the selected rows; finalize + hidden gather)",
+        launches="1 with a workspace up to 64 rows, else 2 (argmax of the selected rows; hidden gather)",
         test="tests/kernels/test_draft_extend_tail.py",
         benchmark="benchmarks/bench_kernels.py --only tail",
         piece="STEPGRAPH_FUSED_TAIL",
@@ -53,7 +53,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="argmax_rows",
         launcher="stepgraph.kernels.draft_extend_tail.argmax_rows",
         reference="torch.argmax",
-        launches="2",
+        launches="1 with a workspace up to 64 rows, else 2",
         test="tests/kernels/test_draft_extend_tail.py",
         benchmark="benchmarks/bench_kernels.py --only tail",
         piece="STEPGRAPH_FUSED_TAIL (draft steps)",
@@ -89,15 +89,22 @@ KERNELS: tuple[KernelEntry, ...] = (
 
 
 def print_inventory(console=None) -> None:
+    """Two tables: what each kernel is (backend, devices, launches, toggle), then where its reference,
+    test and benchmark live. Kernel names never wrap."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title="stepgraph kernels", title_justify="left")
-    for col in ("kernel", "backend", "devices", "launches", "reference", "piece toggle", "test", "benchmark"):
-        table.add_column(col)
+    what = Table(title="stepgraph kernels", title_justify="left")
+    what.add_column("kernel", no_wrap=True)
+    for col in ("backend", "devices", "launches", "piece toggle"):
+        what.add_column(col)
+    where = Table(title="references, tests, benchmarks", title_justify="left")
+    where.add_column("kernel", no_wrap=True)
+    for col in ("reference", "test", "benchmark"):
+        where.add_column(col)
     for k in KERNELS:
-        table.add_row(
-            k.name, k.backend, k.devices, k.launches, k.reference.rsplit(".", 1)[-1], k.piece, k.test, k.benchmark
-        )
-    console.print(table)
+        what.add_row(k.name, k.backend, k.devices, k.launches, k.piece)
+        where.add_row(k.name, k.reference, k.test, k.benchmark)
+    console.print(what)
+    console.print(where)

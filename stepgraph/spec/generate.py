@@ -8,7 +8,8 @@ changes as the batch shrinks and grows. Two loops:
   inputs from the relay slots step N wrote, on the device; step N's tokens come back through a
   non-blocking copy into pinned memory and an event. EOS and length limits are therefore seen one step
   late: a request that finished at step N also runs step N+1, whose output is discarded. A slot (and
-  cache row) is reused only after every step that reads it has completed.
+  cache row) is reused only after every step that reads it has completed. On the CPU the same loop runs
+  (its copies and events are synchronous), which is how it is tested without a GPU.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ class SpecDecoder:
             raise ValueError("give one max_new_tokens and one SamplingParams per prompt (or one for all)")
         requests = [self._new_request(p, m, sp) for p, m, sp in zip(prompts, limits, params, strict=True)]
         torch.manual_seed(self.seed)  # the torch sampling paths draw from torch's generator
-        loop = self._loop_overlapped if overlap and self.device.type == "cuda" else self._loop_sync
+        loop = self._loop_overlapped if overlap else self._loop_sync
         t0 = time.perf_counter()
         loop(deque(requests), on_step)
         self.stats.decode_seconds += time.perf_counter() - t0 - self._prefill_time
@@ -395,7 +396,8 @@ class SpecDecoder:
     def _loop_overlapped(self, pending: deque, on_step) -> None:
         active: list[Request] = []
         self._last_slots = None
-        pinned = [torch.empty((self.max_batch, self.K + 1), dtype=torch.int64, pin_memory=True) for _ in range(2)]
+        cuda = self.device.type == "cuda"
+        pinned = [torch.empty((self.max_batch, self.K + 1), dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
         inflight = None  # (batch, pinned tokens, event, requests to free after it)
         turn = 0
         waiting: list[tuple[torch.cuda.Event, list[Request]]] = []  # frees pending on a step's completion
@@ -424,7 +426,7 @@ class SpecDecoder:
                     buf = pinned[turn % 2]
                     turn += 1
                     buf[: len(batch)].copy_(out["tokens"], non_blocking=True)
-                    ev = torch.cuda.Event()
+                    ev = torch.cuda.Event() if cuda else _Done()
                     ev.record()
                     current = (batch, buf, ev)
                 if inflight is not None:
@@ -443,3 +445,16 @@ class SpecDecoder:
 
     def info(self) -> dict:
         return {**self.step.info(), "generation": self.stats.as_dict()}
+
+
+class _Done:
+    """The event of a step on the CPU: work there is synchronous, so it has always completed."""
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass

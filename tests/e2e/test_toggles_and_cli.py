@@ -1,0 +1,106 @@
+"""Toggles change nothing in greedy output; bisect finds the piece that does; the CLI's main commands."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from stepgraph import RunnerConfig, Toggles
+from stepgraph.cli import main
+from stepgraph.examples.model import build
+from stepgraph.spec.generate import SpecDecoder
+
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]]
+
+
+def combos():
+    names = Toggles.piece_names()
+    yield Toggles.all(True)
+    yield Toggles.all(False)
+    for n in names:
+        yield Toggles.all(True).with_piece(n, False)  # each piece off in turn
+        yield Toggles.all(False).with_piece(n, True)  # each piece alone
+
+
+def decode(toggles):
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, max_batch=2, config=RunnerConfig(toggles=toggles))
+    return dec.generate(PROMPTS, max_new_tokens=[10, 14, 6])
+
+
+def test_every_piece_combination_gives_identical_greedy_output():
+    outs = {str(t.pieces()): decode(t) for t in combos()}
+    assert len(outs) == 16
+    assert len({json.dumps(v) for v in outs.values()}) == 1
+
+
+def test_toggles_reach_the_step_through_the_environment(monkeypatch):
+    monkeypatch.setenv("STEPGRAPH_ENABLE", "1")
+    monkeypatch.setenv("STEPGRAPH_FUSED_TAIL", "0")
+    cfg = RunnerConfig()
+    assert cfg.toggles.step_graph and not cfg.toggles.fused_tail and cfg.toggles.fused_relay
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, config=cfg)
+    assert dec.step.pieces.t.fused_tail is False and dec.step.relay.single_views is True
+
+
+def _bisect(code, tmp_path, capsys):
+    rc = main(["bisect", "--", sys.executable, "-c", code])
+    return rc, capsys.readouterr().out
+
+
+def test_bisect_names_the_piece_that_changes_the_output(tmp_path, capsys):
+    code = "from stepgraph.config import Toggles; t = Toggles.from_env(); print('fused' if t.fused_tail else 'torch')"
+    rc, out = _bisect(code, tmp_path, capsys)
+    assert rc == 1
+    assert "pieces that change the output: fused_tail, all off (plain path)" in out
+
+
+def test_bisect_reports_no_change(tmp_path, capsys):
+    rc, out = _bisect("print('same')", tmp_path, capsys)
+    assert rc == 0 and "every run gives the same output" in out
+
+
+def test_bisect_compares_a_file(tmp_path, capsys):
+    f = tmp_path / "out.txt"
+    code = f"from stepgraph.config import Toggles; open({str(f)!r}, 'w').write(str(Toggles.from_env().fused_relay))"
+    rc = main(["bisect", "--file", str(f), "--", sys.executable, "-c", code])
+    assert rc == 1 and "fused_relay" in capsys.readouterr().out
+
+
+def test_demo_json_report_and_kernels(tmp_path):
+    path = tmp_path / "demo.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "stepgraph",
+        "demo",
+        "--batch",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--json",
+        str(path),
+        "--quiet",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "mean accepted length" in run.stdout
+    if not torch.cuda.is_available():
+        assert "running the same loop eagerly" in run.stdout
+    data = json.loads(path.read_text())
+    tokens = next(iter(data["outputs"].values()))
+    assert len(tokens) == 2 and all(len(t) == 8 for t in tokens)
+    assert data["runners"][0]["keys"]
+    rep = subprocess.run([sys.executable, "-m", "stepgraph", "report", str(path)], capture_output=True, text=True)
+    assert rep.returncode == 0 and "keys" in rep.stdout
+    kern = subprocess.run([sys.executable, "-m", "stepgraph", "kernels"], capture_output=True, text=True)
+    assert kern.returncode == 0 and "greedy_chain_verify" in kern.stdout
+
+
+@pytest.mark.parametrize("argv", [["demo", "--sampling", "nope"], ["report"]])
+def test_cli_rejects_bad_arguments(argv):
+    with pytest.raises(SystemExit):
+        main(argv)
