@@ -196,3 +196,32 @@ def _sync_debug_error():
         yield
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+class capture_progress:
+    """A rich progress bar over keys, only when enabled and stderr is a terminal."""
+
+    def __init__(self, enabled: bool, total: int, name: str) -> None:
+        self.enabled, self.total, self.name = enabled, total, name
+        self._progress = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            console = Console(stderr=True)
+            if console.is_terminal:
+                self._progress = Progress(console=console, transient=True)
+                self._progress.start()
+                self._task = self._progress.add_task(f"capturing {self.name} keys", total=self.total)
+
+        def advance(label: str) -> None:
+            if self._progress is not None:
+                self._progress.update(self._task, advance=1, description=f"captured {label}")
+
+        return advance
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -88,6 +88,16 @@ class TorchMemoryReader:
             return None
 
 
+class NoReader:
+    """Readings where there is no CUDA device: nothing is ever captured, so nothing is read."""
+
+    def read(self) -> MemoryReading:
+        return MemoryReading(0, 0, 0, 0)
+
+    def release_cache(self) -> None:
+        pass
+
+
 class ReleaseBudget:
     """How many cache releases this process may still make; shared by every guard by default."""
 

@@ -5,8 +5,64 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
+
+from stepgraph.keys import pad_waste, suggest_buckets
+
+
+def build_info(runner) -> dict:
+    """The info dict of a :class:`~stepgraph.runner.StepGraphRunner` (see the README's "Info fields")."""
+    c = runner._counters
+    t = runner.toggles
+    keys = runner._keys
+    allocator = {"num_alloc_retries": None, "num_ooms": None}
+    process_mem = None
+    if runner.device.type == "cuda" and torch.cuda.is_available():
+        from stepgraph.memory import TorchMemoryReader
+
+        reader = TorchMemoryReader(runner.device)
+        allocator = reader.allocator_counters()
+        process_mem = reader.process_used()
+    hist = dict(sorted(c.histogram.items()))
+    in_range = {bs: n for bs, n in hist.items() if bs <= runner.buckets.largest}
+    suggested = list(suggest_buckets(in_range, len(runner.buckets))) if in_range else []
+    refusal = runner.guard.last_refusal
+    return {
+        "name": runner.name,
+        "graphs_available": runner.graphs_available,
+        "graphs_unavailable_reason": runner.unavailable_reason,
+        "device": str(runner.device),
+        "toggles": {"step_graph": t.step_graph, **t.pieces(), "debug": t.debug},
+        "buckets": list(runner.buckets),
+        "max_batch_size": runner.buckets.largest,
+        "captured_keys": sorted(str(k) for k, s in keys.items() if s.captured is not None),
+        "memory_refusals": runner.guard.refusals,
+        "last_memory_refusal": refusal.as_dict() if refusal else None,
+        "cache_releases": runner.guard.cache_releases,
+        "cache_release_budget_left": runner.guard.budget.remaining,
+        "capture_failures": c.capture_failures,
+        **allocator,
+        "process_gpu_memory": process_mem,
+        "graph_pool_bytes": sum(s.pool_bytes for s in keys.values() if s.captured is not None),
+        "runs": c.runs,
+        "replays": sum(s.replays for s in keys.values()),
+        "eager_runs": sum(s.eager_runs for s in keys.values()) + c.oversize_runs,
+        "oversize_runs": c.oversize_runs,
+        "padded_rows": sum(s.padded_rows for s in keys.values()),
+        "batch_size_histogram": {str(k): v for k, v in hist.items()},
+        "suggested_buckets": suggested,
+        "pad_waste": {
+            "current": pad_waste(in_range, runner.buckets) if in_range else 0,
+            "suggested": pad_waste(in_range, suggested) if suggested else 0,
+        },
+        "warmup": runner.last_warmup.as_dict() if runner.last_warmup else None,
+        "keys": {
+            str(k): {**s.as_dict(), **({} if runner.graphs_available else {"status": "eager"})}
+            for k, s in sorted(keys.items())
+        },
+    }
 
 
 def _mib(n) -> str:

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 import torch
 
 from stepgraph.buffers import KEEP, Buffer, StaticBuffers
-from stepgraph.capture import Captured, CudaGraphBackend, frozen_gc, graphs_unavailable_reason
+from stepgraph.capture import Captured, CudaGraphBackend, capture_progress, frozen_gc, graphs_unavailable_reason
 from stepgraph.config import RunnerConfig
-from stepgraph.errors import CaptureError, RecaptureRefused, StaleOutputError, classify_capture_exception
-from stepgraph.keys import Buckets, GraphKey, Sampling, pad_waste, suggest_buckets
-from stepgraph.memory import MemoryGuard, ReleaseBudget
+from stepgraph.errors import CaptureError, RecaptureRefused, classify_capture_exception
+from stepgraph.keys import Buckets, GraphKey, Sampling
+from stepgraph.memory import MemoryGuard, NoReader, ReleaseBudget
+from stepgraph.outputs import StepOutputs
 
 log = logging.getLogger("stepgraph")
 
@@ -65,43 +66,6 @@ class KeyStats:
             "error": self.error,
             "cause": self.cause,
         }
-
-
-class StepOutputs(Mapping[str, torch.Tensor]):
-    """Outputs of one :meth:`StepGraphRunner.run`, sliced to the real batch.
-
-    Lifetime: the tensors are views of the key's static outputs and are overwritten by the next run
-    (of any key: keys share one memory pool). Reading through this mapping after the next run raises
-    :class:`StaleOutputError`; call :meth:`clone` (or ``run(..., copy_outputs=True)``) to keep them.
-    """
-
-    __slots__ = ("_tensors", "_runner", "_generation")
-
-    def __init__(self, tensors: dict[str, torch.Tensor], runner: StepGraphRunner | None, generation: int) -> None:
-        self._tensors = tensors
-        self._runner = runner
-        self._generation = generation
-
-    def _check(self) -> None:
-        if self._runner is not None and self._runner._generation != self._generation:
-            raise StaleOutputError(
-                "these step outputs were overwritten by a later run(); copy them first with outputs.clone() "
-                "or run(..., copy_outputs=True)"
-            )
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        self._check()
-        return self._tensors[name]
-
-    def __iter__(self):
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-    def clone(self) -> dict[str, torch.Tensor]:
-        self._check()
-        return {k: v.clone() for k, v in self._tensors.items()}
 
 
 @dataclass
@@ -219,9 +183,7 @@ class StepGraphRunner:
         elif self.backend is not None:
             self.guard = MemoryGuard(self.backend.reader, self.config.memory_margin_bytes, rank=_rank())
         else:
-            self.guard = MemoryGuard(
-                _NoReader(), self.config.memory_margin_bytes, budget=ReleaseBudget(0), rank=_rank()
-            )
+            self.guard = MemoryGuard(NoReader(), self.config.memory_margin_bytes, budget=ReleaseBudget(0), rank=_rank())
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -386,7 +348,7 @@ class StepGraphRunner:
             keys = [GraphKey(b, self.config.default_sampling) for b in self.buckets]
         todo = sorted({self._as_key(k) for k in keys}, key=lambda k: (-k.batch_size, -int(k.sampling)))
         todo = [k for k in todo if self.stats(k).captured is None]
-        with frozen_gc(), _progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
+        with frozen_gc(), capture_progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
             for key in todo:
                 self._capture_key(key)
                 advance(str(key))
@@ -557,71 +519,14 @@ class StepGraphRunner:
     # ------------------------------------------------------------------------------------------------
     def info(self) -> dict:
         """Counters and per-key figures (see the README's "Info fields")."""
-        c = self._counters
-        keys = self._keys
-        allocator = {"num_alloc_retries": None, "num_ooms": None}
-        process_mem = None
-        if self.device.type == "cuda" and torch.cuda.is_available():
-            from stepgraph.memory import TorchMemoryReader
+        from stepgraph.report import build_info
 
-            reader = TorchMemoryReader(self.device)
-            allocator = reader.allocator_counters()
-            process_mem = reader.process_used()
-        hist = dict(sorted(c.histogram.items()))
-        in_range = {bs: n for bs, n in hist.items() if bs <= self.buckets.largest}
-        suggested = list(suggest_buckets(in_range, len(self.buckets))) if in_range else []
-        refusal = self.guard.last_refusal
-        return {
-            "name": self.name,
-            "graphs_available": self.graphs_available,
-            "graphs_unavailable_reason": self.unavailable_reason,
-            "device": str(self.device),
-            "toggles": {"step_graph": self.toggles.step_graph, **self.toggles.pieces(), "debug": self.toggles.debug},
-            "buckets": list(self.buckets),
-            "max_batch_size": self.buckets.largest,
-            "captured_keys": sorted(str(k) for k, s in keys.items() if s.captured is not None),
-            "memory_refusals": self.guard.refusals,
-            "last_memory_refusal": refusal.as_dict() if refusal else None,
-            "cache_releases": self.guard.cache_releases,
-            "cache_release_budget_left": self.guard.budget.remaining,
-            "capture_failures": c.capture_failures,
-            **allocator,
-            "process_gpu_memory": process_mem,
-            "graph_pool_bytes": sum(s.pool_bytes for s in keys.values() if s.captured is not None),
-            "runs": c.runs,
-            "replays": sum(s.replays for s in keys.values()),
-            "eager_runs": sum(s.eager_runs for s in keys.values()) + c.oversize_runs,
-            "oversize_runs": c.oversize_runs,
-            "padded_rows": sum(s.padded_rows for s in keys.values()),
-            "batch_size_histogram": {str(k): v for k, v in hist.items()},
-            "suggested_buckets": suggested,
-            "pad_waste": {
-                "current": pad_waste(in_range, self.buckets) if in_range else 0,
-                "suggested": pad_waste(in_range, suggested) if suggested else 0,
-            },
-            "warmup": self.last_warmup.as_dict() if self.last_warmup else None,
-            "keys": {
-                str(k): {**s.as_dict(), **({} if self.graphs_available else {"status": "eager"})}
-                for k, s in sorted(keys.items())
-            },
-        }
+        return build_info(self)
 
     def print_report(self, console=None) -> None:
         from stepgraph.report import print_report
 
         print_report(self.info(), console=console)
-
-
-class _NoReader:
-    """Readings when there is no CUDA device: nothing is ever captured, so nothing is read."""
-
-    def read(self):
-        from stepgraph.memory import MemoryReading
-
-        return MemoryReading(0, 0, 0, 0)
-
-    def release_cache(self) -> None:
-        pass
 
 
 def _rank() -> int:
@@ -631,32 +536,3 @@ def _rank() -> int:
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     except Exception:  # noqa: BLE001
         return 0
-
-
-class _progress:
-    """A rich progress bar over keys, only when enabled and stderr is a terminal."""
-
-    def __init__(self, enabled: bool, total: int, name: str) -> None:
-        self.enabled, self.total, self.name = enabled, total, name
-        self._progress = None
-
-    def __enter__(self):
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import Progress
-
-            console = Console(stderr=True)
-            if console.is_terminal:
-                self._progress = Progress(console=console, transient=True)
-                self._progress.start()
-                self._task = self._progress.add_task(f"capturing {self.name} keys", total=self.total)
-
-        def advance(label: str) -> None:
-            if self._progress is not None:
-                self._progress.update(self._task, advance=1, description=f"captured {label}")
-
-        return advance
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.stop()

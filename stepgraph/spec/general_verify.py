@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from stepgraph.kernels.chain_sampling import SampledVerifyOutput, sampling_probs
+from stepgraph.kernels.chain_sampling import SampledVerifyOutput, assemble_output, sampling_probs
 
 
 def chain_tree(num_draft: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,17 +80,4 @@ def tree_verify_sampling(
     pick = torch.searchsorted(cdf, (final_coin[:, None] * total).contiguous(), right=True).squeeze(1).clamp(max=V - 1)
     fallback = torch.argmax(probs[rows, cur], -1)
     final = torch.where(total.squeeze(1) > 0, pick, fallback)
-    j = torch.arange(max_depth + 1, device=dev)[None, :]
-    path_pad = torch.cat([path, torch.zeros((B, 1), dtype=torch.long, device=dev)], 1)
-    tokens = torch.where(j < n[:, None], path_pad, torch.where(j == n[:, None], final[:, None], -1))
-    ext = torch.where(j < n[:, None], path_pad, final[:, None])
-    offset.add_(1)
-    return SampledVerifyOutput(
-        tokens=tokens,
-        num_accepted=n,
-        bonus=final,
-        extend_tokens=ext,
-        accept_len=n + 1,
-        new_seq_lens=(seq_lens + n + 1).to(seq_lens.dtype) if seq_lens is not None else None,
-        select=rows * N + n,
-    )
+    return assemble_output(path, n, final, offset, seq_lens)

@@ -207,10 +207,9 @@ class SpecDecoder:
         requests = [self._new_request(p, m, sp) for p, m, sp in zip(prompts, limits, params, strict=True)]
         torch.manual_seed(self.seed)  # the torch sampling paths draw from torch's generator
         loop = self._loop_overlapped if overlap else self._loop_sync
-        t0 = time.perf_counter()
+        prefill0, t0 = self.stats.prefill_seconds, time.perf_counter()
         loop(deque(requests), on_step)
-        self.stats.decode_seconds += time.perf_counter() - t0 - self._prefill_time
-        self._prefill_time = 0.0
+        self.stats.decode_seconds += time.perf_counter() - t0 - (self.stats.prefill_seconds - prefill0)
         return [r.output for r in requests]
 
     def _new_request(self, prompt, max_new, params: SamplingParams) -> Request:
@@ -232,8 +231,6 @@ class SpecDecoder:
         if params.seed is None:
             params = SamplingParams(params.temperature, params.top_k, params.top_p, seed=self.seed * 1_000_003 + rid)
         return Request(rid, prompt, max_new, params)
-
-    _prefill_time = 0.0
 
     # ---- prefill ---------------------------------------------------------------------------------
     def _prefill(self, r: Request) -> None:
@@ -266,7 +263,6 @@ class SpecDecoder:
             offset=offset[0],
         )
         self._append(r, [int(first.item())])
-        self._prefill_time += time.perf_counter() - t0
         self.stats.prefill_seconds += time.perf_counter() - t0
 
     def _first_token(self, logits, p: SamplingParams, seed, offset) -> torch.Tensor:

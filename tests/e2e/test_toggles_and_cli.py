@@ -104,3 +104,11 @@ def test_demo_json_report_and_kernels(tmp_path):
 def test_cli_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit):
         main(argv)
+
+
+def test_quickstart_example_runs():
+    from stepgraph.examples.quickstart import main as quickstart
+
+    info = quickstart()
+    assert info["runs"] == 4 + info["warmup"]["batch_sizes"][-1]
+    assert info["batch_size_histogram"]["5"] == 5  # the warm-up batch of 5 and four runs

@@ -72,3 +72,9 @@ def test_environment_read_only_in_envs_module():
         if pattern.search(path.read_text()):
             offenders.append(str(path.relative_to(root)))
     assert offenders == [], f"environment read outside stepgraph/envs.py: {offenders}"
+
+
+def test_readme_documents_every_variable():
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for name in envs.VARIABLES:
+        assert f"| `{name}` |" in readme, f"{name} is missing from the README's table"
