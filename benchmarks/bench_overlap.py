@@ -15,7 +15,7 @@ import time
 import torch
 from _timing import env_record, save
 
-from stepgraph import RunnerConfig, Sampling, Toggles
+from stepgraph import RunnerConfig, Toggles
 from stepgraph.examples.model import build
 from stepgraph.keys import SamplingParams
 from stepgraph.spec.generate import SpecDecoder
@@ -31,23 +31,6 @@ def slow_host(us: float):
             x += 1
 
     return work
-
-
-def device_step_ms(dec: SpecDecoder, B: int, steps: int = 50) -> float:
-    """Back-to-back replays of the batch's key, no host sync (relay state restored afterwards)."""
-    runner = dec.step.runner
-    key = runner.key_for(B, Sampling.GREEDY)
-    captured = runner.stats(key).captured
-    saved = {n: f.clone() for n, f in dec.step.relay.fields.items()}
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        captured.replay()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / steps * 1e3
-    for n, f in dec.step.relay.fields.items():
-        f.copy_(saved[n])
-    return ms
 
 
 def main() -> None:
@@ -74,7 +57,7 @@ def main() -> None:
         )
         dec.warmup(B)
         dec.generate(prompts, max_new_tokens=16)  # warm everything
-        device_ms = device_step_ms(dec, B)
+        device_ms = dec.device_step_ms(B)
         for host_us in (0, 200):
             for overlap in (False, True):
                 dec.stats = type(dec.stats)()

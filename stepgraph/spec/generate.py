@@ -442,6 +442,25 @@ class SpecDecoder:
     def info(self) -> dict:
         return {**self.step.info(), "generation": self.stats.as_dict()}
 
+    def device_step_ms(self, batch_size: int, steps: int = 50) -> float:
+        """Device time of one step at ``batch_size``: back-to-back replays of its captured graph with no
+        host sync in between (milliseconds; NaN when the key has no graph). The relay state is restored
+        afterwards. For benchmarks."""
+        key = self.runner.key_for(batch_size)
+        captured = self.runner.stats(key).captured if key is not None else None
+        if captured is None:
+            return float("nan")
+        saved = {n: f.clone() for n, f in self.step.relay.fields.items()}
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            captured.replay()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / steps * 1e3
+        for n, f in self.step.relay.fields.items():
+            f.copy_(saved[n])
+        return ms
+
 
 class _Done:
     """The event of a step on the CPU: work there is synchronous, so it has always completed."""

@@ -87,26 +87,8 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
             info=dec.info(),
         )
         if opts.get("time_steps") and device.type == "cuda":
-            record["step_ms"] = _time_step(dec, opts.get("batch", 4))
+            dist.barrier()
+            record["step_ms"] = dec.device_step_ms(opts.get("batch", 4))
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record, default=str))
     finally:
         dist.destroy_process_group()
-
-
-def _time_step(dec: SpecDecoder, B: int, steps: int = 50) -> float:
-    """Mean time of back-to-back step replays at batch B (collective inside the graph), ms."""
-    key = dec.runner.key_for(B)
-    captured = dec.runner.stats(key).captured
-    if captured is None:
-        return float("nan")
-    saved = {n: f.clone() for n, f in dec.step.relay.fields.items()}
-    dist.barrier()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        captured.replay()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / steps * 1e3
-    for n, f in dec.step.relay.fields.items():
-        f.copy_(saved[n])
-    return ms
