@@ -10,7 +10,8 @@ from stepgraph.config import RunnerConfig, Toggles
 from stepgraph.errors import CaptureError, RecaptureRefused, StaleOutputError, StepGraphError
 from stepgraph.keys import DEFAULT_BUCKETS, Buckets, GraphKey, Sampling, SamplingParams, suggest_buckets
 from stepgraph.memory import MemoryGuard, MemoryReading, ReleaseBudget
-from stepgraph.runner import StepGraphRunner, StepOutputs
+from stepgraph.outputs import StepOutputs
+from stepgraph.runner import StepGraphRunner
 
 __version__ = "0.1.0"
 
