@@ -20,7 +20,6 @@ import triton.language as tl
 
 from ._common import vocab_split
 
-INT32_MAX = 2147483647
 BLOCK_V = 2048
 NUM_WARPS = 4
 

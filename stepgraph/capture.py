@@ -37,7 +37,6 @@ class Captured:
     outputs: dict[str, torch.Tensor]
     seconds: float
     pool_bytes: int
-    nodes: int | None = None
     children: list = field(default_factory=list)  # spliced StageGraphs this graph holds (stepgraph.splice)
 
     def replay(self) -> None:

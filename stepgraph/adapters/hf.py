@@ -132,7 +132,6 @@ def hf_spec_decoder(
         max_seq_len=max_seq_len,
         vocab_size=target.vocab_size,
         draft_hidden_size=draft.hidden_size,
-        target_hidden_size=target.hidden_size,
         hidden_dtype=draft.dtype,
         scratch_cache_row=max_requests,
         device=target.device,

@@ -111,7 +111,6 @@ class SpecDecoder:
         draft_hidden_size: int,
         hidden_dtype: torch.dtype,
         scratch_cache_row: int,
-        target_hidden_size: int | None = None,
         device: torch.device | str = "cpu",
         max_batch: int | None = None,
         eos_token_id: int | None = None,
@@ -128,8 +127,6 @@ class SpecDecoder:
         self.eos = eos_token_id
         self.seed = seed
         self.vocab_size = vocab_size
-        self.target_hidden = target_hidden_size or draft_hidden_size
-        self.hidden_dtype = hidden_dtype
         self.step = ChainStep(
             target,
             draft,
@@ -168,7 +165,6 @@ class SpecDecoder:
             max_seq_len=cfg.max_seq_len,
             vocab_size=cfg.vocab_size,
             draft_hidden_size=draft.hidden_size,
-            target_hidden_size=cfg.hidden_size,
             hidden_dtype=target.dtype,
             scratch_cache_row=cfg.scratch_row,
             device=target.device,

@@ -96,6 +96,8 @@ class ChainStep:
         self.toggles = self.config.toggles
         self.device = torch.device(device)
         self.target, self.draft, self.tp = target, draft, tp
+        if tp is not None and tp.packed is None:
+            tp.packed = self.toggles.tp_broadcast  # STEPGRAPH_TP_BROADCAST: one packed broadcast, or one per field
         self.K, self.V = num_draft_tokens, vocab_size
         self.relay = RelayState(
             num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles

@@ -19,19 +19,19 @@ import torch.distributed as dist
 class TensorParallel:
     """Broadcast helper over a ``torch.distributed`` group (NCCL on GPUs, gloo on CPU)."""
 
-    def __init__(self, group: dist.ProcessGroup | None = None, *, src: int = 0, packed: bool = True) -> None:
+    def __init__(self, group: dist.ProcessGroup | None = None, *, src: int = 0, packed: bool | None = None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("torch.distributed is not initialised; call dist.init_process_group first")
         self.group = group
         self.src = dist.get_global_rank(group, src) if group is not None else src
-        self.packed = packed
+        self.packed = packed  # None: the step sets it from the tp_broadcast toggle
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.broadcasts = 0  # collective calls issued from the host (once per capture, or per eager step)
 
     def broadcast(self, tensors: list[torch.Tensor]) -> None:
         """Make every rank hold ``src``'s values of ``tensors`` (in place; each ``[B, ...]`` integer)."""
-        if self.packed:
+        if self.packed is not False:
             B = tensors[0].shape[0]
             flat = [t.reshape(B, -1).to(torch.int64) for t in tensors]
             packed = torch.cat(flat, dim=1)

@@ -60,8 +60,9 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
         target, draft = build(preset, device=device, dtype=dtype, **opts.get("overrides", {}))
         K = opts.get("k", 3)
         model = _Perturbed(target, K + 1, seed=rank) if (opts.get("perturb") and rank == 1) else target
-        tp = TensorParallel(packed=opts.get("packed", True)) if opts.get("tp", True) else None
+        tp = TensorParallel() if opts.get("tp", True) else None
         toggles = Toggles.all(True) if opts.get("graphs", device.type == "cuda") else Toggles.all(False)
+        toggles = toggles.with_piece("tp_broadcast", opts.get("packed", True))  # the piece decides packing
         dec = SpecDecoder.for_example(
             target, draft, num_draft_tokens=K, max_batch=opts.get("batch", 4),
             config=RunnerConfig(toggles=toggles, progress=False), tp=tp,
