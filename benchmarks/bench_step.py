@@ -77,6 +77,9 @@ def restore(dec: SpecDecoder) -> None:
         f.copy_(dec.snapshot[n])
 
 
+GRAPH_TIMING = {"steps": 100, "repeats": 5}  # graph modes are fast: more samples steady the host figures
+
+
 def time_steps(step_once, dec: SpecDecoder, steps: int = 40, repeats: int = 3) -> float:
     """Median over repeats of the mean wall time per synchronous step (state restored between repeats)."""
     out = []
@@ -123,7 +126,7 @@ def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
     def once():
         dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
 
-    sync_ms = time_steps(once, dec)
+    sync_ms = time_steps(once, dec, **GRAPH_TIMING)
     key = runner.key_for(setup.B)
     graph = runner.stats(key).captured
     restore(dec)
@@ -131,7 +134,7 @@ def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
     def device_once():
         graph.replay()
 
-    device_ms = time_steps(device_once, dec, steps=100)
+    device_ms = time_steps(device_once, dec, **GRAPH_TIMING)
     return sync_ms, device_ms, runner.stats(key).capture_seconds * 1e3
 
 
@@ -145,9 +148,9 @@ def mode_spliced(setup: Setup) -> tuple[float, float]:
     def once():
         dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
 
-    sync_ms = time_steps(once, dec)
+    sync_ms = time_steps(once, dec, **GRAPH_TIMING)
     graph = runner.stats(runner.key_for(setup.B)).captured
-    return sync_ms, time_steps(graph.replay, dec, steps=100)
+    return sync_ms, time_steps(graph.replay, dec, **GRAPH_TIMING)
 
 
 def mode_per_stage(setup: Setup) -> float:
@@ -189,7 +192,7 @@ def mode_per_stage(setup: Setup) -> float:
         graphs[2].replay()
         outs["tokens"].cpu()
 
-    return time_steps(once, dec)
+    return time_steps(once, dec, **GRAPH_TIMING)
 
 
 def mode_compile(setup: Setup) -> dict:

@@ -8,7 +8,10 @@ Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
   the host fails there with the name of the offending operation instead of invalidating the capture;
 * a failed capture is ended, its graph reset, and no reference to tensors it allocated survives (the
   exception text is kept, not the exception), so repeated failures do not grow ``memory_reserved``;
-  leftovers in the shared pool are reused by the next capture.
+  leftovers in the shared pool are reused by the next capture;
+* the pool is a ``torch.cuda.MemPool`` that the backend holds, not a bare ``graph_pool_handle()``: a bare
+  handle's use count drops to zero when the only graph on it is reset (a failed first capture), and
+  torch's allocator then refuses the next capture on that handle with an internal assert.
 """
 
 from __future__ import annotations
@@ -76,13 +79,15 @@ class CudaGraphBackend:
         self.capture_error_mode = capture_error_mode
         self.keep_graph = keep_graph
         self.stream = torch.cuda.Stream(device=device)
-        self.pool = None
+        self._mempool: torch.cuda.MemPool | None = None
         self.reader: MemoryReader = TorchMemoryReader(device)
 
-    def _pool(self):
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        return self.pool
+    def pool(self):
+        """The shared pool's id for ``capture_begin(pool=...)`` (created on first use, held until release)."""
+        if self._mempool is None:
+            with torch.cuda.device(self.device):
+                self._mempool = torch.cuda.MemPool()
+        return self._mempool.id
 
     def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int:
         """Run ``fn`` ``iters`` times on the capture stream; return the peak extra bytes it allocated."""
@@ -112,7 +117,7 @@ class CudaGraphBackend:
         failure: tuple[str, str, str] | None = None
         outputs = None
         with torch.cuda.stream(self.stream), collecting() as children:
-            graph.capture_begin(pool=self._pool(), capture_error_mode=self.capture_error_mode)
+            graph.capture_begin(pool=self.pool(), capture_error_mode=self.capture_error_mode)
             try:
                 outputs = fn()
             except Exception as e:  # noqa: BLE001 - any failure of the user's step is reported, not raised raw
@@ -139,16 +144,21 @@ class CudaGraphBackend:
             child.parents += 1
         return Captured(graph=graph, outputs=dict(outputs), seconds=seconds, pool_bytes=pool_bytes, children=children)
 
+    @staticmethod
+    def discard(captured: Captured) -> None:
+        """Tear one graph down; its blocks stay in the shared pool for the next capture."""
+        captured.outputs.clear()
+        _discard(captured.graph)
+        for child in captured.children:
+            child.parents -= 1
+        captured.children.clear()
+
     def release(self, captured: list[Captured]) -> None:
         """Tear every graph down and drop the pool; reserved memory returns once nothing references it."""
         for c in captured:
-            c.outputs.clear()
-            _discard(c.graph)
-            for child in c.children:
-                child.parents -= 1
-            c.children.clear()
+            self.discard(c)
         captured.clear()
-        self.pool = None
+        self._mempool = None  # MemPool's destructor releases the pool and empties its cached blocks
         gc.collect()
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()

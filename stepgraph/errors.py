@@ -10,7 +10,8 @@ class StepGraphError(RuntimeError):
 class CaptureError(StepGraphError):
     """Capturing a key failed; the key runs eagerly unless ``on_capture_error="raise"``.
 
-    ``cause`` is one of ``"host_sync"``, ``"out_of_memory"``, ``"step_error"``.
+    ``cause`` is one of ``"host_sync"``, ``"out_of_memory"``, ``"step_error"``, and under tensor
+    parallelism ``"peer_failed"`` (another rank's capture of the key failed, so every rank runs it eagerly).
     """
 
     def __init__(self, message: str, *, key: object = None, cause: str = "step_error") -> None:
@@ -44,6 +45,12 @@ OOM_HINT = (
     "this key runs eagerly"
 )
 
+GENERATOR_HINT = (
+    "the step draws random numbers from a torch.Generator of its own, which the capture does not know. "
+    "Use torch's default CUDA generator (every capture registers it) or keep the randomness on the device "
+    "in a tensor the step owns; until then this key runs eagerly"
+)
+
 
 def classify_capture_exception(exc: BaseException) -> tuple[str, str]:
     """Map an exception raised during capture to ``(cause, hint)``."""
@@ -60,4 +67,6 @@ def classify_capture_exception(exc: BaseException) -> tuple[str, str]:
         return "host_sync", HOST_SYNC_HINT
     if "out of memory" in text or isinstance(exc, MemoryError):
         return "out_of_memory", OOM_HINT
+    if "generator not in capture mode" in text:
+        return "step_error", GENERATOR_HINT
     return "step_error", "the step function raised during warm-up or capture; this key runs eagerly"

@@ -31,6 +31,8 @@ log = logging.getLogger("stepgraph")
 
 StepFn = Callable[[Mapping[str, torch.Tensor], int, Sampling], Mapping[str, torch.Tensor]]
 
+_FAIL, _REFUSE, _CAPTURE = 0, 1, 2  # capture votes; ranks take the lowest (see ``agree``)
+
 
 @dataclass
 class KeyStats:
@@ -113,8 +115,10 @@ class StepGraphRunner:
     guard:
         Memory guard (default: torch readings, ``config.memory_margin_bytes``, the process release budget).
     agree:
-        ``agree(allowed: bool) -> bool`` makes every rank take the same capture decision (tensor
-        parallelism: a key refused on one rank must be refused on all).
+        ``agree(vote: int) -> int`` returns the lowest vote over all ranks, so that every rank takes the
+        same decision (tensor parallelism: a graph launch is collective). Votes: 2 capture, 1 refused for
+        memory, 0 failed. The runner votes twice per key: after warm-up and the memory check, and after
+        its capture (a capture that failed on one rank is discarded on all).
     parked:
         ``parked()`` returns a context manager that parks state outside the buffers (e.g. a relay slot
         the step reads through views) at no-op values while a key is warmed up and captured.
@@ -132,7 +136,7 @@ class StepGraphRunner:
         config: RunnerConfig | None = None,
         backend=None,
         guard: MemoryGuard | None = None,
-        agree: Callable[[bool], bool] | None = None,
+        agree: Callable[[int], int] | None = None,
         parked: Callable[[], contextlib.AbstractContextManager] | None = None,
         before_capture: Callable[[GraphKey], None] | None = None,
         name: str = "step",
@@ -374,31 +378,42 @@ class StepGraphRunner:
 
     def _warm_check_capture(self, key: GraphKey, stats: KeyStats, saved: dict[str, torch.Tensor]) -> None:
         bs = key.batch_size
+        captured, failure = None, None
         try:
-            peak = self.backend.warmup(lambda: self._call_step(bs, key.sampling), self.config.warmup_iters)
-            stats.warmup_peak_bytes = peak
-            needed = stats.pool_bytes if stats.pool_bytes else peak
-            allowed = self.guard.check(str(key), needed).allowed
-            if self.agree is not None:
-                allowed = self.agree(allowed)
-            if not allowed:
-                stats.status, stats.runs_since_refusal = "refused", 0
-                stats.refusals += 1
-                return
-            if self.before_capture is not None:
-                self.before_capture(key)
-            captured = self.backend.capture(lambda: self._call_step(bs, key.sampling))
-        except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
-            cause, hint = (e.cause, str(e)) if isinstance(e, CaptureError) else classify_capture_exception(e)
-            text = str(e) if isinstance(e, CaptureError) else f"{hint}. Cause: {type(e).__name__}: {e}"
-            del e
+            try:
+                peak = self.backend.warmup(lambda: self._call_step(bs, key.sampling), self.config.warmup_iters)
+                stats.warmup_peak_bytes = peak
+                needed = stats.pool_bytes if stats.pool_bytes else peak
+                vote = _CAPTURE if self.guard.check(str(key), needed).allowed else _REFUSE
+            except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
+                failure, vote = _failure_of(e), _FAIL
+            vote = self._vote(vote)
+            if vote == _CAPTURE:
+                try:
+                    if self.before_capture is not None:
+                        self.before_capture(key)
+                    captured = self.backend.capture(lambda: self._call_step(bs, key.sampling))
+                except Exception as e:  # noqa: BLE001
+                    failure = _failure_of(e)
+                if self._vote(_CAPTURE if captured is not None else _FAIL) != _CAPTURE:
+                    if captured is not None:  # every rank replays a key or none does: a graph launch is collective
+                        self.backend.discard(captured)
+                        captured = None
+                    vote = _FAIL
+        finally:
+            for n, t in saved.items():
+                self.buffers.tensors[n][:bs].copy_(t)
+        if vote == _REFUSE:
+            stats.status, stats.runs_since_refusal = "refused", 0
+            stats.refusals += 1
+            return
+        if vote == _FAIL:
+            peer = ("peer_failed", "another rank failed to capture this key; every rank runs it eagerly")
+            cause, text = failure or peer
             self._record_failure(stats, cause, text)
             if self.config.on_capture_error == "raise":
                 raise CaptureError(f"capturing {key} failed: {text}", key=key, cause=cause) from None
             return
-        finally:
-            for n, t in saved.items():
-                self.buffers.tensors[n][:bs].copy_(t)
         stats.captured, stats.status, stats.error, stats.cause = captured, "captured", None, None
         stats.pool_bytes = captured.pool_bytes + sum(c.pool_bytes for c in captured.children)
         stats.capture_seconds = captured.seconds + sum(c.seconds for c in captured.children)
@@ -411,6 +426,10 @@ class StepGraphRunner:
             captured.pool_bytes / 2**20,
             stats.warmup_peak_bytes / 2**20,
         )
+
+    def _vote(self, vote: int) -> int:
+        """This rank's vote, or the lowest vote over all ranks when ``agree`` is set."""
+        return vote if self.agree is None else int(self.agree(vote))
 
     def _record_failure(self, stats: KeyStats, cause: str, text: str) -> None:
         stats.status, stats.cause, stats.error = "failed", cause, text
@@ -527,6 +546,15 @@ class StepGraphRunner:
         from stepgraph.report import print_report
 
         print_report(self.info(), console=console)
+
+
+def _failure_of(e: Exception) -> tuple[str, str]:
+    """``(cause, message)`` of a failed warm-up or capture; the exception itself is not kept (it would hold
+    the step's tensors through its traceback)."""
+    if isinstance(e, CaptureError):
+        return e.cause, str(e)
+    cause, hint = classify_capture_exception(e)
+    return cause, f"{hint}. Cause: {type(e).__name__}: {e}"
 
 
 def _rank() -> int:

@@ -52,6 +52,7 @@ class SimulatedBackend:
         self.peak, self.pool, self.fail = peak, pool, fail
         self.order: list[int] = []
         self.releases = 0
+        self.discarded = 0
 
     def warmup(self, fn, iters: int) -> int:
         for _ in range(iters):
@@ -64,6 +65,9 @@ class SimulatedBackend:
         out = fn()
         self.order.append(next(iter(out.values())).shape[0])
         return Captured(graph=_Replayer(fn, out), outputs=out, seconds=0.002, pool_bytes=self.pool)
+
+    def discard(self, captured) -> None:
+        self.discarded += 1
 
     def release(self, captured) -> None:
         captured.clear()

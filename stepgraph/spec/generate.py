@@ -438,6 +438,11 @@ class SpecDecoder:
     def info(self) -> dict:
         return {**self.step.info(), "generation": self.stats.as_dict()}
 
+    def release(self) -> None:
+        """Release every graph of the step (the step runs eagerly until it captures again). Under tensor
+        parallelism, call it before ``dist.destroy_process_group()``."""
+        self.step.release()
+
     def device_step_ms(self, batch_size: int, steps: int = 50) -> float:
         """Device time of one step at ``batch_size``: back-to-back replays of its captured graph with no
         host sync in between (milliseconds; NaN when the key has no graph). The relay state is restored

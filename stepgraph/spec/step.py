@@ -181,7 +181,7 @@ class ChainStep:
         batch, sampling = key.batch_size, key.sampling
         st = self.relay.inputs(self.runner.buffers.views(batch)["slots"], batch)
         backend = self.runner.backend
-        opts = {"pool": backend._pool(), "stream": backend.stream}
+        opts = {"pool": backend.pool(), "stream": backend.stream}
         draft = StageGraph(lambda: self.draft_stage(st, batch), name=f"draft {key}", **opts)
         ctx = draft.outputs
         verify = StageGraph(lambda: self.verify_stage(ctx, sampling) or ctx, name=f"verify {key}", **opts)

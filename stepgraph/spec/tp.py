@@ -6,8 +6,12 @@ new lengths: everything the rest of the step and the next step read) is packed i
 broadcast once from ``src``, inside the captured graph. With the ``tp_broadcast`` piece off, each field
 is broadcast on its own.
 
-Capture decisions must agree too: :meth:`TensorParallel.agree` makes a key refused on one rank refused
-on all (a graph launch is collective; mismatched keys would deadlock).
+Capture decisions must agree too: :meth:`TensorParallel.agree` makes a key refused or failed on one rank
+refused or failed on all (a graph launch is collective; mismatched keys would deadlock).
+
+Shut down in this order: ``decoder.release()`` (or ``runner.release()``), then
+``dist.destroy_process_group()``. NCCL's communicator teardown blocks while a captured graph that holds
+its kernels is alive (pytorch/pytorch#115388).
 """
 
 from __future__ import annotations
@@ -47,13 +51,14 @@ class TensorParallel:
             dist.broadcast(t, self.src, group=self.group)
             self.broadcasts += 1
 
-    def agree(self, allowed: bool) -> bool:
-        """True only when every rank allows the capture (an all-reduce MIN of the decisions)."""
+    def agree(self, vote: int) -> int:
+        """The lowest ``vote`` over all ranks (an all-reduce MIN): the runner's capture votes (2 capture,
+        1 refused, 0 failed) so that a key is captured on every rank or on none."""
         dev = (
             torch.device("cuda", torch.cuda.current_device())
             if dist.get_backend(self.group) == "nccl"
             else torch.device("cpu")
         )
-        flag = torch.tensor([1 if allowed else 0], dtype=torch.int32, device=dev)
+        flag = torch.tensor([int(vote)], dtype=torch.int32, device=dev)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
-        return bool(flag.item())
+        return int(flag.item())

@@ -7,7 +7,9 @@ verify result, which :class:`~stepgraph.spec.tp.TensorParallel` broadcasts from 
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import logging
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -22,18 +24,23 @@ from stepgraph.spec.tp import TensorParallel
 
 
 class _Perturbed:
-    """Adds large noise to the verify forward's logits (``T == K + 1``) of one rank."""
+    """Adds large fixed noise to the verify forward's logits (``T == K + 1``) of one rank.
+
+    The noise is drawn once, here: a step that drew it from a generator of its own during capture would
+    fail (the capture only registers torch's default generator).
+    """
 
     def __init__(self, model, k1: int, seed: int) -> None:
         self.model, self.k1 = model, k1
-        self.gen = torch.Generator(device=model.device).manual_seed(seed)
+        gen = torch.Generator(device=model.device).manual_seed(seed)
+        shape = (k1, model.cfg.vocab_size)
+        self.noise = (torch.randn(shape, generator=gen, device=model.device) * 10).to(model.dtype)
         self.__dict__.update({k: getattr(model, k) for k in ("cfg", "device", "dtype")})
 
     def __call__(self, tokens, positions, rows):
         logits, hidden = self.model(tokens, positions, rows)
         if tokens.shape[1] == self.k1:
-            noise = torch.randn(logits.shape, generator=self.gen, device=logits.device, dtype=torch.float32)
-            logits = logits + (noise * 10).to(logits.dtype)
+            logits = logits + self.noise
         return logits, hidden
 
 
@@ -46,15 +53,19 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
     """One rank: init the process group, decode, write ``rank{r}.json`` into ``out_dir``."""
     backend = opts.get("backend", "gloo")
     log = Path(out_dir, f"rank{rank}.log")
-    say = lambda msg: log.open("a").write(f"{time.strftime('%H:%M:%S')} {msg}\n")  # noqa: E731 - progress for hangs
+    progress = log.open("a", buffering=1)  # line-buffered: the last line written survives a hang
+    say = lambda msg: progress.write(f"{time.strftime('%H:%M:%S')} {msg}\n")  # noqa: E731
+    faulthandler.dump_traceback_later(opts.get("hang_s", 120), exit=True, file=progress)  # a hang leaves stacks
+    logging.basicConfig(stream=progress, level=logging.INFO, force=True)  # capture logs land beside progress
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     say("init_process_group")
     dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
-    )
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=120), device_id=device if device.type == "cuda" else None,
+    )  # fmt: skip
     try:
-        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         preset = opts.get("preset", "tiny")
         target, draft = build(preset, device=device, dtype=dtype, **opts.get("overrides", {}))
@@ -91,5 +102,9 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
             dist.barrier()
             record["step_ms"] = dec.device_step_ms(opts.get("batch", 4))
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record, default=str))
+        dec.release()  # before destroy_process_group: NCCL teardown blocks while a graph holds its kernels
+        say("released")
     finally:
+        faulthandler.cancel_dump_traceback_later()
+        progress.close()
         dist.destroy_process_group()

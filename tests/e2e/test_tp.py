@@ -39,8 +39,9 @@ def test_without_broadcast_the_perturbed_rank_diverges(tmp_path):
     assert r0["outputs"] != r1["outputs"]  # the test above can fail
 
 
-def agree_worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    """Capture decisions must agree: rank 1's scripted memory refuses, so both ranks refuse."""
+def agree_worker(rank: int, world: int, port: int, out_dir: str, fault: str) -> None:
+    """Capture decisions must agree: rank 1's scripted memory refuses (``fault="memory"``) or its capture
+    fails (``fault="capture"``), and both ranks take that outcome."""
     from stepgraph import Buffer, RunnerConfig, StepGraphRunner, Toggles
     from stepgraph.keys import GraphKey, Sampling
     from stepgraph.memory import MemoryGuard, MemoryReading, ReleaseBudget
@@ -49,7 +50,8 @@ def agree_worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        free = (1 << 40) if rank == 0 else 0
+        free = 0 if (rank == 1 and fault == "memory") else (1 << 40)
+        fail = RuntimeError("capture failed on this rank") if (rank == 1 and fault == "capture") else None
         reader = ScriptedReader(MemoryReading(free=free, total=1 << 41, reserved=0, allocated=0))
         tp = TensorParallel()
         runner = StepGraphRunner(
@@ -57,23 +59,33 @@ def agree_worker(rank: int, world: int, port: int, out_dir: str) -> None:
             {"x": Buffer((4,), torch.float32)},
             device="cpu",
             config=RunnerConfig(toggles=Toggles(), buckets=(1, 2, 4), progress=False),
-            backend=SimulatedBackend(reader),
+            backend=SimulatedBackend(reader, fail=fail),
             guard=MemoryGuard(reader, 0, budget=ReleaseBudget()),
             agree=tp.agree,
         )
         runner.run({"x": torch.ones(2)})
-        status = runner.stats(GraphKey(2, Sampling.GREEDY)).status
+        s = runner.stats(GraphKey(2, Sampling.GREEDY))
         with open(f"{out_dir}/agree{rank}.json", "w") as f:
-            json.dump({"status": status, "refusals": runner.info()["memory_refusals"]}, f)
+            json.dump({"status": s.status, "cause": s.cause, "refusals": runner.info()["memory_refusals"]}, f)
     finally:
         dist.destroy_process_group()
 
 
+def _agree(tmp_path, fault):
+    mp.spawn(agree_worker, args=(2, _port(), str(tmp_path), fault), nprocs=2, join=True)
+    return [json.loads((tmp_path / f"agree{i}.json").read_text()) for i in range(2)]
+
+
 def test_memory_refusal_on_one_rank_is_a_refusal_on_all(tmp_path):
-    mp.spawn(agree_worker, args=(2, _port(), str(tmp_path)), nprocs=2, join=True)
-    r = [json.loads((tmp_path / f"agree{i}.json").read_text()) for i in range(2)]
+    r = _agree(tmp_path, "memory")
     assert r[0]["status"] == r[1]["status"] == "refused"
     assert r[0]["refusals"] == 0 and r[1]["refusals"] == 1  # rank 0 allowed locally, outvoted by rank 1
+
+
+def test_capture_failure_on_one_rank_discards_the_key_on_all(tmp_path):
+    r = _agree(tmp_path, "capture")
+    assert r[0]["status"] == r[1]["status"] == "failed"
+    assert (r[0]["cause"], r[1]["cause"]) == ("peer_failed", "step_error")
 
 
 def test_tensor_parallel_needs_an_initialised_group():

@@ -69,6 +69,7 @@ def test_capture_fault_twenty_times_serves_eagerly_without_growth(caplog, fault,
             grown = settle() - base
         st = r.stats(GraphKey(4, Sampling.GREEDY))
         assert st.status == "failed" and st.cause == cause, st.error
+        assert "INTERNAL ASSERT" not in st.error, st.error  # the 20th failure is the step's, not the allocator's
         assert st.failures == 20 and r.info()["capture_failures"] == 20
         assert len([m for m in caplog.messages if "capture of key" in m]) == 1
         assert grown <= 0, f"memory_reserved grew by {grown / MiB:.1f} MiB over 19 failed captures"
@@ -77,6 +78,27 @@ def test_capture_fault_twenty_times_serves_eagerly_without_growth(caplog, fault,
         assert torch.equal(r.run({"x": x}, copy_outputs=True)["y"], out)  # still serving, same bits
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+def test_a_failed_first_capture_leaves_the_pool_usable_for_the_next_key():
+    """The first capture on the runner's pool fails; the next key must still capture and replay right."""
+
+    class FailsAtFour(Step):
+        def __call__(self, buf, bs, sampling):
+            if bs == 4 and torch.cuda.is_current_stream_capturing():
+                torch.empty(1 << 20, device="cuda")  # a block in the pool before the failure
+                raise RuntimeError("user step failed during capture")
+            return super().__call__(buf, bs, sampling)
+
+    r = runner(FailsAtFour())
+    r.capture([(4, "greedy"), (2, "greedy")])
+    assert r.stats(GraphKey(4, Sampling.GREEDY)).status == "failed"
+    assert r.stats(GraphKey(2, Sampling.GREEDY)).status == "captured", r.stats(GraphKey(2, Sampling.GREEDY)).error
+    x = torch.randn(2, D, device="cuda")
+    eager = runner(Step(), toggles=Toggles(step_graph=False)).run({"x": x}, copy_outputs=True)["y"]
+    assert torch.equal(r.run({"x": x}, copy_outputs=True)["y"], eager)
+    torch.randn(3, D, device="cuda")  # torch's generator is out of capture mode after the failure
+    r.release()
 
 
 def test_refusals_logged_once_per_key_with_four_figures(caplog):

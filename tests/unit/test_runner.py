@@ -198,9 +198,40 @@ def test_warmup_covers_sizes_and_warns_for_missing(caplog):
 def test_agree_hook_can_refuse_everywhere():
     be = SimulatedBackend()
     r, _ = make(be)
-    r.agree = lambda allowed: False  # another rank refused
+    r.agree = lambda vote: min(vote, 1)  # another rank refused for memory
     r.run(batch(1))
     assert r.stats(GraphKey(1, Sampling.GREEDY)).status == "refused"
+
+
+def test_a_capture_that_failed_on_another_rank_is_discarded_here():
+    be = SimulatedBackend()
+    r, _ = make(be)
+    votes = []
+    r.agree = lambda vote: votes.append(vote) or (0 if len(votes) == 2 else vote)  # peer fails its capture
+    out = r.run(batch(1))
+    s = r.stats(GraphKey(1, Sampling.GREEDY))
+    assert votes == [2, 2] and be.discarded == 1
+    assert (s.status, s.cause, s.replays, s.eager_runs) == ("failed", "peer_failed", 0, 1)
+    assert torch.equal(out["out"], expected(batch(1)))
+
+
+def test_a_warmup_failure_still_votes_so_no_rank_waits():
+    be = SimulatedBackend()
+    r, _ = make(be)
+    votes = []
+    r.agree = lambda vote: votes.append(vote) or vote
+    calls = {"n": 0}
+    step = r.step
+
+    def flaky(buf, bs, sampling):
+        calls["n"] += 1
+        if calls["n"] == 1:  # the first warm-up run raises on this rank
+            raise RuntimeError("boom")
+        return step(buf, bs, sampling)
+
+    r.step = flaky
+    r.run(batch(1))
+    assert votes == [0] and r.stats(GraphKey(1, Sampling.GREEDY)).cause == "step_error"
 
 
 def test_step_output_contract():

@@ -1,0 +1,168 @@
+"""Where a step's time goes: torch.profiler over the eager step and the step graph, on the example model.
+
+For each mode, ``--steps`` synchronous steps (each one host read of the tokens, as in ``bench_step.py``)
+are profiled with CPU and CUDA activity. Reported per mode:
+
+* wall time per step, device busy time per step (union of kernel intervals) and idle time inside the
+  step window: the host's share;
+* device time by kernel category (GEMM, attention, cache gather/scatter, stepgraph's Triton kernels,
+  other) and the ten kernels with the most device time;
+* the host API calls with the most time per step (cudaGraphLaunch, the token copy, the wait);
+* the ten longest device gaps, with the kernels either side.
+
+    python benchmarks/profile_step.py --out benchmarks/results/<dir> [--layers 28] [--batch 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+from _timing import env_record, save
+from bench_step import Setup, restore
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from stepgraph import Sampling, Toggles
+
+CATEGORIES = (  # first match wins; lower-case substrings of kernel names
+    ("stepgraph triton", ("_greedy_verify", "_argmax_partial", "_tail_", "_row_copy", "_sample_")),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "efficient", "softmax")),
+    ("cache gather/scatter", ("index", "gather", "scatter", "put_")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "matmul", "sm90", "cublas")),
+    ("memcpy/memset", ("memcpy", "memset")),
+)
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    for cat, marks in CATEGORIES:
+        if any(m in low for m in marks):
+            return cat
+    return "other (elementwise, norms, rope)"
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def analyse(prof, steps: int) -> dict:
+    events = prof.events()
+    windows = sorted(
+        (e.time_range.start, e.time_range.end) for e in events if e.name == "step" and e.device_type == DeviceType.CPU
+    )
+    kernels = sorted(
+        (e for e in events if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start),
+        key=lambda e: e.time_range.start,
+    )
+    by_kernel: dict[str, float] = defaultdict(float)
+    by_cat: dict[str, float] = defaultdict(float)
+    for k in kernels:
+        d = k.time_range.end - k.time_range.start
+        by_kernel[k.name] += d
+        by_cat[category(k.name)] += d
+    # device work belongs to the step window its launch fell in; a window spans launch to host read
+    wall = sum(e - s for s, e in windows)
+    busy = union_us([(k.time_range.start, k.time_range.end) for k in kernels])
+    gaps = []
+    for a, b in zip(kernels, kernels[1:], strict=False):
+        g = b.time_range.start - a.time_range.end
+        if g > 0:
+            gaps.append((g, a.name, b.name))
+    gaps.sort(reverse=True)
+    host: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.device_type == DeviceType.CPU and e.name.startswith(("cuda", "cu")) and e.name != "cudaDeviceSynchronize":
+            host[e.name] += e.time_range.end - e.time_range.start
+    n = max(1, len(windows))
+    top = sorted(by_kernel.items(), key=lambda kv: -kv[1])[:10]
+    return {
+        "steps": n,
+        "wall_us_per_step": wall / n,
+        "device_busy_us_per_step": busy / n,
+        "idle_us_per_step": max(0.0, wall - busy) / n,
+        "kernels_per_step": len(kernels) / n,
+        "by_category_us_per_step": {c: v / n for c, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
+        "top_kernels_us_per_step": [(name[:90], v / n) for name, v in top],
+        "host_api_us_per_step": {k: v / n for k, v in sorted(host.items(), key=lambda kv: -kv[1])[:8]},
+        "largest_gaps_us": [(round(g, 1), a[:50], b[:50]) for g, a, b in gaps[:10]],
+        "gaps_over_5us_per_step": sum(g for g, _, _ in gaps if g > 5) / n,
+    }
+
+
+def profile_mode(setup: Setup, name: str, toggles: Toggles, steps: int) -> dict:
+    dec = setup.decoder(name, toggles)
+    dec.step.run(dec.slots, Sampling.GREEDY)  # captures the key when graphs are on
+    runner = dec.step.runner
+    B = setup.B
+
+    def once():
+        dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=B)["tokens"])
+
+    restore(dec)
+    for _ in range(5):
+        once()
+    torch.cuda.synchronize()
+    restore(dec)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            with record_function("step"):
+                once()
+        torch.cuda.synchronize()
+    return analyse(prof, steps)
+
+
+def table(name: str, r: dict) -> list[str]:
+    rows = [
+        f"## {name}",
+        "",
+        f"{r['steps']} steps: wall {r['wall_us_per_step']:.1f} us/step, device busy {r['device_busy_us_per_step']:.1f} "
+        f"us/step, idle {r['idle_us_per_step']:.1f} us/step, {r['kernels_per_step']:.0f} kernels/step, "
+        f"gaps over 5 us: {r['gaps_over_5us_per_step']:.1f} us/step.",
+        "",
+        "| device time by category | us / step | share |",
+        "| --- | --- | --- |",
+    ]
+    busy = sum(r["by_category_us_per_step"].values()) or 1.0
+    rows += [f"| {c} | {v:.1f} | {v / busy:.1%} |" for c, v in r["by_category_us_per_step"].items()]
+    rows += ["", "| kernel | us / step |", "| --- | --- |"]
+    rows += [f"| `{k}` | {v:.1f} |" for k, v in r["top_kernels_us_per_step"]]
+    rows += ["", "| host API call | us / step |", "| --- | --- |"]
+    rows += [f"| {k} | {v:.1f} |" for k, v in r["host_api_us_per_step"].items()]
+    rows += ["", "| largest device gaps (us) | before | after |", "| --- | --- | --- |"]
+    rows += [f"| {g} | `{a}` | `{b}` |" for g, a, b in r["largest_gaps_us"]]
+    return rows + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    setup = Setup(args.batch, args.layers, max_requests=max(args.batch, 8) + 1)
+    record = {"env": env_record(), "layers": args.layers, "batch": args.batch, "modes": {}}
+    record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps)
+    record["modes"]["step graph"] = profile_mode(setup, "graph", Toggles.all(True), args.steps)
+    env = record["env"]
+    rows = [
+        f"# Step profile, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}",
+        "",
+        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K=3, B={args.batch}, torch.profiler.",
+        "",
+    ]
+    for name, r in record["modes"].items():
+        rows += table(name, r)
+    save(args.out, f"profile_{args.layers}l_b{args.batch}", record, "\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
