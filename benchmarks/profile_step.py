@@ -58,8 +58,15 @@ def analyse(prof, steps: int) -> dict:
     windows = sorted(
         (e.time_range.start, e.time_range.end) for e in events if e.name == "step" and e.device_type == DeviceType.CPU
     )
-    kernels = sorted(
-        (e for e in events if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start),
+    kernels = sorted(  # device activity, without the "step" ranges that record_function mirrors on the GPU
+        (
+            e
+            for e in events
+            if e.device_type == DeviceType.CUDA
+            and e.time_range.end > e.time_range.start
+            and e.name != "step"
+            and not getattr(e, "is_user_annotation", False)
+        ),
         key=lambda e: e.time_range.start,
     )
     by_kernel: dict[str, float] = defaultdict(float)

@@ -9,9 +9,11 @@ Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
 * a failed capture is ended, its graph reset, and no reference to tensors it allocated survives (the
   exception text is kept, not the exception), so repeated failures do not grow ``memory_reserved``;
   leftovers in the shared pool are reused by the next capture;
-* the pool is a ``torch.cuda.MemPool`` that the backend holds, not a bare ``graph_pool_handle()``: a bare
-  handle's use count drops to zero when the only graph on it is reset (a failed first capture), and
-  torch's allocator then refuses the next capture on that handle with an internal assert.
+* the pool is held by an *anchor*, a one-kernel graph captured on it first and reset only by
+  ``release``: without it the pool's use count drops to zero when the only graph on it is reset (a
+  failed first capture), and torch's allocator then refuses the next capture on that handle with an
+  internal assert. (A ``torch.cuda.MemPool`` would hold it too, but its destructor empties the cache,
+  which aborts the process if garbage collection runs it while any capture is underway.)
 """
 
 from __future__ import annotations
@@ -79,15 +81,17 @@ class CudaGraphBackend:
         self.capture_error_mode = capture_error_mode
         self.keep_graph = keep_graph
         self.stream = torch.cuda.Stream(device=device)
-        self._mempool: torch.cuda.MemPool | None = None
+        self._pool = None
+        self._anchor: torch.cuda.CUDAGraph | None = None
         self.reader: MemoryReader = TorchMemoryReader(device)
 
     def pool(self):
-        """The shared pool's id for ``capture_begin(pool=...)`` (created on first use, held until release)."""
-        if self._mempool is None:
-            with torch.cuda.device(self.device):
-                self._mempool = torch.cuda.MemPool()
-        return self._mempool.id
+        """The shared pool's handle for ``capture_begin(pool=...)`` (made on first use, held until release)."""
+        if self._pool is None:
+            pool = torch.cuda.graph_pool_handle()
+            self._anchor = _trivial_capture(self.device, self.stream, pool)
+            self._pool = pool
+        return self._pool
 
     def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int:
         """Run ``fn`` ``iters`` times on the capture stream; return the peak extra bytes it allocated."""
@@ -158,7 +162,9 @@ class CudaGraphBackend:
         for c in captured:
             self.discard(c)
         captured.clear()
-        self._mempool = None  # MemPool's destructor releases the pool and empties its cached blocks
+        if self._anchor is not None:
+            _discard(self._anchor)  # the pool's last user: its blocks become free for empty_cache below
+        self._anchor, self._pool = None, None
         gc.collect()
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()
@@ -173,15 +179,22 @@ def restore_generator(device: torch.device, stream: torch.cuda.Stream) -> None:
     kernel runs the generator's capture prologue and epilogue again, which leaves it out of capture mode
     whatever state it was in (the same thing a later successful capture does).
     """
+    _trivial_capture(device, stream).reset()
+
+
+def _trivial_capture(device: torch.device, stream: torch.cuda.Stream, pool=None) -> torch.cuda.CUDAGraph:
+    """A graph of one kernel on a tensor allocated outside it (on ``pool`` when given, which it holds
+    until reset)."""
     scratch = torch.zeros(1, device=device)
     graph = torch.cuda.CUDAGraph()
+    stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
-        graph.capture_begin(capture_error_mode="relaxed")
+        graph.capture_begin(pool=pool, capture_error_mode="relaxed")
         try:
             scratch.add_(1)
         finally:
             graph.capture_end()
-    graph.reset()
+    return graph
 
 
 def _discard(graph: torch.cuda.CUDAGraph) -> None:
