@@ -2,7 +2,8 @@
 
 For B in {1, 8} on the example model (Qwen3-0.6B shape by default), each with and without a deliberately
 slow host side (about 200 us of Python scheduling work per step): decode time per step, device time per
-step (back-to-back replays), occupancy (device time / step time) and host time per step.
+step (CUDA events around each step of the loop), occupancy (device time / step time), host time per step,
+and where the device idled (the gaps between one step's end and the next one's start).
 
     python benchmarks/bench_overlap.py --out benchmarks/results/<dir> [--layers 28]
 """
@@ -42,8 +43,9 @@ def main() -> None:
     target, draft = build("qwen3-0.6b", device="cuda", dtype=torch.bfloat16, num_layers=args.layers, max_requests=20)
     record = {"env": env_record(), "layers": args.layers, "results": {}}
     rows = [
-        "| B | host work | loop | ms / step | device ms / step | occupancy | host ms / step | steps |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| B | host work | loop | ms / step | device ms / step | occupancy | host ms / step | steps | replay-only device ms "
+        "| device idle between steps (ms, total) | largest gaps (ms @ step) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     g = torch.Generator().manual_seed(0)
     for B in (1, 8):
@@ -57,10 +59,12 @@ def main() -> None:
         )
         dec.warmup(B)
         dec.generate(prompts, max_new_tokens=16)  # warm everything
-        device_ms = dec.device_step_ms(B)
+        replay_ms = dec.device_step_ms(B)  # back-to-back replays of the full-batch key, for reference
+        dec.record_step_events = True
         for host_us in (0, 200):
             for overlap in (False, True):
                 dec.stats = type(dec.stats)()
+                dec.step_events.clear()
                 torch.cuda.synchronize()
                 out = dec.generate(
                     prompts,
@@ -69,11 +73,19 @@ def main() -> None:
                     overlap=overlap,
                     on_step=slow_host(host_us) if host_us else None,
                 )
+                torch.cuda.synchronize()
                 st = dec.stats
                 step_ms = st.decode_seconds / st.steps * 1e3
+                ev = dec.step_events
+                device_ms = sum(a.elapsed_time(b) for a, b in ev) / len(ev)
+                gaps = [(ev[i - 1][1].elapsed_time(ev[i][0]), i) for i in range(1, len(ev))]
+                idle = sorted(gaps, reverse=True)
                 res = {
                     "step_ms": step_ms,
                     "device_ms": device_ms,
+                    "replay_only_device_ms": replay_ms,
+                    "idle_between_steps_ms": sum(g for g, _ in gaps),
+                    "largest_gaps_ms_at_step": [(round(g, 3), i) for g, i in idle[:5]],
                     "occupancy": min(1.0, device_ms / step_ms),
                     "host_ms": max(0.0, step_ms - device_ms),
                     "steps": st.steps,
@@ -83,14 +95,15 @@ def main() -> None:
                 record["results"][f"B={B} host={host_us}us overlap={overlap}"] = res
                 rows.append(
                     f"| {B} | {host_us} us | {'overlapped' if overlap else 'synchronous'} | {step_ms:.3f} | {res['device_ms']:.3f} | "
-                    f"{res['occupancy'] * 100:.2f}% | {res['host_ms']:.3f} | {st.steps} |"
+                    f"{res['occupancy'] * 100:.2f}% | {res['host_ms']:.3f} | {st.steps} | {replay_ms:.3f} | "
+                    f"{res['idle_between_steps_ms']:.2f} | {', '.join(f'{g:.3f} @ {i}' for g, i in idle[:3])} |"
                 )
     env = record["env"]
     header = (
         f"# Overlapped decode loop, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
         f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, greedy, {args.tokens} new tokens "
         "per request. Device time = the steps' summed GPU time (CUDA events around each step); occupancy = device time / "
-        "decode wall time (prefill excluded).\n\n"
+        "decode wall time (prefill excluded). Replay-only = back-to-back replays of the full batch's graph.\n\n"
     )
     save(args.out, f"overlap_{args.layers}l", record, header + "\n".join(rows) + "\n")
 

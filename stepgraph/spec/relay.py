@@ -96,16 +96,19 @@ class RelayState:
 
     # ---- host side, outside graphs -------------------------------------------------------------
     def write(self, slot: int, **values) -> None:
-        """Set fields of one slot (admission). Unnamed fields keep their value."""
+        """Set fields of one slot (admission). Unnamed fields keep their value. Numbers are filled in by a
+        kernel argument and tensors copied on the device: no host round trip, so nothing waits for the
+        steps already in flight."""
         self._check_slot(slot)
         for name, value in values.items():
-            self.fields[name][slot] = value
+            _set_row(self.fields[name][slot], value)
 
     def clear(self, slot: int) -> None:
-        """Reset a slot to the pad values (a padded row's state: scratch cache row, length 0)."""
+        """Reset a slot to the pad values (a padded row's state: scratch cache row, length 0); stream-ordered
+        after the steps already launched, without waiting for them."""
         self._check_slot(slot)
         for name, f in self.fields.items():
-            f[slot] = self.pads[name]
+            f[slot].fill_(self.pads[name])
 
     def move(self, src: int, dst: int) -> None:
         """Copy every field of slot ``src`` to ``dst`` (stream-ordered after steps already launched)."""
@@ -136,3 +139,12 @@ class RelayState:
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:
             raise ValueError(f"slot {slot} outside [0, {self.num_slots})")
+
+
+def _set_row(row: torch.Tensor, value) -> None:
+    # ``row[...] = number`` would stage the number through a pageable host-to-device copy, which waits for
+    # every step in flight; fill_ passes it as a kernel argument instead
+    if isinstance(value, torch.Tensor):
+        row.copy_(value, non_blocking=True)
+    else:
+        row.fill_(value)

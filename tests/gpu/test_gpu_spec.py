@@ -84,6 +84,26 @@ def test_overlapped_equals_synchronous():
     assert dec.stats.discarded_steps >= 1
 
 
+def test_overlapped_loop_never_syncs_the_host_once_requests_are_admitted():
+    """Requests finish at different steps (slots released, the batch shrinks to one and moves to slot 0):
+    none of it may wait on the device, or the overlap is lost at every batch change."""
+    target, dr = build("tiny", device="cuda", dtype=torch.bfloat16)
+    dec = SpecDecoder.for_example(
+        target, dr, max_batch=4, config=RunnerConfig(toggles=Toggles.all(True), progress=False)
+    )
+    dec.warmup(4)
+    ref = dec.generate(prompts(4), max_new_tokens=24)
+
+    def strict(_batch):  # from the first launch on (every prefill is done by then)
+        torch.cuda.set_sync_debug_mode("error")
+
+    try:
+        out = dec.generate(prompts(4), max_new_tokens=24, overlap=True, on_step=strict)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out == ref
+
+
 def test_weight_update_refused_then_recaptured_with_new_weights():
     target, dr = build("tiny", device="cuda", dtype=torch.float32)
     dec = SpecDecoder.for_example(
