@@ -36,14 +36,19 @@ PROMPT = 128
 class Setup:
     """Models + a decoder per mode, with B requests prefilled and the relay state snapshotted."""
 
-    def __init__(self, B: int, layers: int, max_requests: int) -> None:
+    def __init__(self, B: int, layers: int, max_requests: int, prompt: int = PROMPT, max_seq_len: int = 1024) -> None:
         self.B = B
         self.target, self.draft = build(
-            "qwen3-0.6b", device="cuda", dtype=torch.bfloat16, num_layers=layers, max_requests=max_requests
+            "qwen3-0.6b",
+            device="cuda",
+            dtype=torch.bfloat16,
+            num_layers=layers,
+            max_requests=max_requests,
+            max_seq_len=max_seq_len,
         )
         self.decoders = {}
         g = torch.Generator().manual_seed(0)
-        self.prompts = [torch.randint(0, 151936, (PROMPT,), generator=g).tolist() for _ in range(B)]
+        self.prompts = [torch.randint(0, 151936, (prompt,), generator=g).tolist() for _ in range(B)]
 
     def decoder(self, name: str, toggles: Toggles, buckets=None, splice_stages=False) -> SpecDecoder:
         cfg = RunnerConfig(toggles=toggles, progress=False, buckets=buckets or (self.B,))
@@ -265,17 +270,28 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per request")
+    ap.add_argument("--max-seq-len", type=int, default=1024, help="static KV cache positions (attention covers all)")
     args = ap.parse_args()
+    if args.prompt + (K + 1) * (GRAPH_TIMING["steps"] + 5) > args.max_seq_len:  # the timed steps' positions
+        ap.error(f"--prompt {args.prompt} leaves too few cache positions for the timed steps; raise --max-seq-len")
     torch.manual_seed(0)
     batches = [int(b) for b in args.batches.split(",")]
-    record = {"env": env_record(), "layers": args.layers, "K": K, "prompt_len": PROMPT, "results": {}}
+    record = {
+        "env": env_record(),
+        "layers": args.layers,
+        "K": K,
+        "prompt_len": args.prompt,
+        "max_seq_len": args.max_seq_len,
+        "results": {},
+    }
     rows = [
         "| B | eager (ms) | eager, fused pieces (ms) | per-stage graphs + sync (ms) | step graph (ms) | device time (ms) | occupancy | host overhead (us) "
         "| vs eager | torch.compile r-o (ms) | vs compile | capture (ms) | spliced step graph (ms) | spliced device (ms) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
-        setup = Setup(B, args.layers, max_requests=max(B, 8) + 1)
+        setup = Setup(B, args.layers, max(B, 8) + 1, args.prompt, args.max_seq_len)
         eager = mode_eager(setup)
         eager_fused = mode_eager_fused(setup)
         stages = mode_per_stage(setup)
@@ -310,7 +326,7 @@ def main() -> None:
         del setup
         torch.cuda.empty_cache()
     if not args.no_memory:
-        mem = memory_keys(Setup(8, args.layers, max_requests=9))
+        mem = memory_keys(Setup(8, args.layers, 9, args.prompt, args.max_seq_len))
         record["memory"] = mem
         rows.append("")
         rows.append(
@@ -321,15 +337,16 @@ def main() -> None:
     env = record["env"]
     header = (
         f"# Step benchmark, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
-        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, static KV cache of 1024, "
-        f"prompt {PROMPT} tokens, greedy.\n\n"
+        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, static KV cache of "
+        f"{args.max_seq_len} (attention reads all of it), prompt {args.prompt} tokens, greedy.\n\n"
     )
     table = header + "\n".join(rows) + "\n"
-    _plot(record, args.out)
-    save(args.out, f"step_{args.layers}l", record, table)
+    name = f"step_{args.layers}l" + ("" if args.max_seq_len == 1024 else f"_s{args.max_seq_len}")
+    _plot(record, args.out, name)
+    save(args.out, name, record, table)
 
 
-def _plot(record: dict, out: str) -> None:
+def _plot(record: dict, out: str, name: str) -> None:
     try:
         import matplotlib
 
@@ -355,7 +372,7 @@ def _plot(record: dict, out: str) -> None:
     from pathlib import Path
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    fig.savefig(Path(out) / f"step_{record['layers']}l.png", dpi=120, bbox_inches="tight")
+    fig.savefig(Path(out) / f"{name}.png", dpi=120, bbox_inches="tight")
 
 
 if __name__ == "__main__":
