@@ -36,7 +36,9 @@ PROMPT = 128
 class Setup:
     """Models + a decoder per mode, with B requests prefilled and the relay state snapshotted."""
 
-    def __init__(self, B: int, layers: int, max_requests: int, prompt: int = PROMPT, max_seq_len: int = 1024) -> None:
+    def __init__(
+        self, B: int, layers: int, max_requests: int, prompt: int = PROMPT, max_seq_len: int = 1024, attention="sdpa"
+    ) -> None:
         self.B = B
         self.target, self.draft = build(
             "qwen3-0.6b",
@@ -45,6 +47,7 @@ class Setup:
             num_layers=layers,
             max_requests=max_requests,
             max_seq_len=max_seq_len,
+            attention=attention,
         )
         self.decoders = {}
         g = torch.Generator().manual_seed(0)
@@ -271,7 +274,13 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per request")
-    ap.add_argument("--max-seq-len", type=int, default=1024, help="static KV cache positions (attention covers all)")
+    ap.add_argument("--max-seq-len", type=int, default=1024, help="static KV cache positions")
+    ap.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=["sdpa", "triton"],
+        help="sdpa: masked SDPA over the whole gathered cache; triton: decode attention up to each length",
+    )
     args = ap.parse_args()
     if args.prompt + (K + 1) * (GRAPH_TIMING["steps"] + 5) > args.max_seq_len:  # the timed steps' positions
         ap.error(f"--prompt {args.prompt} leaves too few cache positions for the timed steps; raise --max-seq-len")
@@ -283,6 +292,7 @@ def main() -> None:
         "K": K,
         "prompt_len": args.prompt,
         "max_seq_len": args.max_seq_len,
+        "attention": args.attention,
         "results": {},
     }
     rows = [
@@ -291,7 +301,7 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
-        setup = Setup(B, args.layers, max(B, 8) + 1, args.prompt, args.max_seq_len)
+        setup = Setup(B, args.layers, max(B, 8) + 1, args.prompt, args.max_seq_len, args.attention)
         eager = mode_eager(setup)
         eager_fused = mode_eager_fused(setup)
         stages = mode_per_stage(setup)
@@ -326,7 +336,7 @@ def main() -> None:
         del setup
         torch.cuda.empty_cache()
     if not args.no_memory:
-        mem = memory_keys(Setup(8, args.layers, 9, args.prompt, args.max_seq_len))
+        mem = memory_keys(Setup(8, args.layers, 9, args.prompt, args.max_seq_len, args.attention))
         record["memory"] = mem
         rows.append("")
         rows.append(
@@ -338,10 +348,17 @@ def main() -> None:
     header = (
         f"# Step benchmark, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
         f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, static KV cache of "
-        f"{args.max_seq_len} (attention reads all of it), prompt {args.prompt} tokens, greedy.\n\n"
+        f"{args.max_seq_len}, prompt {args.prompt} tokens, greedy; attention: "
+        + (
+            "masked SDPA over the whole gathered cache"
+            if args.attention == "sdpa"
+            else "decode attention up to each length"
+        )
+        + ".\n\n"
     )
     table = header + "\n".join(rows) + "\n"
     name = f"step_{args.layers}l" + ("" if args.max_seq_len == 1024 else f"_s{args.max_seq_len}")
+    name += "" if args.attention == "sdpa" else f"_{args.attention}"
     _plot(record, args.out, name)
     save(args.out, name, record, table)
 

@@ -28,7 +28,7 @@ from stepgraph import Sampling, Toggles
 
 CATEGORIES = (  # first match wins; lower-case substrings of kernel names
     ("stepgraph triton", ("_greedy_verify", "_argmax_partial", "_tail_", "_row_copy", "_sample_")),
-    ("attention", ("flash", "fmha", "attention", "sdpa", "efficient", "softmax")),
+    ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "efficient", "softmax")),
     ("cache gather/scatter", ("index", "gather", "scatter", "put_")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "matmul", "sm90", "cublas")),
     ("memcpy/memset", ("memcpy", "memset")),
@@ -154,8 +154,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"])
     args = ap.parse_args()
-    setup = Setup(args.batch, args.layers, max_requests=max(args.batch, 8) + 1)
+    setup = Setup(args.batch, args.layers, max(args.batch, 8) + 1, attention=args.attention)
     record = {"env": env_record(), "layers": args.layers, "batch": args.batch, "modes": {}}
     record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps)
     record["modes"]["step graph"] = profile_mode(setup, "graph", Toggles.all(True), args.steps)
@@ -163,12 +164,15 @@ def main() -> None:
     rows = [
         f"# Step profile, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}",
         "",
-        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K=3, B={args.batch}, torch.profiler.",
+        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K=3, B={args.batch}, "
+        f"{args.attention} attention, torch.profiler.",
         "",
     ]
     for name, r in record["modes"].items():
         rows += table(name, r)
-    save(args.out, f"profile_{args.layers}l_b{args.batch}", record, "\n".join(rows))
+    suffix = "" if args.attention == "sdpa" else f"_{args.attention}"
+    record["attention"] = args.attention
+    save(args.out, f"profile_{args.layers}l_b{args.batch}{suffix}", record, "\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from stepgraph.envs import triton_interpret
+from stepgraph.examples.attention import decode_attention, fits
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -34,8 +37,14 @@ class ModelConfig:
     residual_scale: float = 0.05
     rope_theta: float = 10000.0
     seed: int = 0
+    #: "sdpa": gather the cache rows and run masked SDPA over the whole cache (any device);
+    #: "triton": decode and verify forwards read the rows in place up to each request's length
+    #: (:mod:`stepgraph.examples.attention`), prefill keeps SDPA
+    attention: str = "sdpa"
 
     def __post_init__(self) -> None:
+        if self.attention not in ("sdpa", "triton"):
+            raise ValueError(f"attention must be 'sdpa' or 'triton', got {self.attention!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
@@ -114,10 +123,14 @@ class _Layer:
         qk = _rope(qkv[:, :, : H + KVH], cis)
         kv = torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2)  # [B, T, 2, KVH, hd]
         kv_cache[rows[:, None].expand(B, T), :, :, positions] = kv  # into the rows at their positions
-        cached = kv_cache[rows]  # [B, 2, KVH, S, hd]
-        q = qk[:, :, :H].transpose(1, 2)
-        attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
-        x = torch.addmm(x.view(B * T, -1), attn.transpose(1, 2).reshape(B * T, -1), self.wo).view(B, T, -1)
+        if mask is None:  # read the rows in place, up to each query's position
+            attn = decode_attention(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
+        else:
+            cached = kv_cache[rows]  # [B, 2, KVH, S, hd]
+            q = qk[:, :, :H].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
+            attn = attn.transpose(1, 2).reshape(B * T, -1)
+        x = torch.addmm(x.view(B * T, -1), attn, self.wo).view(B, T, -1)
         gate, up = (_rms_norm(x, self.ln2) @ self.w_gate_up).chunk(2, dim=-1)
         act = (F.silu(gate) * up).view(B * T, -1)
         return torch.addmm(x.view(B * T, -1), act, self.w_down).view(B, T, -1)  # residual add in the GEMM
@@ -139,7 +152,11 @@ class _Stack:
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         cis = self.cis[positions][:, :, None, :]
-        mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        cfg = self.cfg
+        if cfg.attention == "triton" and fits(cfg.num_heads, cfg.num_kv_heads, positions.shape[1]):
+            mask = None  # decode attention: no mask, no gather
+        else:
+            mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         for i, layer in enumerate(self.layers):
             x = layer(x, cis, self.kv_cache[i], rows, positions, mask)
         return x
@@ -154,6 +171,11 @@ class ExampleTarget:
     """
 
     def __init__(self, cfg: ModelConfig = ModelConfig(), *, device="cpu", dtype=torch.float32) -> None:
+        if cfg.attention == "triton" and torch.device(device).type != "cuda" and not triton_interpret():
+            raise ValueError(
+                "attention='triton' runs Triton kernels: build on a CUDA device, or set TRITON_INTERPRET=1 to "
+                "run them through Triton's CPU interpreter (slow), or use attention='sdpa'"
+            )
         init = _Init(cfg.seed, device, dtype)
         self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
         self.embed = init.normal(cfg.vocab_size, cfg.hidden_size, std=1.0)

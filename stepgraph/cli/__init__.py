@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         print_inventory()
         return 0
     if args.command == "demo":
-        return demo.run(args)
+        try:
+            return demo.run(args)
+        except ValueError as e:  # a flag combination the models or the decoder refuse: say what to change
+            print(f"python -m stepgraph demo: error: {e}", file=sys.stderr)
+            return 2
     parser.error(f"unknown command {args.command}")
     return 2

@@ -28,6 +28,12 @@ def add_parser(sub) -> None:
     p.add_argument("--hidden", type=int, help="override: hidden size")
     p.add_argument("--heads", type=int, help="override: attention heads (KV heads = heads/2)")
     p.add_argument("--vocab", type=int, help="override: vocabulary size")
+    p.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=["sdpa", "triton"],
+        help="example model attention: masked SDPA over the whole cache, or Triton decode attention up to each length",
+    )
     p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="EAGLE head, or a copy of the target")
     p.add_argument("--batch", type=int, default=4, help="requests decoded together (default 4)")
     p.add_argument("--k", type=int, default=3, help="draft tokens per step (default 3)")
@@ -63,6 +69,7 @@ def _overrides(args) -> dict:
     if args.vocab:
         o["vocab_size"] = args.vocab
     o["max_requests"] = max(args.batch, 1)
+    o["attention"] = args.attention
     return o
 
 

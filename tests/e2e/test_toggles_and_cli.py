@@ -112,3 +112,11 @@ def test_quickstart_example_runs():
     info = quickstart()
     assert info["runs"] == 4 + info["warmup"]["batch_sizes"][-1]
     assert info["batch_size_histogram"]["5"] == 5  # the warm-up batch of 5 and four runs
+
+
+def test_demo_refuses_a_flag_it_cannot_honour_with_a_clear_error(capsys, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("the refusal is for a CPU without Triton's interpreter")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    rc = main(["demo", "--attention", "triton", "--quiet"])
+    assert rc == 2 and "TRITON_INTERPRET=1" in capsys.readouterr().err

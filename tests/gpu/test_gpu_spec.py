@@ -27,9 +27,10 @@ def decode(
     draft="eagle",
     max_batch=4,
     n=6,
+    attention="sdpa",
     **kw,
 ):
-    target, dr = build("tiny", device="cuda", dtype=dtype, draft=draft)
+    target, dr = build("tiny", device="cuda", dtype=dtype, draft=draft, attention=attention)
     dec = SpecDecoder.for_example(
         target, dr, max_batch=max_batch, config=RunnerConfig(toggles=toggles, progress=False), seed=seed
     )
@@ -46,10 +47,26 @@ def test_step_graph_greedy_equals_eager_and_plain_greedy_fp32():
     assert out == [greedy_reference(target, p, 24) for p in prompts()]
 
 
-def test_step_graph_greedy_equals_eager_bf16():
-    _, out, _ = decode(Toggles.all(True))
-    _, eager, _ = decode(Toggles.all(False))
-    assert out == eager
+@pytest.mark.parametrize("attention", ["sdpa", "triton"])
+def test_step_graph_greedy_equals_eager_bf16(attention):
+    dec, out, _ = decode(Toggles.all(True), attention=attention)
+    _, eager, _ = decode(Toggles.all(False), attention=attention)
+    assert out == eager and dec.info()["replays"] > 0
+
+
+def test_decode_attention_compiled_matches_sdpa_on_the_gpu():
+    from stepgraph.examples.attention import decode_attention, reference_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for dtype, tol in ((torch.bfloat16, 2e-2), (torch.float32, 1e-5)):
+        kv = torch.randn(9, 2, 8, 1000, 128, device="cuda", generator=g).to(dtype)
+        q = torch.randn(5, 4, 16, 128, device="cuda", generator=g).to(dtype)
+        rows = torch.tensor([3, 0, 8, 5, 1], device="cuda")
+        positions = torch.tensor([996, 3, 517, 128, 64], device="cuda")[:, None] + torch.arange(4, device="cuda")
+        got = decode_attention(q, kv, rows, positions, 128**-0.5)
+        torch.testing.assert_close(
+            got.float(), reference_attention(q, kv, rows, positions, 128**-0.5), atol=tol, rtol=tol
+        )
 
 
 def test_every_piece_combination_is_bitwise_identical():

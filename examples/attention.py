@@ -1,0 +1,160 @@
+"""Decode attention for the example model: reads each request's cache row in place, up to its length.
+
+The model's default attention gathers every request's whole cache row (``kv_cache[rows]``) and runs
+``scaled_dot_product_attention`` over all ``max_seq_len`` positions under a mask, so a step costs what a
+decode at the full cache length costs. This kernel (flash-decoding with a fixed split of the sequence,
+so the grid does not depend on the lengths and the launch is graph-safe) reads keys and values through
+the row index and skips the blocks past each request's last visible position, as a serving engine's
+paged decode kernel does.
+
+It serves the decode and verify forwards (a few query tokens per request); prefill keeps SDPA. Results
+match SDPA to floating-point tolerance, not bit for bit (another reduction order); eager and graph
+replay of it are bit-identical.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_N = 32  # keys per block
+MAX_ROWS = 64  # query rows a program holds: (heads per KV head) x (query tokens)
+TARGET_PROGRAMS = 264  # about two per SM on an H200
+
+
+@triton.jit
+def _decode_attn_partial(
+    q_ptr, kv_ptr, rows_ptr, pos_ptr, acc_ptr, ml_ptr,
+    S, sq_b, sq_t, sq_h, skv_r, skv_kv, skv_h, skv_s, scale,
+    T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr,
+    CHUNK: tl.constexpr, NSPLIT: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)  # request * KVH + kv head
+    split = tl.program_id(1)
+    b = pid // KVH
+    kvh = pid % KVH
+    r = tl.arange(0, M)  # query row = head-in-group * T + token
+    live = r < G * T
+    t = r % T
+    h = kvh * G + r // T
+    d = tl.arange(0, HD)
+    q = tl.load(q_ptr + b * sq_b + t[:, None] * sq_t + h[:, None] * sq_h + d[None, :], mask=live[:, None], other=0.0)
+    q = q.to(tl.float32)  # 16-bit inputs are exact in tf32, so the dots below lose nothing on q.k
+    pos = tl.load(pos_ptr + b * T + t, mask=live, other=-1)
+    last = tl.max(pos, 0)
+    base = kv_ptr + tl.load(rows_ptr + b) * skv_r + kvh * skv_h
+    m_i = tl.full([M], float("-inf"), tl.float32)
+    l_i = tl.zeros([M], tl.float32)
+    acc = tl.zeros([M, HD], tl.float32)
+    start = split * CHUNK
+    for n0 in range(0, CHUNK, BLOCK_N):
+        if start + n0 <= last:  # blocks past every row's last visible position are skipped
+            n = start + n0 + tl.arange(0, BLOCK_N)
+            inside = ((n < S) & (n <= last))[:, None]  # never read past the last position (stale rows)
+            k = tl.load(base + n[:, None] * skv_s + d[None, :], mask=inside, other=0.0).to(tl.float32)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            else:
+                s = tl.dot(q, tl.trans(k), input_precision="tf32") * scale
+            s = tl.where(n[None, :] <= pos[:, None], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet stays at 0
+            p = tl.exp(s - m_ref[:, None])
+            alpha = tl.exp(m_i - m_ref)
+            v = tl.load(base + skv_kv + n[:, None] * skv_s + d[None, :], mask=inside, other=0.0).to(tl.float32)
+            if IEEE:
+                pv = tl.dot(p, v, input_precision="ieee")
+            else:
+                pv = tl.dot(p, v, input_precision="tf32")
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+    off = (pid * NSPLIT + split) * M + r
+    tl.store(ml_ptr + off * 2, m_i)
+    tl.store(ml_ptr + off * 2 + 1, l_i)
+    tl.store(acc_ptr + off[:, None] * HD + d[None, :], acc)
+
+
+@triton.jit
+def _decode_attn_combine(
+    acc_ptr, ml_ptr, o_ptr, so_b, so_t, so_h,
+    T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr, NSPLIT: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    b = pid // KVH
+    kvh = pid % KVH
+    r = tl.arange(0, M)
+    live = r < G * T
+    t = r % T
+    h = kvh * G + r // T
+    d = tl.arange(0, HD)
+    m = tl.full([M], float("-inf"), tl.float32)
+    for s in range(NSPLIT):
+        m = tl.maximum(m, tl.load(ml_ptr + ((pid * NSPLIT + s) * M + r) * 2))
+    m_ref = tl.where(m == float("-inf"), 0.0, m)
+    l_sum = tl.zeros([M], tl.float32)
+    acc = tl.zeros([M, HD], tl.float32)
+    for s in range(NSPLIT):
+        off = (pid * NSPLIT + s) * M + r
+        w = tl.exp(tl.load(ml_ptr + off * 2) - m_ref)
+        l_sum += tl.load(ml_ptr + off * 2 + 1) * w
+        acc += tl.load(acc_ptr + off[:, None] * HD + d[None, :]) * w[:, None]
+    out = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
+    dst = o_ptr + b * so_b + t[:, None] * so_t + h[:, None] * so_h + d[None, :]
+    tl.store(dst, out.to(o_ptr.dtype.element_ty), mask=live[:, None])
+
+
+def fits(num_heads: int, num_kv_heads: int, tokens: int) -> bool:
+    """Whether a forward of ``tokens`` query tokens per request can use :func:`decode_attention`."""
+    return (num_heads // num_kv_heads) * tokens <= MAX_ROWS
+
+
+def decode_attention(
+    q: torch.Tensor, kv_cache: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Causal attention of a few new tokens per request over its cache row.
+
+    q ``[B, T, H, hd]`` (last dimension contiguous), kv_cache ``[R, 2, KVH, S, hd]`` (keys, values; the new
+    tokens already written), rows ``[B]`` int64 cache rows, positions ``[B, T]`` int64 (key ``j`` is
+    visible to a query at position ``p`` when ``j <= p``). Returns ``[B, T, H, hd]`` in q's dtype.
+    """
+    B, T, H, HD = q.shape
+    R, two, KVH, S, hd = kv_cache.shape
+    if two != 2 or hd != HD or H % KVH or q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
+        raise ValueError(f"q {tuple(q.shape)} and kv_cache {tuple(kv_cache.shape)} do not fit together")
+    G = H // KVH
+    if not fits(H, KVH, T):
+        raise ValueError(f"{G} heads per KV head x {T} tokens exceeds {MAX_ROWS} query rows; use SDPA")
+    M = max(16, triton.next_power_of_2(G * T))
+    nsplit = max(1, min(triton.cdiv(S, BLOCK_N), triton.cdiv(TARGET_PROGRAMS, B * KVH)))
+    chunk = triton.cdiv(triton.cdiv(S, nsplit), BLOCK_N) * BLOCK_N
+    nsplit = triton.cdiv(S, chunk)
+    dev = q.device
+    acc = torch.empty(B * KVH * nsplit * M * HD, dtype=torch.float32, device=dev)
+    ml = torch.empty(B * KVH * nsplit * M * 2, dtype=torch.float32, device=dev)
+    out = torch.empty(B, T, H, HD, dtype=q.dtype, device=dev)
+    positions = positions.contiguous()
+    ieee = q.dtype == torch.float32
+    _decode_attn_partial[(B * KVH, nsplit)](
+        q, kv_cache, rows, positions, acc, ml,
+        S, q.stride(0), q.stride(1), q.stride(2), *kv_cache.stride()[:4], scale,
+        T=T, KVH=KVH, G=G, HD=HD, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee,
+    )  # fmt: skip
+    _decode_attn_combine[(B * KVH,)](
+        acc, ml, out, out.stride(0), out.stride(1), out.stride(2), T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit
+    )
+    return out
+
+
+def reference_attention(
+    q: torch.Tensor, kv_cache: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """The same attention through the gather and masked SDPA (float32), ``[B, T, H, hd]``."""
+    S = kv_cache.shape[3]
+    cached = kv_cache[rows].float()  # [B, 2, KVH, S, hd]
+    mask = torch.arange(S, device=q.device)[None, None, None, :] <= positions[:, None, :, None]
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.float().transpose(1, 2), cached[:, 0], cached[:, 1], attn_mask=mask, scale=scale, enable_gqa=True
+    )
+    return o.transpose(1, 2)
