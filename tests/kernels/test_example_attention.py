@@ -54,11 +54,12 @@ def test_bad_shapes_are_refused():
 def test_model_with_decode_attention_matches_sdpa_model():
     outs = []
     for attention in ("sdpa", "triton"):
-        target, _ = build("tiny", attention=attention, max_seq_len=48)
-        rows = torch.tensor([2, 0])
-        prompt = torch.randint(0, 512, (2, 9), generator=torch.Generator().manual_seed(1))
-        target(prompt, torch.arange(9)[None].expand(2, 9), rows)  # prefill (SDPA in both)
-        logits, hidden = target(prompt[:, :4], torch.arange(9, 13)[None].expand(2, 4), rows)  # verify-shaped
+        target, _ = build("tiny", attention=attention, max_seq_len=48, device=DEV)
+        rows = torch.tensor([2, 0], device=DEV)
+        prompt = torch.randint(0, 512, (2, 9), generator=torch.Generator().manual_seed(1)).to(DEV)
+        positions = torch.arange(13, device=DEV)[None].expand(2, 13)
+        target(prompt, positions[:, :9], rows)  # prefill (SDPA in both)
+        logits, hidden = target(prompt[:, :4], positions[:, 9:], rows)  # verify-shaped
         outs.append((logits, hidden))
     torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(outs[1][1], outs[0][1], atol=1e-4, rtol=1e-4)
