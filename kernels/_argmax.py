@@ -26,12 +26,34 @@ NUM_WARPS = 4
 
 def default_config(rows: int) -> dict:
     """Stage-1 launch settings by number of rows, from the H200 sweeps in benchmarks/results: about one
-    program per SM for a few rows, more for medium batches, and 8-block splits for large ones."""
-    if rows <= 8:
-        return {"block": 1024, "num_warps": 8, "target_programs": 132}
-    if rows <= 64:
+    program per SM for a few rows or many (8-block splits), more programs for medium batches."""
+    if 8 < rows <= 64:
         return {"block": 2048, "num_warps": 8, "target_programs": 528}
     return {"block": 1024, "num_warps": 8, "target_programs": 132}
+
+
+def launch_config(rows: int, config: dict | None) -> dict:
+    """:func:`default_config` for ``rows`` updated by the caller's ``config``, checked.
+
+    Raises
+    ------
+    ValueError
+        For an unknown key, a ``block`` that is not a power of two in [16, 16384], ``num_warps`` not in
+        1, 2, 4, 8, 16, 32, or ``target_programs`` < 1.
+    """
+    cfg = default_config(rows)
+    unknown = sorted(set(config or {}) - set(cfg))
+    if unknown:
+        raise ValueError(f"unknown kernel config key(s) {unknown}; valid keys: {', '.join(cfg)}")
+    cfg.update(config or {})
+    block, warps, programs = cfg["block"], cfg["num_warps"], cfg["target_programs"]
+    if not (isinstance(block, int) and 16 <= block <= 16384 and block & (block - 1) == 0):
+        raise ValueError(f"config block={block!r} must be a power of two in [16, 16384], e.g. 1024")
+    if warps not in (1, 2, 4, 8, 16, 32) or isinstance(warps, bool):
+        raise ValueError(f"config num_warps={warps!r} must be one of 1, 2, 4, 8, 16, 32")
+    if not (isinstance(programs, int) and not isinstance(programs, bool) and programs >= 1):
+        raise ValueError(f"config target_programs={programs!r} must be an int >= 1")
+    return cfg
 
 
 #: One launch (last-arriving program finalizes) pays off while few programs share a request's counter.

@@ -77,17 +77,17 @@ def _row_copy_kernel(
         copy = write
 
     offs = c * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
-    in_row = offs < row_words
+    # masks as one compare against a per-row word limit (0 when the row is skipped): always boolean blocks
     src = _word_ptr(src_addr, WORD_BYTES) + src_row * src_stride + offs
     dst = _word_ptr(dst_addr, WORD_BYTES) + dst_row * dst_stride + offs
-    vals = tl.load(src, mask=in_row & copy, other=0)
+    vals = tl.load(src, mask=offs < tl.where(copy, row_words, 0), other=0)
     if WORD_BYTES == 8:
         fill_word = fill.to(vals.dtype, bitcast=True)
     else:
         shift = ((offs * WORD_BYTES) % 8) * 8
         fill_word = ((fill >> shift) & ((1 << (8 * WORD_BYTES)) - 1)).to(vals.dtype)
     out = tl.where(copy, vals, fill_word)
-    tl.store(dst, out, mask=in_row & write)
+    tl.store(dst, out, mask=offs < tl.where(write, row_words, 0))
 
 
 def fill_pattern(value: int | float | bool, dtype: torch.dtype) -> int:

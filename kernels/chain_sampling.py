@@ -234,6 +234,7 @@ def _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_le
         check(t.is_contiguous(), f"{name} must be contiguous")
     if seq_lens is not None:
         check(seq_lens.shape == (B,) and seq_lens.dtype in INDEX_DTYPES, f"seq_lens must be [B={B}] int32/int64")
+        check(seq_lens.device == logits.device, f"seq_lens is on {seq_lens.device}, logits on {logits.device}")
 
 
 def chain_verify_sampling(

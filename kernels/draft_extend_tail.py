@@ -22,7 +22,7 @@ from ._argmax import (
     ONE_LAUNCH_MAX_ROWS,
     argmax_partials,
     arrived_last,
-    default_config,
+    launch_config,
     partial_buffers,
     reduce_partials,
     split_argmax,
@@ -63,9 +63,10 @@ def _tail_finalize(
         tl.store(tokens_ptr + b, tl.where(valid, token, -1))
     if HAS_HIDDEN:
         safe_row = tl.where(valid, row, 0)
+        d_valid = tl.where(valid, D, 0)  # an invalid row loads nothing (one compare: a boolean mask everywhere)
         for k in range(D_CHUNKS):
             d = (c + k) * BLOCK_D + tl.arange(0, BLOCK_D)
-            h = tl.load(hidden_ptr + safe_row * stride_hidden + d, mask=(d < D) & valid, other=0)
+            h = tl.load(hidden_ptr + safe_row * stride_hidden + d, mask=d < d_valid, other=0)
             tl.store(out_hidden_ptr + b * stride_out + d, h, mask=d < D)
 
 
@@ -126,12 +127,11 @@ def _check_workspace(workspace: torch.Tensor, B: int, device) -> None:
     )
 
 
-def _launch(logits, hidden, select, tokens, hid, workspace, config) -> None:
+def _launch(logits, hidden, select, tokens, hid, workspace, cfg: dict) -> None:
     N, V = logits.shape
     B = tokens.shape[0]
     D = hidden.shape[1] if hidden is not None else 0
     block_d = min(BLOCK_D, next_pow2(D)) if D else 1
-    cfg = {**default_config(B), **(config or {})}
     flags = {"HAS_HIDDEN": hidden is not None, "HAS_SELECT": select is not None}
     dummy = tokens
     rest = (
@@ -189,6 +189,7 @@ def draft_extend_tail(
     CUDA graph: safe to capture; no host syncs.
     """
     _check_logits(logits)
+    cfg = launch_config(select.shape[0], config)  # a bad config is refused on every device
     check(
         select.dim() == 1 and select.dtype in INDEX_DTYPES,
         f"select must be [B] int32/int64, got {tuple(select.shape)} {select.dtype}",
@@ -218,7 +219,7 @@ def draft_extend_tail(
         if hid is not None:
             hid.copy_(ref.hidden)
         return TailOutput(tokens, hid)
-    _launch(logits, hidden, select, tokens, hid, workspace, config)
+    _launch(logits, hidden, select, tokens, hid, workspace, cfg)
     return TailOutput(tokens, hid)
 
 
@@ -256,9 +257,10 @@ def argmax_rows(
     N = logits.shape[0]
     tokens = out if out is not None else torch.empty(N, dtype=torch.int64, device=logits.device)
     check(tokens.shape == (N,) and tokens.dtype == torch.int64, f"out must be [N={N}] int64")
+    cfg = launch_config(N, config)
     if N == 0:
         return tokens
     if not use_triton(logits):
         return tokens.copy_(torch.argmax(logits, dim=-1))
-    _launch(logits, None, None, tokens, None, workspace, config)
+    _launch(logits, None, None, tokens, None, workspace, cfg)
     return tokens

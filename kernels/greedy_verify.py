@@ -23,7 +23,7 @@ from ._argmax import (
     ONE_LAUNCH_MAX_ROWS,
     argmax_partials,
     arrived_last,
-    default_config,
+    launch_config,
     partial_buffers,
     reduce_partials,
     split_argmax,
@@ -240,6 +240,7 @@ def greedy_chain_verify(
     """
     _check_inputs(logits, draft_tokens, seq_lens)
     B, K1, V = logits.shape
+    cfg = launch_config(B * K1, config)
     res = _outputs(B, K1, logits.device, seq_lens, out, with_accept_len, with_select, with_emitted)
     if B == 0:
         return res
@@ -267,7 +268,6 @@ def greedy_chain_verify(
         "HAS_SELECT": res.select is not None,
         "HAS_EMITTED": res.emitted is not None,
     }
-    cfg = {**default_config(B * K1), **(config or {})}
     if workspace is None or B * K1 > ONE_LAUNCH_MAX_ROWS:
         vals, idx, nans, n_splits = argmax_partials(logits, B * K1, K1, logits.stride(0), logits.stride(1), **cfg)
         _greedy_verify_finalize_kernel[(B,)](

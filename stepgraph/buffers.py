@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -51,6 +52,13 @@ class Buffer:
     pad: PadValue = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.shape, (tuple, list, torch.Size)) or not all(
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in self.shape
+        ):
+            raise TypeError(
+                f"Buffer shape must be a tuple of ints with the batch first, e.g. Buffer((8,), ...) or "
+                f"Buffer((8, 1024), ...); got {self.shape!r}"
+            )
         shape = tuple(int(s) for s in self.shape)
         if not shape or any(s < 1 for s in shape):
             raise ValueError(f"Buffer shape must be non-empty with positive sizes (batch first), got {self.shape}")

@@ -59,13 +59,23 @@ def graphs_unavailable_reason(device: torch.device) -> str | None:
 
 @contextmanager
 def frozen_gc():
-    """``gc.collect(); gc.freeze()`` for the capture loop: a collection during capture can free a
-    graph-owned object and invalidate the capture."""
+    """No garbage collection while capturing: collect first, then freeze and disable the collector.
+
+    A collection during a capture can destroy an unreachable old graph (a dropped runner's, say), and
+    CUDA refuses a graph's destruction while a stream captures: the capture fails. Every capture path
+    (``capture()``, ``warmup()``, capture on first use in ``run()``) goes through here. Re-entrant: an
+    inner use, or one under a collector the caller disabled, changes nothing.
+    """
+    if not gc.isenabled():
+        yield
+        return
     gc.collect()
     gc.freeze()
+    gc.disable()
     try:
         yield
     finally:
+        gc.enable()
         gc.unfreeze()
 
 

@@ -70,7 +70,6 @@ class EnvSettings:
     master: bool | None
     pieces: Mapping[str, bool | None]  # keyed by config field name
     debug: bool | None
-    triton_interpret: bool
 
 
 def _parse_bool(name: str, value: str) -> bool | None:
@@ -100,13 +99,25 @@ def read(environ: Mapping[str, str] | None = None) -> EnvSettings:
         master=_parse_bool(MASTER, env.get(MASTER, "")),
         pieces=pieces,
         debug=_parse_bool(DEBUG, env.get(DEBUG, "")),
-        triton_interpret=env.get("TRITON_INTERPRET", "0").strip() not in ("", "0"),
     )
 
 
-def triton_interpret() -> bool:
-    """Whether Triton runs kernels through its CPU interpreter (Triton's own ``TRITON_INTERPRET``)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip() not in ("", "0")
+#: Values Triton takes as true for its boolean variables (case-insensitive); anything else is false.
+TRITON_TRUE = ("1", "true", "on", "yes")
+
+
+def triton_interpret(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether Triton runs kernels through its CPU interpreter: ``TRITON_INTERPRET`` read as Triton reads
+    it (``1``, ``true``, ``on``, ``yes`` in any case; ``false``, ``abc`` or unset are off). Asks Triton
+    itself where it can (``triton.knobs``, Triton >= 3.3)."""
+    if environ is None:
+        try:
+            from triton import knobs
+
+            return bool(knobs.runtime.interpret)
+        except (ImportError, AttributeError):
+            environ = os.environ
+    return environ.get("TRITON_INTERPRET", "").lower() in TRITON_TRUE
 
 
 def piece_variable(field: str) -> str:

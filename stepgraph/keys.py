@@ -5,12 +5,26 @@ from __future__ import annotations
 import bisect
 import enum
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 #: Every size 1..8 gets its own graph (small batches are where launch overhead hurts most), then a
 #: coarser ladder up to 64. ``suggest_buckets`` in the report proposes a better list from real traffic.
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
+
+
+INT64_MAX = 2**63 - 1
+
+
+def check_int64(name: str, value: object) -> int:
+    """``value`` as an int, or a clear error when it is not an integer in the int64 range (seeds live in
+    int64 device tensors)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{name}={value} does not fit int64; use a value in [-2**63, 2**63 - 1]")
+    return int(value)
 
 
 class Sampling(enum.IntEnum):
@@ -29,14 +43,25 @@ class Sampling(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: str | int | Sampling) -> Sampling:
+        """A class from itself, its name (``"greedy"``, ``"top-k-top-p"``, any case) or its number.
+
+        Raises
+        ------
+        ValueError
+            For an unknown name or number, or a value of another type (``None`` included).
+        """
         if isinstance(value, Sampling):
             return value
-        if isinstance(value, int):
+        names = ", ".join(str(s) for s in cls)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < len(cls):
+                raise ValueError(f"unknown sampling class {value}; use one of: {names} (or 0..{len(cls) - 1})")
             return cls(value)
+        if not isinstance(value, str):
+            raise ValueError(f"sampling must be a Sampling, its name or number, got {value!r}; use one of: {names}")
         try:
             return cls[value.strip().upper().replace("-", "_")]
         except KeyError:
-            names = ", ".join(str(s) for s in cls)
             raise ValueError(f"unknown sampling class {value!r}; use one of: {names}") from None
 
     @classmethod
@@ -59,6 +84,14 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+        if not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool):
+            raise TypeError(f"top_k must be an int (0 disables it), got {self.top_k!r}")
+        if self.seed is not None:
+            check_int64("seed", self.seed)
         if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):

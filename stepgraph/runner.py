@@ -10,8 +10,10 @@ on the live batch, whose state a warm-up would advance).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -94,6 +96,17 @@ class _Counters:
     histogram: Counter = field(default_factory=Counter)
 
 
+def _serialised(method):
+    """Run ``method`` under the runner's lock (see :meth:`StepGraphRunner.run`, "Threads")."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class StepGraphRunner:
     """Capture and replay a step function per key, with memory checks and eager fallback.
 
@@ -172,6 +185,7 @@ class StepGraphRunner:
         self._replay_cache: dict[tuple[int, Sampling], tuple] = {}  # (batch, sampling) -> replay fast path
         self._captured_list: list[Captured] = []
         self.last_warmup: WarmupReport | None = None
+        self._lock = threading.RLock()  # run / capture / warm-up / release, one thread at a time
 
         reason = graphs_unavailable_reason(self.device)
         if reason is None and not self.toggles.step_graph:
@@ -238,12 +252,24 @@ class StepGraphRunner:
         ------
         ValueError / TypeError
             For an empty batch, or inputs of the wrong name, shape, dtype or device.
+
+        Threads: calls are serialised by a lock (copy-in, replay and hand-out of one call never interleave
+        with another's). Outputs are views of memory that every run rewrites, so a thread sharing the
+        runner should pass ``copy_outputs=True`` (copied under the lock); reading views after another
+        run raises :class:`~stepgraph.errors.StaleOutputError`.
         """
-        if not inputs and not copy_outputs:  # steady state: inputs already in place, key captured
-            fast = self._replay_cache.get((batch_size, sampling))
-            if fast is not None:
-                return self._replay_fast(*fast)
-        sampling = Sampling.parse(sampling)
+        if type(sampling) is not Sampling:
+            sampling = Sampling.parse(sampling)
+        with self._lock:
+            if not inputs and not copy_outputs:  # steady state: inputs already in place, key captured
+                fast = self._replay_cache.get((batch_size, sampling))
+                if fast is not None:
+                    return self._replay_fast(*fast)
+            return self._run(inputs, sampling, batch_size, copy_outputs)
+
+    def _run(
+        self, inputs: Mapping[str, torch.Tensor] | None, sampling: Sampling, batch_size: int | None, copy_outputs: bool
+    ) -> StepOutputs:
         inputs = inputs or {}
         real = self.buffers.check_inputs(inputs) if inputs else None
         if batch_size is not None:
@@ -339,6 +365,7 @@ class StepGraphRunner:
         self._poison.clear()
 
     # ------------------------------------------------------------------------------------------------
+    @_serialised
     def capture(self, keys: Iterable[GraphKey | tuple[int, Sampling | str]] | None = None) -> list[GraphKey]:
         """Capture ``keys`` (default: every bucket with the default sampling), largest first.
 
@@ -373,7 +400,7 @@ class StepGraphRunner:
         bs = key.batch_size
         saved = {n: t[:bs].clone() for n, t in self.buffers.tensors.items() if self.buffers.specs[n].pad is not KEEP}
         self.buffers.pad_rows(list(saved), 0, bs)
-        with self.parked():
+        with frozen_gc(), self.parked():
             self._warm_check_capture(key, stats, saved)
 
     def _warm_check_capture(self, key: GraphKey, stats: KeyStats, saved: dict[str, torch.Tensor]) -> None:
@@ -439,6 +466,7 @@ class StepGraphRunner:
             log.warning("%s: capture of key %s failed (%s): %s", self.name, stats.key, cause, text)
 
     # ------------------------------------------------------------------------------------------------
+    @_serialised
     def warmup(
         self,
         max_running_requests: int | None = None,
@@ -472,8 +500,7 @@ class StepGraphRunner:
             for k in sizes:
                 key = self.key_for(k, sampling)
                 if self.stats(key).captured is None:
-                    with frozen_gc():
-                        self._capture_key(key)
+                    self._capture_key(key)
                     batch(k)
                     if self.stats(key).captured is None:
                         missing.append(k)
@@ -499,6 +526,7 @@ class StepGraphRunner:
         return self.last_warmup
 
     # ------------------------------------------------------------------------------------------------
+    @_serialised
     def request_recapture(self, reason: str = "weight update") -> None:
         """Ask for the graphs to be captured again (e.g. after weights moved to new tensors).
 
@@ -519,6 +547,7 @@ class StepGraphRunner:
             if s.status in ("refused", "failed"):
                 s.status = "uncaptured"
 
+    @_serialised
     def release(self) -> None:
         """Tear down every graph and the shared pool; keys can be captured again afterwards.
 

@@ -14,16 +14,18 @@ changes as the batch shrinks and grows. Two loops:
 
 from __future__ import annotations
 
+import contextlib
+import numbers
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from stepgraph.config import RunnerConfig
 from stepgraph.kernels.chain_sampling import chain_verify_sampling
-from stepgraph.keys import Sampling, SamplingParams
+from stepgraph.keys import INT64_MAX, Sampling, SamplingParams, check_int64
 from stepgraph.spec.step import ChainStep, Draft, Target
 from stepgraph.spec.tp import TensorParallel
 
@@ -88,9 +90,10 @@ class SpecDecoder:
     vocab_size, draft_hidden_size, hidden_dtype, scratch_cache_row:
         Model facts (``SpecDecoder.for_example`` reads them off the example models).
     max_batch:
-        Largest batch per step (default: ``min(max_requests, 64)``).
+        Largest batch per step, in ``1..max_requests`` (default: ``min(max_requests, 64)``).
     eos_token_id:
-        Stops a request when emitted (it is kept in the output).
+        An id, or a list of ids (as Hugging Face generation configs carry), that stops a request when
+        emitted (it is kept in the output); each in ``[0, vocab_size)``.
     seed:
         Seeds requests without their own seed, and torch's generator for the torch sampling paths.
     tp:
@@ -123,10 +126,17 @@ class SpecDecoder:
         self.K = num_draft_tokens
         self.device = torch.device(device)
         self.max_requests, self.max_seq_len = max_requests, max_seq_len
-        self.max_batch = max_batch or min(max_requests, 64)
-        self.eos = eos_token_id
-        self.seed = seed
+        if max_batch is None:
+            max_batch = min(max_requests, 64)
+        if not 1 <= max_batch <= max_requests:
+            raise ValueError(
+                f"max_batch must be in 1..max_requests ({max_requests}), got {max_batch}; "
+                "leave it unset for min(max_requests, 64)"
+            )
+        self.max_batch = max_batch
         self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+        self.seed = check_int64("seed", seed)
         self.step = ChainStep(
             target,
             draft,
@@ -154,6 +164,15 @@ class SpecDecoder:
         self.record_step_events = False
         self.step_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
+    @property
+    def eos_token_id(self) -> tuple[int, ...]:
+        """The ids that end a request (kept in its output); empty when none is set."""
+        return self._eos
+
+    @eos_token_id.setter
+    def eos_token_id(self, value: int | Sequence[int] | None) -> None:
+        self._eos = normalize_eos(value, self.vocab_size)
+
     @classmethod
     def for_example(cls, target, draft, **kwargs) -> SpecDecoder:
         """A decoder for the example models (``stepgraph.examples.model``)."""
@@ -174,6 +193,12 @@ class SpecDecoder:
     @property
     def runner(self):
         return self.step.runner
+
+    @property
+    def in_use(self) -> tuple[int, int]:
+        """``(relay slots, cache rows)`` held by requests: ``(0, 0)`` between :meth:`generate` calls,
+        also after one that raised."""
+        return self.max_requests + 1 - len(self._free_slots), self.max_requests - len(self._free_rows)
 
     # ------------------------------------------------------------------------------------------------
     def warmup(self, max_running_requests: int | None = None, sampling: Sampling | str = Sampling.GREEDY):
@@ -204,12 +229,41 @@ class SpecDecoder:
         torch.manual_seed(self.seed)  # the torch sampling paths draw from torch's generator
         loop = self._loop_overlapped if overlap else self._loop_sync
         prefill0, t0 = self.stats.prefill_seconds, time.perf_counter()
-        loop(deque(requests), on_step)
+        try:
+            loop(deque(requests), on_step)
+        except BaseException:
+            self._abandon(requests)
+            raise
         self.stats.decode_seconds += time.perf_counter() - t0 - (self.stats.prefill_seconds - prefill0)
         return [r.output for r in requests]
 
+    def _abandon(self, requests: list[Request]) -> None:
+        """After an exception inside :meth:`generate`: give every slot and cache row back and clear the
+        relay slots, so that the decoder serves the next call as if this one had not happened.
+
+        The slots' clears are stream-ordered after every step already launched; the host waits for those
+        steps first, so no step still in flight reads a slot that a later request gets.
+        """
+        if self.device.type == "cuda":
+            with contextlib.suppress(Exception):  # a broken CUDA context: the original error says why
+                torch.cuda.synchronize(self.device)
+        for r in requests:
+            if r.slot >= 0:
+                self.step.relay.clear(r.slot)
+                self._free_slots.append(r.slot)
+            if r.cache_row >= 0:
+                self._free_rows.append(r.cache_row)
+            r.slot = r.cache_row = -1
+        self._free_slots.sort(key=lambda s: (s == 0, s))
+        self._free_rows.sort()
+        self._last_slots = None
+
     def _new_request(self, prompt, max_new, params: SamplingParams) -> Request:
-        prompt = [int(t) for t in prompt]
+        prompt = token_ids(prompt)
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"sampling must be a SamplingParams (or one per prompt), got {type(params).__name__}")
+        if not isinstance(max_new, numbers.Integral) or isinstance(max_new, bool):
+            raise TypeError(f"max_new_tokens must be an int, got {max_new!r}")
         if not prompt:
             raise ValueError("empty prompt: give at least one token")
         if max_new < 1:
@@ -225,7 +279,7 @@ class SpecDecoder:
         rid = self._next_id
         self._next_id += 1
         if params.seed is None:
-            params = SamplingParams(params.temperature, params.top_k, params.top_p, seed=self.seed * 1_000_003 + rid)
+            params = replace(params, seed=(self.seed * 1_000_003 + rid) % (INT64_MAX + 1))
         return Request(rid, prompt, max_new, params)
 
     # ---- prefill ---------------------------------------------------------------------------------
@@ -281,7 +335,7 @@ class SpecDecoder:
     def _append(self, r: Request, tokens: list[int]) -> None:
         for tok in tokens:
             r.output.append(tok)
-            if self.eos is not None and tok == self.eos:
+            if tok in self._eos:
                 r.finished, r.finish_reason = True, "eos"
                 return
             if len(r.output) >= r.max_new_tokens:
@@ -474,3 +528,32 @@ class _Done:
 
     def synchronize(self) -> None:
         pass
+
+
+def token_ids(prompt) -> list[int]:
+    """A prompt as a list of ints: a sequence of integers or a 1-D integer tensor. Floats (which
+    ``int()`` would truncate), bools and strings are refused."""
+    if isinstance(prompt, torch.Tensor):
+        dt = prompt.dtype
+        if prompt.dim() != 1 or dt.is_floating_point or dt.is_complex or dt == torch.bool:
+            raise ValueError(f"a prompt tensor must be 1-D of an integer dtype, got {dt} {tuple(prompt.shape)}")
+        return prompt.tolist()
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
+        raise TypeError(f"a prompt must be a sequence of token ids (ints), got {type(prompt).__name__}")
+    for t in prompt:
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool):
+            raise TypeError(f"prompt token ids must be integers, got {t!r} ({type(t).__name__}); tokenize first")
+    return [int(t) for t in prompt]
+
+
+def normalize_eos(value: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:
+    """``eos_token_id`` (``None``, an id, or a list of ids) as a tuple of ids in ``[0, vocab_size)``."""
+    if value is None:
+        return ()
+    ids = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    for i in ids:
+        if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+            raise TypeError(f"eos_token_id must be an int or a list of ints, got {i!r} ({type(i).__name__})")
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"eos_token_id {i} is outside the vocabulary [0, {vocab_size}); it would never match")
+    return tuple(dict.fromkeys(int(i) for i in ids))

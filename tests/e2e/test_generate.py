@@ -33,7 +33,7 @@ def test_eos_stops_a_request_and_is_kept():
     dec, target = decoder(max_batch=4)
     ref = greedy_reference(target, prompts()[0], 20)
     eos = ref[5]
-    dec.eos = eos
+    dec.eos_token_id = eos
     out = dec.generate(prompts()[:1], max_new_tokens=20)[0]
     assert out == ref[: ref.index(eos) + 1]
 

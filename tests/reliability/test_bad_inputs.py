@@ -108,3 +108,124 @@ def test_decoder_rejects_bad_requests(call, match):
 def test_sampling_params_validation():
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(temperature=1.0, top_p=0.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"seed": 2**64}, ValueError, "does not fit int64"),
+        ({"seed": -(2**63) - 1}, ValueError, "does not fit int64"),
+        ({"seed": 1.5}, TypeError, "seed must be an int"),
+        ({"temperature": "0.7"}, TypeError, "temperature must be a number"),
+        ({"temperature": 1.0, "top_k": 2.5}, TypeError, "top_k must be an int"),
+    ],
+)
+def test_sampling_params_refuse_what_would_fail_later(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        SamplingParams(**kwargs)
+
+
+def test_largest_int64_seed_generates():
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, config=RunnerConfig(toggles=Toggles.all(False)), seed=2**63 - 1)
+    out = dec.generate([[1, 2]], max_new_tokens=3, sampling=[SamplingParams(temperature=1.0, seed=2**63 - 1)])
+    assert len(out[0]) == 3
+    assert len(dec.generate([[1, 2]], max_new_tokens=3, sampling=SamplingParams(temperature=1.0))[0]) == 3
+
+
+@pytest.mark.parametrize(
+    "prompt,error,match",
+    [
+        ([1.7, 2.2], TypeError, "must be integers"),
+        ([True, 2], TypeError, "must be integers"),
+        ("hello", TypeError, "sequence of token ids"),
+        (torch.tensor([1.0, 2.0]), ValueError, "integer dtype"),
+    ],
+)
+def test_prompts_that_would_be_truncated_are_refused(prompt, error, match):
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, config=RunnerConfig(toggles=Toggles.all(False)))
+    with pytest.raises(error, match=match):
+        dec.generate([prompt], max_new_tokens=2)
+    assert dec.generate([torch.tensor([1, 2])], max_new_tokens=2) == dec.generate([[1, 2]], max_new_tokens=2)
+
+
+@pytest.mark.parametrize(
+    "eos,error,match",
+    [
+        ("2", TypeError, "eos_token_id must be an int"),
+        (-1, ValueError, "outside the vocabulary"),
+        (512, ValueError, "outside the vocabulary"),
+        ([3, 999], ValueError, "outside the vocabulary"),
+    ],
+)
+def test_eos_ids_that_never_match_are_refused(eos, error, match):
+    target, draft = build("tiny")
+    with pytest.raises(error, match=match):
+        SpecDecoder.for_example(target, draft, eos_token_id=eos)
+
+
+def test_a_list_of_eos_ids_stops_at_the_first_one_emitted():
+    from stepgraph.examples.model import greedy_reference
+
+    target, draft = build("tiny")
+    ref = greedy_reference(target, [5, 6, 7], 20)
+    dec = SpecDecoder.for_example(target, draft, eos_token_id=[ref[9], ref[4]])
+    assert dec.eos_token_id == (ref[9], ref[4])
+    out = dec.generate([[5, 6, 7]], max_new_tokens=20)[0]
+    stop = min(ref.index(ref[9]), ref.index(ref[4]))
+    assert out == ref[: stop + 1]
+
+
+@pytest.mark.parametrize("max_batch", [0, -1, 9])
+def test_max_batch_outside_the_requests_is_refused(max_batch):
+    target, draft = build("tiny")  # 8 requests
+    with pytest.raises(ValueError, match="max_batch must be in 1..max_requests"):
+        SpecDecoder.for_example(target, draft, max_batch=max_batch)
+
+
+@pytest.mark.parametrize("shape", [4, "4", (4.0, 2), None])
+def test_buffer_shape_that_is_not_a_tuple_of_ints(shape):
+    with pytest.raises(TypeError, match=r"Buffer shape must be a tuple of ints .* e.g. Buffer\(\(8,\)"):
+        Buffer(shape, torch.float32)
+
+
+@pytest.mark.parametrize("sampling", [None, 7, 1.5, True])
+def test_run_with_a_sampling_that_is_not_a_class(sampling):
+    with pytest.raises(ValueError, match="greedy, temperature, top_k_top_p"):
+        runner().run({"x": torch.zeros(1, 3)}, sampling)
+
+
+def test_run_takes_sampling_by_name():
+    r = runner()
+    assert r.run({"x": torch.ones(1, 3)}, "greedy")["y"].tolist() == [3.0]
+
+
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        ({"block": 1000}, "power of two"),
+        ({"block": 0}, "power of two"),
+        ({"num_warps": 3}, "num_warps"),
+        ({"target_programs": 0}, "target_programs"),
+        ({"blocks": 1024}, "unknown kernel config"),
+    ],
+)
+def test_kernel_configs_are_checked(config, match):
+    from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail
+
+    x = torch.randn(2, 3, 40)
+    with pytest.raises(ValueError, match=match):
+        greedy_chain_verify(x, torch.zeros(2, 2, dtype=torch.long), config=config)
+    with pytest.raises(ValueError, match=match):
+        draft_extend_tail(x[0], None, torch.tensor([0, 1]), config=config)
+    with pytest.raises(ValueError, match=match):
+        argmax_rows(x[0], config=config)
+
+
+def test_sampling_seq_lens_on_another_device():
+    x = torch.randn(1, 2, 10)
+    z = torch.zeros(1, dtype=torch.long)
+    other = torch.zeros(1, dtype=torch.long, device="meta")  # any device but the logits'
+    with pytest.raises(ValueError, match="seq_lens is on meta, logits on cpu"):
+        chain_verify_sampling(x, z[:, None], torch.ones(1), z, torch.ones(1), z, z, seq_lens=other)

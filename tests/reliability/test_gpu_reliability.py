@@ -101,6 +101,46 @@ def test_a_failed_first_capture_leaves_the_pool_usable_for_the_next_key():
     r.release()
 
 
+@pytest.mark.parametrize("models", ["example", "hf"])
+def test_first_use_captures_survive_decoders_dropped_before_them(models):
+    """Decoders are reference cycles (step <-> runner): dropped ones wait for the collector, whose run in
+    the middle of a later capture would destroy their graphs there and fail it. Collections are made
+    frequent here; every capture on first use (no warm-up) must still succeed."""
+    from stepgraph.examples.model import build
+    from stepgraph.spec.generate import SpecDecoder
+
+    config = RunnerConfig(toggles=Toggles.all(True), progress=False)
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    if models == "hf":
+        pytest.importorskip("transformers")
+        from stepgraph.adapters.hf import hf_spec_decoder
+        from tests.e2e.test_hf_adapter import llama
+
+        def make():
+            target, draft = llama(64, 2, 4, 2, seed=0).to("cuda"), llama(32, 1, 2, 1, seed=1).to("cuda")
+            return hf_spec_decoder(target, draft, max_requests=4, max_seq_len=64, config=config)
+    else:
+
+        def make():
+            target, draft = build("tiny", device="cuda", dtype=torch.float32, max_requests=4)
+            return SpecDecoder.for_example(target, draft, config=config)
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50, 2, 2)  # a full collection every few hundred allocations
+    try:
+        outputs = []
+        for _ in range(5):
+            dec = make()
+            outputs.append(dec.generate(prompts, max_new_tokens=12))  # batch sizes 3, 2, 1: keys on first use
+            info = dec.info()
+            assert info["capture_failures"] == 0, info["keys"]
+            assert len(info["captured_keys"]) >= 2
+            del dec  # unreachable, not yet collected
+    finally:
+        gc.set_threshold(*thresholds)
+    assert all(o == outputs[0] for o in outputs)
+
+
 def test_refusals_logged_once_per_key_with_four_figures(caplog):
     r = runner(Step(), memory_margin_bytes=1 << 50)
     with caplog.at_level(logging.WARNING, logger="stepgraph"):

@@ -2,6 +2,7 @@ import pathlib
 import re
 
 import pytest
+import torch
 
 from stepgraph import envs
 from stepgraph.config import RunnerConfig, Toggles
@@ -78,3 +79,30 @@ def test_readme_documents_every_variable():
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     for name in envs.VARIABLES:
         assert f"| `{name}` |" in readme, f"{name} is missing from the README's table"
+
+
+@pytest.mark.parametrize(
+    "value,on",
+    [
+        ("1", True),
+        ("true", True),
+        ("ON", True),
+        ("yes", True),
+        ("0", False),
+        ("false", False),
+        ("abc", False),
+        ("", False),
+    ],
+)
+def test_triton_interpret_is_read_as_triton_reads_it(value, on, monkeypatch):
+    assert envs.triton_interpret({"TRITON_INTERPRET": value}) is on
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert envs.triton_interpret() is on  # asks Triton itself
+
+
+def test_kernels_fall_back_to_torch_when_the_interpreter_is_off(monkeypatch):
+    from stepgraph.kernels.greedy_verify import greedy_chain_verify
+
+    monkeypatch.setenv("TRITON_INTERPRET", "false")  # used to mean "on" here and "off" in Triton: 0 drivers
+    x = torch.randn(2, 3, 50)
+    assert torch.equal(greedy_chain_verify(x, torch.zeros(2, 2, dtype=torch.long)).predict, torch.argmax(x, -1))
