@@ -63,7 +63,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         launcher="stepgraph.kernels.relay.RelayStore",
         reference="stepgraph.kernels.relay.relay_store_ref",
         launches="1 (all fields)",
-        test="tests/kernels/test_relay.py",
+        test="tests/kernels/test_relay_and_copy.py",
         benchmark="benchmarks/bench_kernels.py --only relay",
         piece="STEPGRAPH_FUSED_RELAY",
     ),
@@ -72,7 +72,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         launcher="stepgraph.kernels.relay.RelayGather",
         reference="stepgraph.kernels.relay.relay_gather_ref",
         launches="1 (all fields)",
-        test="tests/kernels/test_relay.py",
+        test="tests/kernels/test_relay_and_copy.py",
         benchmark="benchmarks/bench_kernels.py --only relay",
         piece="STEPGRAPH_ONE_LAUNCH_COPY (in-graph input copies)",
     ),
@@ -81,7 +81,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         launcher="stepgraph.kernels.input_copy.input_copy",
         reference="stepgraph.kernels.input_copy.input_copy_ref",
         launches="1 (+1 host-to-device copy for host inputs and the table)",
-        test="tests/kernels/test_input_copy.py",
+        test="tests/kernels/test_relay_and_copy.py",
         benchmark="benchmarks/bench_kernels.py --only copy",
         piece="STEPGRAPH_ONE_LAUNCH_COPY",
     ),
@@ -89,22 +89,26 @@ KERNELS: tuple[KernelEntry, ...] = (
 
 
 def print_inventory(console=None) -> None:
-    """Two tables: what each kernel is (backend, devices, launches, toggle), then where its reference,
-    test and benchmark live. Kernel names never wrap."""
-    from rich.console import Console
+    """One block per kernel: its name, then a field per line. Values wrap, and a long name folds onto
+    the next line instead of being cut, so a narrow or piped terminal shows everything."""
+    from rich.console import Console, Group
     from rich.table import Table
 
     console = console or Console()
-    what = Table(title="stepgraph kernels", title_justify="left")
-    what.add_column("kernel", no_wrap=True)
-    for col in ("backend", "devices", "launches", "piece toggle"):
-        what.add_column(col)
-    where = Table(title="references, tests, benchmarks", title_justify="left")
-    where.add_column("kernel", no_wrap=True)
-    for col in ("reference", "test", "benchmark"):
-        where.add_column(col)
+    blocks = []
     for k in KERNELS:
-        what.add_row(k.name, k.backend, k.devices, k.launches, k.piece)
-        where.add_row(k.name, k.reference, k.test, k.benchmark)
-    console.print(what)
-    console.print(where)
+        fields = Table.grid(padding=(0, 2))
+        fields.add_column(style="dim", no_wrap=True)
+        fields.add_column(overflow="fold")
+        for label, value in (
+            ("backend", f"{k.backend} ({k.devices})"),
+            ("launches", k.launches),
+            ("toggle", k.piece),
+            ("launcher", k.launcher),
+            ("reference", k.reference),
+            ("test", k.test),
+            ("benchmark", k.benchmark),
+        ):
+            fields.add_row(label, value)
+        blocks += [f"[bold]{k.name}[/]", fields, ""]
+    console.print(Group(*blocks))

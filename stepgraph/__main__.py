@@ -2,4 +2,4 @@ import sys
 
 from stepgraph.cli import main
 
-sys.exit(main())
+sys.exit(main(prog="python -m stepgraph"))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -78,9 +79,35 @@ def save_report(info: dict, path: str | Path, **extra) -> Path:
 
 
 def load_report(path: str | Path) -> dict:
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or ("keys" not in data and "runners" not in data):
-        raise ValueError(f"{path} is not a stepgraph report (no 'keys' field); write one with runner.info() or --json")
+    """A saved report (``save_report``, ``runner.info()`` as JSON, or ``demo --json``).
+
+    Raises
+    ------
+    ValueError
+        One line naming the problem: a missing file, a directory, an empty, truncated or binary file,
+        or JSON that is not a stepgraph report.
+    """
+    path = Path(path)
+    hint = "write one with stepgraph.report.save_report(runner.info(), path) or demo --json"
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give the report's JSON file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file; {hint}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not text (a binary file?); {hint}") from None
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read: {e.strerror or e}") from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty; {hint}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); truncated?") from None
+    reports = data.get("runners", [data]) if isinstance(data, dict) else None
+    if not reports or not all(isinstance(r, dict) and isinstance(r.get("keys"), dict) for r in reports):
+        raise ValueError(f"{path} is not a stepgraph report (no per-key 'keys' table); {hint}")
     return data
 
 
@@ -94,7 +121,7 @@ def print_report(info: dict, console: Console | None = None) -> None:
     console = console or Console()
     summary = Table(title=f"stepgraph: {info.get('name', 'step')}", show_header=False, title_justify="left")
     summary.add_column("field", style="bold")
-    summary.add_column("value")
+    summary.add_column("value", overflow="fold")
     graphs = "yes" if info.get("graphs_available") else f"no ({info.get('graphs_unavailable_reason')})"
     rows = [
         ("graphs", graphs),
@@ -148,19 +175,16 @@ def print_report(info: dict, console: Console | None = None) -> None:
         summary.add_row(k, str(v))
     console.print(summary)
 
-    keys = Table(title="keys", title_justify="left")
-    for col in (
-        "key",
-        "status",
-        "pool MiB",
-        "warm-up peak MiB",
-        "capture ms",
-        "replays",
-        "eager",
-        "padded rows",
-        "note",
-    ):
-        keys.add_column(col, justify="right" if col not in ("key", "status", "note") else "left")
+    # narrow terminals: keys never wrap or shorten, numbers keep their width, headers and notes fold
+    keys = Table(
+        title="keys: pool and warm-up peak in MiB, capture in ms, padded rows", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    widest = max((len(name) for name in info.get("keys") or {}), default=3)
+    keys.add_column("key", no_wrap=True, min_width=widest)
+    keys.add_column("status", overflow="fold")
+    for col in ("pool", "peak", "ms", "replays", "eager", "pad"):
+        keys.add_column(col, justify="right", overflow="fold")
+    keys.add_column("note", overflow="fold")
     for name, k in (info.get("keys") or {}).items():
         note = k.get("cause") or ""
         if k.get("status") == "refused":

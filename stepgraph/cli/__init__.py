@@ -1,43 +1,66 @@
-"""``python -m stepgraph {demo, report, kernels, bisect}``."""
+"""The stepgraph command line: demo, report, kernels, bisect.
+
+Ordinary mistakes (a missing or unreadable report, a bad flag value) end with one line naming what to
+change and exit status 2; a traceback means a bug.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+DESCRIPTION = (
+    "stepgraph: capture each speculative decode step as one CUDA graph. "
+    "Run 'demo' for the main job; 'COMMAND --help' for each command's flags."
+)
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m stepgraph", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``PROG: error: MESSAGE (see PROG --help)``, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    from stepgraph import __version__
     from stepgraph.cli import bisect, demo
 
+    parser = Parser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"stepgraph {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo.add_parser(sub)
     bisect.add_parser(sub)
-    rep = sub.add_parser("report", help="print a saved capture report (JSON from runner.info() or --json)")
-    rep.add_argument("file")
+    rep = sub.add_parser("report", help="print a saved capture report (JSON from runner.info() or demo --json)")
+    rep.add_argument("file", help="the JSON file")
     sub.add_parser("kernels", help="print the kernel inventory")
+    return parser
 
-    if argv[:1] == ["bisect"]:  # everything after "--" is the command to bisect
-        return bisect.main(argv[1:])
+
+def main(argv: list[str] | None = None, prog: str = "stepgraph") -> int:
+    """Run one command; returns the exit status (0 ok, 1 bisect found a change, 2 a usage error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(prog)
+    if argv[:1] == ["bisect"]:  # everything after "--" is the command to bisect, flags included
+        from stepgraph.cli import bisect
+
+        return bisect.main(argv[1:], prog=f"{prog} bisect")
     args = parser.parse_args(argv)
-    if args.command == "report":
-        from stepgraph.report import load_report, print_report, runner_infos
+    try:
+        if args.command == "report":
+            from stepgraph.report import load_report, print_report, runner_infos
 
-        for info in runner_infos(load_report(args.file)):
-            print_report(info)
-        return 0
-    if args.command == "kernels":
-        from stepgraph.kernels.inventory import print_inventory
+            for info in runner_infos(load_report(args.file)):
+                print_report(info)
+            return 0
+        if args.command == "kernels":
+            from stepgraph.kernels.inventory import print_inventory
 
-        print_inventory()
-        return 0
-    if args.command == "demo":
-        try:
-            return demo.run(args)
-        except ValueError as e:  # a flag combination the models or the decoder refuse: say what to change
-            print(f"python -m stepgraph demo: error: {e}", file=sys.stderr)
-            return 2
-    parser.error(f"unknown command {args.command}")
-    return 2
+            print_inventory()
+            return 0
+        from stepgraph.cli import demo
+
+        return demo.run(args)
+    except ValueError as e:  # what the user gave cannot be used: say what to change
+        print(f"{prog} {args.command}: error: {e}", file=sys.stderr)
+        return 2

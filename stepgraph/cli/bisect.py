@@ -1,9 +1,13 @@
-"""``python -m stepgraph bisect [--file F] -- CMD ...``: which piece changes CMD's output?
+"""stepgraph bisect [--file F] [--timeout S] -- CMD ...: which piece changes CMD's output?
 
 Runs CMD with every piece on (the master switch on, no piece variable set), then with each piece off
 in turn, then with the master switch off (the plain path). It compares CMD's standard output (or the
-file CMD writes, ``--file``) with the all-on run and prints which pieces change it. Exit status: 0 when
-every run matches, 1 when some piece changes the output, 2 when CMD fails.
+file CMD writes, --file) with the all-on run and prints which pieces change it. Exit status: 0 when
+every run matches, 1 when some piece changes the output, 2 when CMD fails, cannot be started or runs
+past --timeout (the table then shows the runs that finished).
+
+CMD's standard output must be deterministic for this to mean anything: print results there and
+timings or logs on standard error (as "python -m stepgraph demo" does).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,41 +57,71 @@ def run_trial(trial: Trial, cmd: list[str], file: Path | None, timeout: float) -
     return trial
 
 
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", help="compare this file (written by CMD) instead of CMD's standard output")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds each run of CMD may take (default 600)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the command to run under each toggle")
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("bisect", help="run a command under each piece toggle and report which ones change its output")
-    p.add_argument("--file", help="compare this file (written by the command) instead of its stdout")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p = sub.add_parser(
+        "bisect",
+        help="run a command under each piece toggle and report which ones change its output",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _arguments(p)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepgraph bisect", description=__doc__)
-    parser.add_argument("--file")
-    parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER)
+def main(argv: list[str], prog: str = "stepgraph bisect") -> int:
+    from stepgraph.cli import Parser
+
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _arguments(parser)
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        parser.error("give the command after --, e.g. python -m stepgraph bisect -- python my_decode.py")
+        parser.error("give the command after --, e.g. stepgraph bisect -- python my_decode.py")
     file = Path(args.file) if args.file else None
     console = Console()
-    results = [run_trial(t, cmd, file, args.timeout) for t in trials()]
+    results: list[Trial] = []
+    stopped = None
+    for trial in trials():
+        try:
+            results.append(run_trial(trial, cmd, file, args.timeout))
+        except FileNotFoundError:
+            stopped = f"cannot run {cmd[0]!r}: no such program (check the command after --)"
+        except PermissionError:
+            stopped = f"cannot run {cmd[0]!r}: permission denied"
+        except subprocess.TimeoutExpired:
+            stopped = f"{trial.label}: the command ran past --timeout {args.timeout:g} s; raise --timeout"
+        if stopped:
+            break
+    if results:
+        console.print(_table(results, cmd))
+    if stopped:
+        print(f"{prog}: error: {stopped}", file=sys.stderr)
+        return 2
     base = results[0]
-    table = Table(title=f"bisect: {' '.join(cmd)}", title_justify="left")
-    for col in ("run", "exit", "output", "same as all-on"):
-        table.add_column(col)
     for r in results:
-        same = r.digest == base.digest and r.returncode == base.returncode
-        table.add_row(r.label, str(r.returncode), r.digest, "yes" if same else "[bold red]NO[/]")
-    console.print(table)
-    failed = [r for r in results if r.returncode != 0]
-    for r in failed:
-        console.print(f"[red]{r.label}: exit {r.returncode}[/]\n{r.stderr}")
-    changing = [
-        r.label.removesuffix(" off") for r in results[1:] if r.digest != base.digest or r.returncode != base.returncode
-    ]
+        if r.returncode != 0:
+            console.print(f"[red]{r.label}: exit {r.returncode}[/]\n{r.stderr}")
+    changing = [r.label.removesuffix(" off") for r in results[1:] if not _same(r, base)]
     if changing:
         console.print(f"pieces that change the output: {', '.join(changing)}")
     else:
         console.print("every run gives the same output")
-    return 2 if failed else (1 if changing else 0)
+    return 2 if any(r.returncode != 0 for r in results) else (1 if changing else 0)
+
+
+def _same(r: Trial, base: Trial) -> bool:
+    return r.digest == base.digest and r.returncode == base.returncode
+
+
+def _table(results: list[Trial], cmd: list[str]) -> Table:
+    table = Table(title=f"bisect: {' '.join(cmd)}", title_justify="left")
+    for col in ("run", "exit", "output", "same as all-on"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        table.add_row(r.label, str(r.returncode), r.digest, "yes" if _same(r, results[0]) else "[bold red]NO[/]")
+    return table

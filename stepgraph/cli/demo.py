@@ -1,12 +1,15 @@
-"""``python -m stepgraph demo``: speculative decoding of the example model with the chain step graph.
+"""python -m stepgraph demo: speculative decoding of the example model with the chain step graph.
 
-On a GPU it warms up (captures the keys), decodes a batch with the step graph and again eagerly,
-checks that greedy outputs agree, and prints the capture report, tokens per second and the mean
-accepted length. On a CPU it runs the same loop eagerly and says so.
+On a GPU it warms up (captures the keys), decodes a batch with the step graph and again eagerly, and
+checks that greedy outputs agree; on a CPU it runs the same loop eagerly. Standard output carries only
+the results (each request's tokens, steps, mean accepted length), the same for a given seed whatever
+the toggles, so that "python -m stepgraph bisect -- python -m stepgraph demo" can compare runs; the
+capture log, report, timings and speed-up go to standard error.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import time
@@ -21,13 +24,29 @@ from stepgraph.keys import SamplingParams
 from stepgraph.report import print_report
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (the message names the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="speculative decoding of the example model (the main job)")
+    p = sub.add_parser(
+        "demo",
+        help="speculative decoding of the example model (the main job)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model shape (default tiny)")
-    p.add_argument("--layers", type=int, help="override: number of target layers")
-    p.add_argument("--hidden", type=int, help="override: hidden size")
-    p.add_argument("--heads", type=int, help="override: attention heads (KV heads = heads/2)")
-    p.add_argument("--vocab", type=int, help="override: vocabulary size")
+    p.add_argument("--layers", type=positive_int, help="override: number of target layers")
+    p.add_argument("--hidden", type=positive_int, help="override: hidden size")
+    p.add_argument("--heads", type=positive_int, help="override: attention heads (KV heads = heads/2)")
+    p.add_argument("--vocab", type=positive_int, help="override: vocabulary size")
     p.add_argument(
         "--attention",
         default="sdpa",
@@ -35,9 +54,9 @@ def add_parser(sub) -> None:
         help="example model attention: masked SDPA over the whole cache, or Triton decode attention up to each length",
     )
     p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="EAGLE head, or a copy of the target")
-    p.add_argument("--batch", type=int, default=4, help="requests decoded together (default 4)")
-    p.add_argument("--k", type=int, default=3, help="draft tokens per step (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--batch", type=positive_int, default=4, help="requests decoded together (default 4)")
+    p.add_argument("--k", type=positive_int, default=3, help="draft tokens per step (default 3)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per request (default 48)")
     p.add_argument("--sampling", default="greedy", choices=["greedy", "temperature", "top_k_top_p"])
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=40)
@@ -46,7 +65,7 @@ def add_parser(sub) -> None:
     p.add_argument("--overlap", action="store_true", help="overlapped loop (host one step ahead; GPU only)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--json", help="save the report, stats and generated token ids to this file")
-    p.add_argument("--quiet", action="store_true", help="no capture log lines")
+    p.add_argument("--quiet", action="store_true", help="no capture log lines or report (results only)")
 
 
 def _params(args) -> SamplingParams:
@@ -59,14 +78,14 @@ def _params(args) -> SamplingParams:
 
 def _overrides(args) -> dict:
     o = {}
-    if args.layers:
+    if args.layers is not None:
         o["num_layers"] = args.layers
-    if args.hidden:
+    if args.hidden is not None:
         o["hidden_size"] = args.hidden
         o["intermediate_size"] = 2 * args.hidden
-    if args.heads:
+    if args.heads is not None:
         o["num_heads"], o["num_kv_heads"] = args.heads, max(1, args.heads // 2)
-    if args.vocab:
+    if args.vocab is not None:
         o["vocab_size"] = args.vocab
     o["max_requests"] = max(args.batch, 1)
     o["attention"] = args.attention
@@ -106,11 +125,45 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
     )
 
 
+def _device(name: str | None) -> torch.device:
+    """The device to run on; a clear error for a name torch does not know or a CUDA device absent here."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r} is not a device; use cuda, cuda:N or cpu") from None
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"--device {name!r}: the demo runs on cuda or cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available here; use --device cpu or leave it unset")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+def _check_writable(path: str) -> None:
+    """Fail before decoding, not after, when ``--json`` cannot be written."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"--json {path} is a directory; give a file name")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--json {path} cannot be written ({e.strerror or e}); choose another path") from None
+
+
 def run(args) -> int:
-    console = Console()
+    device = _device(args.device)  # every flag is checked before any work
+    _params(args)
+    if args.json:
+        _check_writable(args.json)
+    out = Console(soft_wrap=True)  # results only: deterministic for a seed, compared by bisect
+    err = Console(stderr=True)  # everything else: modes, log, report, timings
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     toggles = Toggles.from_env()
     from stepgraph.examples.model import PRESETS
@@ -129,36 +182,38 @@ def run(args) -> int:
             if device.type != "cuda"
             else "STEPGRAPH_ENABLE=0: eager"
         )
-        console.print(f"[bold yellow]{why}[/]")
-        dec, out, stats = _decode(args, device, dtype, toggles, prompts, graphs=False)
+        err.print(f"[bold yellow]{why}[/]")
+        dec, tokens, stats = _decode(args, device, dtype, toggles, prompts, graphs=False)
         runs = {"eager": stats}
-        infos = [dec.info()]
-        record["outputs"] = {"eager": out}
+        record["outputs"] = {"eager": tokens}
     else:
-        console.print(f"[bold]step graph on {torch.cuda.get_device_name(device)}[/]: warm-up, capture, decode")
-        dec, out, stats = _decode(args, device, dtype, toggles, prompts, graphs=True)
-        _, eager_out, eager_stats = _decode(args, device, dtype, toggles, prompts, graphs=False)
+        err.print(f"[bold]step graph on {torch.cuda.get_device_name(device)}[/]: warm-up, capture, decode")
+        dec, tokens, stats = _decode(args, device, dtype, toggles, prompts, graphs=True)
+        _, eager_tokens, eager_stats = _decode(args, device, dtype, toggles, prompts, graphs=False)
         runs = {"step_graph": stats, "eager": eager_stats}
-        infos = [dec.info()]
-        record["outputs"] = {"step_graph": out, "eager": eager_out}
+        record["outputs"] = {"step_graph": tokens, "eager": eager_tokens}
         if args.sampling == "greedy":
-            same = out == eager_out
+            same = tokens == eager_tokens
             record["greedy_outputs_identical"] = same
-            console.print(f"greedy outputs identical (step graph vs eager): [bold]{'yes' if same else 'NO'}[/]")
-        print_report(infos[0], console=console)
-    for mode, s in runs.items():
-        console.print(
-            f"[bold]{mode:>10}[/]: {s['tokens']} tokens in {s['seconds']:.3f} s = {s['tokens_per_second']:.1f} tok/s, "
-            f"{s['steps']} steps, mean accepted length {s['mean_accept_len']:.2f} (of K+1 = {args.k + 1})"
+            err.print(f"greedy outputs identical (step graph vs eager): [bold]{'yes' if same else 'NO'}[/]")
+    infos = [dec.info()]
+    if not args.quiet:
+        print_report(infos[0], console=err)
+    for mode, st in runs.items():
+        err.print(
+            f"[bold]{mode:>10}[/]: {st['tokens']} tokens in {st['seconds']:.3f} s = {st['tokens_per_second']:.1f} tok/s"
         )
     if "step_graph" in runs:
-        console.print(
-            f"step graph speed-up: {runs['step_graph']['tokens_per_second'] / runs['eager']['tokens_per_second']:.2f}x"
-        )
-    console.print(f"first request's tokens: {next(iter(record['outputs'].values()))[0][:24]}")
+        speedup = runs["step_graph"]["tokens_per_second"] / runs["eager"]["tokens_per_second"]
+        err.print(f"step graph speed-up: {speedup:.2f}x")
+    for i, ids in enumerate(tokens):
+        out.print(f"request {i}: {len(ids)} tokens: {ids}", highlight=False)
+    out.print(
+        f"{stats['steps']} steps, mean accepted length {stats['mean_accept_len']:.2f} (of K+1 = {args.k + 1})",
+        highlight=False,
+    )
     if args.json:
         record.update(runs=runs, runners=infos)
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(record, indent=2, default=str))
-        console.print(f"saved {args.json}")
+        err.print(f"saved {args.json}")
     return 0

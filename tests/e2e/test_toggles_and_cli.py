@@ -89,7 +89,7 @@ def test_demo_json_report_and_kernels(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "mean accepted length" in run.stdout
     if not torch.cuda.is_available():
-        assert "running the same loop eagerly" in run.stdout
+        assert "running the same loop eagerly" in run.stderr
     data = json.loads(path.read_text())
     tokens = next(iter(data["outputs"].values()))
     assert len(tokens) == 2 and all(len(t) == 8 for t in tokens)

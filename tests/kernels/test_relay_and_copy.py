@@ -102,15 +102,31 @@ def test_static_copy_and_functional_copy():
     assert all(torch.equal(a, b) for a, b in zip(dsts2, ref))
 
 
-def test_inventory_lists_every_kernel(capsys):
+def test_inventory_lists_every_kernel_and_its_paths_exist():
+    import importlib
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
     names = {k.name for k in KERNELS}
     assert {"greedy_chain_verify", "chain_verify_sampling", "draft_extend_tail", "relay_store", "input_copy"} <= names
+    for k in KERNELS:
+        for dotted in (k.launcher, k.reference):
+            mod, _, attr = dotted.rpartition(".")
+            assert hasattr(importlib.import_module(mod), attr), dotted
+        assert (root / k.test).is_file(), k.test
+        assert (root / k.benchmark.split()[0]).is_file(), k.benchmark
+        bench = (root / k.benchmark.split()[0]).read_text()
+        assert k.benchmark.split()[-1] in bench  # the --only name is one of the script's benchmarks
+
+
+def test_inventory_shows_whole_names_at_80_columns():
     from rich.console import Console
 
-    console = Console(record=True, width=300)
+    console = Console(record=True, width=80)
     print_inventory(console)
     text = console.export_text()
+    assert "…" not in text
+    flat = text.replace("\n", "").replace(" ", "")
     for k in KERNELS:
-        assert k.name in text
-        mod, _, fn = k.launcher.rpartition(".")
-        assert hasattr(__import__(mod, fromlist=[fn]), fn)  # the launcher exists
+        for value in (k.name, k.piece, k.reference, k.test):
+            assert value.replace(" ", "") in flat, value
