@@ -141,6 +141,34 @@ def test_first_use_captures_survive_decoders_dropped_before_them(models):
     assert all(o == outputs[0] for o in outputs)
 
 
+def test_a_collection_inside_a_first_use_capture_destroys_no_old_graph():
+    """The deterministic form of the test above: the step itself runs the collector while it is being
+    captured (as an allocation can). Dropped runners holding graphs must have been collected before."""
+
+    class Collecting(Step):
+        def __call__(self, buf, bs, sampling):
+            if torch.cuda.is_current_stream_capturing():
+                gc.collect()
+            return super().__call__(buf, bs, sampling)
+
+    def make(step):
+        cfg = RunnerConfig(toggles=Toggles.all(True), buckets=(1, 2, 4), progress=False)
+        return StepGraphRunner(step, {"x": Buffer((4, D), torch.float32)}, device="cuda", config=cfg)
+
+    x = torch.randn(3, D, device="cuda")
+    for _ in range(3):
+        old = make(Step())
+        old.run({"x": x})  # captured on first use
+        assert old.info()["captured_keys"] == ["bs=4/greedy"]
+        old.cycle = old  # only the collector can free it now
+        del old
+    new = make(Collecting())
+    out = new.run({"x": x}, copy_outputs=True)["y"]  # captured on first use, collecting inside
+    info = new.info()
+    assert info["capture_failures"] == 0 and info["captured_keys"] == ["bs=4/greedy"], info["keys"]
+    assert torch.equal(new.run({"x": x})["y"], out)
+
+
 def test_refusals_logged_once_per_key_with_four_figures(caplog):
     r = runner(Step(), memory_margin_bytes=1 << 50)
     with caplog.at_level(logging.WARNING, logger="stepgraph"):

@@ -105,6 +105,28 @@ def test_capture_on_first_use_then_replay():
     assert r.info()["captured_keys"] == ["bs=4/greedy"]
 
 
+@pytest.mark.parametrize("path", ["first use", "capture", "warmup"])
+def test_the_collector_is_off_during_every_capture_path(path):
+    import gc
+
+    class Recording(SimulatedBackend):
+        def capture(self, fn):
+            self.collector_on.append(gc.isenabled())
+            return super().capture(fn)
+
+    be = Recording()
+    be.collector_on = []
+    r, _ = make(be)
+    if path == "first use":
+        r.run(batch(3))
+    elif path == "capture":
+        r.capture([(4, "greedy"), (2, "greedy")])
+    else:
+        r.warmup(3)
+    assert be.collector_on and not any(be.collector_on)
+    assert gc.isenabled()  # and on again afterwards
+
+
 def test_capture_runs_on_pad_filled_buffers_and_restores_them():
     seen = []
     be = SimulatedBackend()
