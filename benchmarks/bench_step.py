@@ -63,21 +63,21 @@ class Setup:
             config=cfg,
             splice_stages=splice_stages,
         )
-        reqs = [dec._new_request(p, 64, dec_params()) for p in self.prompts]
-        for r in reqs:
-            dec._prefill(r)
-        if self.B == 1 and dec.step.relay.single_views and reqs[0].slot != 0:
-            dec._move_to_slot0(reqs[0])
-        dec.slots = torch.tensor([r.slot for r in reqs], dtype=torch.int64)
-        dec.snapshot = {n: f.clone() for n, f in dec.step.relay.fields.items()}
-        self.decoders[name] = dec
-        return dec
+        slots = dec.admit(dec.make_requests(self.prompts, 64))  # resident: every step replays over them
+        resident = Resident(dec, slots, {n: f.clone() for n, f in dec.step.relay.fields.items()})
+        self.decoders[name] = resident
+        return resident
 
 
-def dec_params():
-    from stepgraph.keys import SamplingParams
+class Resident:
+    """A decoder with a fixed batch of prefilled requests: ``slots [B]`` and the relay state to restore
+    between timed repeats. Everything else is the decoder's (attributes pass through)."""
 
-    return SamplingParams()
+    def __init__(self, dec: SpecDecoder, slots: torch.Tensor, snapshot: dict) -> None:
+        self.dec, self.slots, self.snapshot = dec, slots, snapshot
+
+    def __getattr__(self, name):
+        return getattr(self.dec, name)
 
 
 def restore(dec: SpecDecoder) -> None:
@@ -132,7 +132,7 @@ def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
     assert runner.info()["captured_keys"], runner.info()
 
     def once():
-        dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
+        dec.read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
 
     sync_ms = time_steps(once, dec, **GRAPH_TIMING)
     key = runner.key_for(setup.B)
@@ -154,7 +154,7 @@ def mode_spliced(setup: Setup) -> tuple[float, float]:
     assert runner.info()["captured_keys"], runner.info()
 
     def once():
-        dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
+        dec.read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
 
     sync_ms = time_steps(once, dec, **GRAPH_TIMING)
     graph = runner.stats(runner.key_for(setup.B)).captured
@@ -211,7 +211,7 @@ def mode_compile(setup: Setup) -> dict:
     views = step.runner.buffers.views(B)
 
     def plain_step():
-        return step._step(views, B, Sampling.GREEDY)["tokens"]
+        return step.runner.step(views, B, Sampling.GREEDY)["tokens"]  # the step function itself, eager
 
     try:
         import torch._dynamo

@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
 import torch.multiprocessing as mp
 from _timing import env_record, save
 
-from stepgraph.spec.tp_demo import worker
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the TP test harness
+from tests.tp_worker import worker  # noqa: E402
 
 
 def port() -> int:

@@ -111,7 +111,7 @@ def profile_mode(setup: Setup, name: str, toggles: Toggles, steps: int) -> dict:
     B = setup.B
 
     def once():
-        dec._read_tokens(runner.run(None, Sampling.GREEDY, batch_size=B)["tokens"])
+        dec.read_tokens(runner.run(None, Sampling.GREEDY, batch_size=B)["tokens"])
 
     restore(dec)
     for _ in range(5):

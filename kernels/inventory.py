@@ -34,7 +34,7 @@ KERNELS: tuple[KernelEntry, ...] = (
     KernelEntry(
         name="chain_verify_sampling",
         launcher="stepgraph.kernels.chain_sampling.chain_verify_sampling",
-        reference="stepgraph.kernels.chain_sampling.chain_verify_sampling_ref",
+        reference="stepgraph.kernels.chain_sampling_ref.chain_verify_sampling_ref",
         launches="2 (row statistics + exact top-k/top-p cut-off; per-request chain walk)",
         test="tests/kernels/test_chain_sampling.py",
         benchmark="benchmarks/bench_kernels.py --only sampling",
@@ -74,7 +74,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         launches="1 (all fields)",
         test="tests/kernels/test_relay_and_copy.py",
         benchmark="benchmarks/bench_kernels.py --only relay",
-        piece="STEPGRAPH_ONE_LAUNCH_COPY (in-graph input copies)",
+        piece="STEPGRAPH_FUSED_RELAY",
     ),
     KernelEntry(
         name="input_copy",

@@ -130,10 +130,6 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         return len(self.tensors)
 
     # ----------------------------------------------------------------------------------------------
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values())
-
     def views(self, batch_size: int) -> dict[str, torch.Tensor]:
         """``{name: tensor[:batch_size]}``, cached so the same view objects come back every time."""
         if not 1 <= batch_size <= self.max_batch:
@@ -190,6 +186,28 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         if batch > self.max_batch:
             raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self.max_batch}")
         return batch
+
+    def batch_size(self, inputs: Mapping[str, torch.Tensor], batch_size: int | None = None) -> int:
+        """The real batch size of a run: the inputs' (checked, see :meth:`check_inputs`), or ``batch_size``
+        when the inputs are already in the buffers (both given: they must agree).
+
+        Raises
+        ------
+        ValueError / TypeError
+            For an empty or oversize batch, a disagreement, or neither given.
+        """
+        real = self.check_inputs(inputs) if inputs else None
+        if batch_size is not None:
+            if batch_size < 1:
+                raise ValueError(f"empty batch: batch_size must be >= 1, got {batch_size}")
+            if real is not None and real != batch_size:
+                raise ValueError(f"batch_size={batch_size} but the inputs have {real} rows")
+            if batch_size > self.max_batch:
+                raise ValueError(f"batch of {batch_size} exceeds the buffers' batch size {self.max_batch}")
+            real = batch_size
+        if real is None:
+            raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
+        return real
 
     def copy_in(self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int) -> None:
         """Copy ``inputs`` into rows ``[0, batch_size)`` and pad rows ``[batch_size, padded_batch)``.

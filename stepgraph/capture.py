@@ -18,34 +18,76 @@ Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
-from collections.abc import Callable, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from stepgraph.errors import CaptureError, classify_capture_exception
+from stepgraph.graphs import discard_graph, restore_generator, sync_debug_error, trivial_capture
 from stepgraph.memory import MemoryReader, TorchMemoryReader
-from stepgraph.splice import collecting
 
 StepOutputsDict = Mapping[str, torch.Tensor]
+
+
+class Child(Protocol):
+    """A pre-captured graph spliced into a key's graph (:class:`stepgraph.splice.StageGraph`): a parent
+    holds it while alive."""
+
+    pool_bytes: int
+    seconds: float
+
+    def hold(self) -> None: ...
+
+    def unhold(self) -> None: ...
+
+    def info(self) -> dict: ...
+
+
+class Replayable(Protocol):
+    def replay(self) -> None: ...
+
+    def reset(self) -> None: ...
 
 
 @dataclass
 class Captured:
     """A captured key: replaying ``graph`` rewrites ``outputs`` in place."""
 
-    graph: torch.cuda.CUDAGraph
+    graph: Replayable
     outputs: dict[str, torch.Tensor]
     seconds: float
     pool_bytes: int
-    children: list = field(default_factory=list)  # spliced StageGraphs this graph holds (stepgraph.splice)
+    children: list[Child] = field(default_factory=list)  # spliced graphs this one holds (stepgraph.splice)
 
     def replay(self) -> None:
         self.graph.replay()
+
+
+class GraphBackend(Protocol):
+    """What a runner needs from a graph implementation (CUDA graphs here; a simulated one in tests).
+
+    ``warmup`` runs the step eagerly on the capture stream and returns its peak extra bytes; ``capture``
+    returns a :class:`Captured` or raises :class:`~stepgraph.errors.CaptureError` (holding nothing);
+    ``discard`` tears one graph down (its memory stays in the pool), ``release`` every graph and the pool.
+    ``pool()`` and ``stream`` are shared with graphs captured beside the runner's (splice stages).
+    """
+
+    reader: MemoryReader
+    stream: object
+
+    def pool(self) -> object: ...
+
+    def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int: ...
+
+    def capture(self, fn: Callable[[], StepOutputsDict], children: Sequence[Child] = ()) -> Captured: ...
+
+    def discard(self, captured: Captured) -> None: ...
+
+    def release(self, captured: list[Captured]) -> None: ...
 
 
 def graphs_unavailable_reason(device: torch.device) -> str | None:
@@ -57,30 +99,8 @@ def graphs_unavailable_reason(device: torch.device) -> str | None:
     return None
 
 
-@contextmanager
-def frozen_gc():
-    """No garbage collection while capturing: collect first, then freeze and disable the collector.
-
-    A collection during a capture can destroy an unreachable old graph (a dropped runner's, say), and
-    CUDA refuses a graph's destruction while a stream captures: the capture fails. Every capture path
-    (``capture()``, ``warmup()``, capture on first use in ``run()``) goes through here. Re-entrant: an
-    inner use, or one under a collector the caller disabled, changes nothing.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.unfreeze()
-
-
 class CudaGraphBackend:
-    """Shared pool + capture stream for one runner (one device)."""
+    """Shared pool + capture stream for one runner (one device); a :class:`GraphBackend`."""
 
     name = "cuda"
 
@@ -99,7 +119,7 @@ class CudaGraphBackend:
         """The shared pool's handle for ``capture_begin(pool=...)`` (made on first use, held until release)."""
         if self._pool is None:
             pool = torch.cuda.graph_pool_handle()
-            self._anchor = _trivial_capture(self.device, self.stream, pool)
+            self._anchor = trivial_capture(self.device, self.stream, pool)
             self._pool = pool
         return self._pool
 
@@ -113,7 +133,7 @@ class CudaGraphBackend:
         with torch.cuda.stream(self.stream):
             for i in range(iters):
                 if i == iters - 1:
-                    with _sync_debug_error():
+                    with sync_debug_error():
                         out = fn()
                 else:
                     out = fn()
@@ -122,15 +142,16 @@ class CudaGraphBackend:
         torch.cuda.synchronize(self.device)
         return max(0, torch.cuda.max_memory_allocated(self.device) - base)
 
-    def capture(self, fn: Callable[[], StepOutputsDict]) -> Captured:
-        """Capture ``fn`` into a new graph on the shared pool. Raises :class:`CaptureError`."""
+    def capture(self, fn: Callable[[], StepOutputsDict], children: Sequence[Child] = ()) -> Captured:
+        """Capture ``fn`` into a new graph on the shared pool; the graph holds ``children`` (spliced into
+        it by ``fn``) until discarded. Raises :class:`CaptureError`."""
         torch.cuda.synchronize(self.device)
         reserved0 = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph(keep_graph=True) if self.keep_graph else torch.cuda.CUDAGraph()
         t0 = time.perf_counter()
         failure: tuple[str, str, str] | None = None
         outputs = None
-        with torch.cuda.stream(self.stream), collecting() as children:
+        with torch.cuda.stream(self.stream):
             graph.capture_begin(pool=self.pool(), capture_error_mode=self.capture_error_mode)
             try:
                 outputs = fn()
@@ -144,7 +165,7 @@ class CudaGraphBackend:
                         failure = (*classify_capture_exception(e), f"{type(e).__name__}: {e}")
         if failure is not None:
             outputs = None
-            _discard(graph)
+            discard_graph(graph)
             restore_generator(self.device, self.stream)
             torch.cuda.synchronize(self.device)
             cause, hint, text = failure
@@ -155,16 +176,16 @@ class CudaGraphBackend:
             graph.instantiate()
         pool_bytes = max(0, torch.cuda.memory_reserved(self.device) - reserved0)
         for child in children:
-            child.parents += 1
-        return Captured(graph=graph, outputs=dict(outputs), seconds=seconds, pool_bytes=pool_bytes, children=children)
+            child.hold()
+        return Captured(graph, dict(outputs), seconds, pool_bytes, list(children))
 
     @staticmethod
     def discard(captured: Captured) -> None:
         """Tear one graph down; its blocks stay in the shared pool for the next capture."""
         captured.outputs.clear()
-        _discard(captured.graph)
+        discard_graph(captured.graph)
         for child in captured.children:
-            child.parents -= 1
+            child.unhold()
         captured.children.clear()
 
     def release(self, captured: list[Captured]) -> None:
@@ -173,61 +194,11 @@ class CudaGraphBackend:
             self.discard(c)
         captured.clear()
         if self._anchor is not None:
-            _discard(self._anchor)  # the pool's last user: its blocks become free for empty_cache below
+            discard_graph(self._anchor)  # the pool's last user: its blocks become free for empty_cache below
         self._anchor, self._pool = None, None
         gc.collect()
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()
-
-
-def restore_generator(device: torch.device, stream: torch.cuda.Stream) -> None:
-    """Take the default CUDA generator out of capture mode after a failed capture.
-
-    ``CUDAGraph.capture_end`` can raise before its RNG epilogue (CUDA rejected the capture, or torch's own
-    checks failed), which leaves the generator "capturing": every later random op in the process then
-    fails with "Offset increment outside graph capture encountered unexpectedly". Capturing one trivial
-    kernel runs the generator's capture prologue and epilogue again, which leaves it out of capture mode
-    whatever state it was in (the same thing a later successful capture does).
-    """
-    _trivial_capture(device, stream).reset()
-
-
-def _trivial_capture(device: torch.device, stream: torch.cuda.Stream, pool=None) -> torch.cuda.CUDAGraph:
-    """A graph of one kernel on a tensor allocated outside it (on ``pool`` when given, which it holds
-    until reset)."""
-    scratch = torch.zeros(1, device=device)
-    graph = torch.cuda.CUDAGraph()
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        graph.capture_begin(pool=pool, capture_error_mode="relaxed")
-        try:
-            scratch.add_(1)
-        finally:
-            graph.capture_end()
-    return graph
-
-
-def _discard(graph: torch.cuda.CUDAGraph) -> None:
-    # a graph whose capture failed may refuse reset; there is nothing else to free then
-    with contextlib.suppress(Exception):
-        graph.reset()
-
-
-@contextmanager
-def _sync_debug_error():
-    """Make host syncs raise during the last warm-up. The mode is process-wide, so it is skipped while a
-    NCCL process group is up (its background threads use CUDA too)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-        yield
-        return
-    previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
 
 
 class capture_progress:

@@ -23,27 +23,30 @@ DEBUG = "STEPGRAPH_DEBUG"
 PIECES: dict[str, tuple[str, str]] = {
     "STEPGRAPH_FUSED_GREEDY_VERIFY": (
         "fused_greedy_verify",
-        "greedy verify as one fused two-stage Triton argmax + chain acceptance (off: torch composite)",
+        "greedy verify: one fused two-stage Triton argmax + chain acceptance (off: torch composite)",
     ),
     "STEPGRAPH_TWO_LAUNCH_SAMPLING": (
         "two_launch_sampling",
-        "chain verify sampling in two Triton launches (off: plain torch implementation)",
+        "stepgraph's sampling kernel wherever it applies: the lean sampled verify and the prefill's first "
+        "sampled token (off: their torch implementations; the general tree path is torch either way)",
     ),
     "STEPGRAPH_LEAN_SAMPLED_VERIFY": (
         "lean_sampled_verify",
-        "lean sampled verify specialised for chains (off: general path over materialised probabilities)",
+        "sampled verify specialised for chains (off: the general tree path over materialised probabilities)",
     ),
     "STEPGRAPH_FUSED_TAIL": (
         "fused_tail",
-        "fused topk-1 draft-extend tail: argmax of the selected rows + hidden gather (off: torch)",
+        "every topk-1 draft token from the two-stage Triton argmax: the K-1 draft steps and the draft-extend "
+        "tail, whose launch also gathers the selected hidden rows (off: torch argmax and indexing)",
     ),
     "STEPGRAPH_FUSED_RELAY": (
         "fused_relay",
-        "relay stores in one launch, and views instead of index kernels for a batch of one (off: per field)",
+        "relay traffic in one launch each: the step's gather of its requests' slots and its store into them; "
+        "a batch of one reads and writes slot 0 through views, no launch (off: one copy per field)",
     ),
     "STEPGRAPH_ONE_LAUNCH_COPY": (
         "one_launch_copy",
-        "all input copies of a step in one launch (off: one copy per tensor)",
+        "the runner's copy-in: every input of a run and its padding in one launch (off: one copy per tensor)",
     ),
     "STEPGRAPH_TP_BROADCAST": (
         "tp_broadcast",

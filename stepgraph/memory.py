@@ -174,6 +174,14 @@ class MemoryGuard:
         self._released_for: set[str] = set()
         self._logged: set[str] = set()
 
+    @classmethod
+    def default(cls, reader: MemoryReader | None, margin: int) -> MemoryGuard:
+        """The guard a runner makes: ``reader``'s readings with the process budget, on this rank; with no
+        reader (no graphs), one that reads nothing and may release nothing."""
+        if reader is None:
+            return cls(NoReader(), margin, budget=ReleaseBudget(0), rank=current_rank())
+        return cls(reader, margin, rank=current_rank())
+
     def fits(self, reading: MemoryReading, needed: int) -> bool:
         return reading.free - self.margin >= needed
 
@@ -221,3 +229,13 @@ class MemoryGuard:
                 _mib(reading.allocated),
             )
         return Decision(False, reading, released=released)
+
+
+def current_rank() -> int:
+    """This process's rank in torch.distributed (0 when it is not initialised)."""
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:  # noqa: BLE001
+        return 0

@@ -15,9 +15,9 @@ from stepgraph.keys import pad_waste, suggest_buckets
 
 def build_info(runner) -> dict:
     """The info dict of a :class:`~stepgraph.runner.StepGraphRunner` (see the README's "Info fields")."""
-    c = runner._counters
+    c = runner.counters
     t = runner.toggles
-    keys = runner._keys
+    keys = runner.keys
     allocator = {"num_alloc_retries": None, "num_ooms": None}
     process_mem = None
     if runner.device.type == "cuda" and torch.cuda.is_available():
@@ -43,7 +43,7 @@ def build_info(runner) -> dict:
         "last_memory_refusal": refusal.as_dict() if refusal else None,
         "cache_releases": runner.guard.cache_releases,
         "cache_release_budget_left": runner.guard.budget.remaining,
-        "capture_failures": c.capture_failures,
+        "capture_failures": runner.table.capture_failures,
         **allocator,
         "process_gpu_memory": process_mem,
         "graph_pool_bytes": sum(s.pool_bytes for s in keys.values() if s.captured is not None),
@@ -177,7 +177,9 @@ def print_report(info: dict, console: Console | None = None) -> None:
 
     # narrow terminals: keys never wrap or shorten, numbers keep their width, headers and notes fold
     keys = Table(
-        title="keys: pool and warm-up peak in MiB, capture in ms, padded rows", title_justify="left", box=box.SIMPLE_HEAD
+        title="keys: pool and warm-up peak in MiB, capture in ms, padded rows",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
     )
     widest = max((len(name) for name in info.get("keys") or {}), default=3)
     keys.add_column("key", no_wrap=True, min_width=widest)

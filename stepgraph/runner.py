@@ -4,7 +4,8 @@
 replays the key's graph, or runs the same step eagerly **at the same padded shape** when the key has no
 graph (refused for memory, failed capture, oversize batch, no CUDA). Keys are captured by
 :meth:`capture` / :meth:`warmup` ahead of serving, or on first use, always on pad-filled buffers (never
-on the live batch, whose state a warm-up would advance).
+on the live batch, whose state a warm-up would advance); their lifecycle lives in
+:class:`~stepgraph.keytable.KeyTable`. This module keeps buffers, padding, ``run`` and hand-out.
 """
 
 from __future__ import annotations
@@ -12,88 +13,37 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from stepgraph.buffers import KEEP, Buffer, StaticBuffers
-from stepgraph.capture import Captured, CudaGraphBackend, capture_progress, frozen_gc, graphs_unavailable_reason
+from stepgraph.buffers import Buffer, StaticBuffers
+from stepgraph.capture import Child, CudaGraphBackend, GraphBackend, capture_progress, graphs_unavailable_reason
 from stepgraph.config import RunnerConfig
-from stepgraph.errors import CaptureError, RecaptureRefused, classify_capture_exception
+from stepgraph.graphs import frozen_gc
 from stepgraph.keys import Buckets, GraphKey, Sampling
-from stepgraph.memory import MemoryGuard, NoReader, ReleaseBudget
-from stepgraph.outputs import StepOutputs
+from stepgraph.keytable import KeyStats, KeyStatus, KeyTable
+from stepgraph.memory import MemoryGuard
+from stepgraph.outputs import StepOutputs, poison
+from stepgraph.warmup import WarmupReport, warm_up
 
 log = logging.getLogger("stepgraph")
 
 StepFn = Callable[[Mapping[str, torch.Tensor], int, Sampling], Mapping[str, torch.Tensor]]
 
-_FAIL, _REFUSE, _CAPTURE = 0, 1, 2  # capture votes; ranks take the lowest (see ``agree``)
+__all__ = ["KeyStats", "KeyStatus", "RunCounters", "StepFn", "StepGraphRunner", "WarmupReport"]
 
 
 @dataclass
-class KeyStats:
-    """Bookkeeping of one key (reported by :meth:`StepGraphRunner.info`)."""
+class RunCounters:
+    """Counts over every run (per-key counts live in :class:`~stepgraph.keytable.KeyStats`)."""
 
-    key: GraphKey
-    status: str = "uncaptured"  # uncaptured | captured | refused | failed
-    captured: Captured | None = None
-    pool_bytes: int = 0
-    warmup_peak_bytes: int = 0
-    capture_seconds: float = 0.0
-    replays: int = 0
-    eager_runs: int = 0
-    padded_rows: int = 0
-    runs_since_refusal: int = 0
-    refusals: int = 0
-    failures: int = 0
-    error: str | None = None
-    cause: str | None = None
-
-    def as_dict(self) -> dict:
-        return {
-            "status": self.status,
-            "children": [c.info() for c in self.captured.children] if self.captured is not None else [],
-            "pool_bytes": self.pool_bytes,
-            "warmup_peak_bytes": self.warmup_peak_bytes,
-            "capture_ms": round(self.capture_seconds * 1e3, 3),
-            "replays": self.replays,
-            "eager_runs": self.eager_runs,
-            "padded_rows": self.padded_rows,
-            "refusals": self.refusals,
-            "failures": self.failures,
-            "error": self.error,
-            "cause": self.cause,
-        }
-
-
-@dataclass
-class WarmupReport:
-    batch_sizes: list[int]
-    captured_keys: list[str]
-    missing: list[int]
-    seconds: float
-
-    def as_dict(self) -> dict:
-        return {
-            "batch_sizes": self.batch_sizes,
-            "captured_keys": self.captured_keys,
-            "missing": self.missing,
-            "seconds": round(self.seconds, 4),
-        }
-
-
-@dataclass
-class _Counters:
     runs: int = 0
     oversize_runs: int = 0
-    capture_failures: int = 0
-    histogram: Counter = field(default_factory=Counter)
+    histogram: Counter = field(default_factory=Counter)  # real batch size -> runs
 
 
 def _serialised(method):
@@ -124,7 +74,9 @@ class StepGraphRunner:
     config:
         :class:`RunnerConfig`; toggles default to the environment.
     backend:
-        Graph backend (default: CUDA graphs when available). Tests inject a simulated one.
+        A :class:`~stepgraph.capture.GraphBackend` (default: CUDA graphs when available). Tests inject a
+        simulated one, which replaces the device check but not the switch: ``step_graph=False`` runs
+        eagerly whatever the backend.
     guard:
         Memory guard (default: torch readings, ``config.memory_margin_bytes``, the process release budget).
     agree:
@@ -136,8 +88,9 @@ class StepGraphRunner:
         ``parked()`` returns a context manager that parks state outside the buffers (e.g. a relay slot
         the step reads through views) at no-op values while a key is warmed up and captured.
     before_capture:
-        ``before_capture(key)`` runs after the memory check and before the key's capture (e.g. capturing
-        per-stage graphs that the step then splices, :mod:`stepgraph.splice`).
+        ``before_capture(key) -> children`` runs after the memory check and before the key's capture (e.g.
+        capturing per-stage graphs) and returns the graphs the step splices (:mod:`stepgraph.splice`),
+        which the key's graph holds while alive.
     """
 
     def __init__(
@@ -147,11 +100,11 @@ class StepGraphRunner:
         *,
         device: torch.device | str | None = None,
         config: RunnerConfig | None = None,
-        backend=None,
+        backend: GraphBackend | None = None,
         guard: MemoryGuard | None = None,
         agree: Callable[[int], int] | None = None,
         parked: Callable[[], contextlib.AbstractContextManager] | None = None,
-        before_capture: Callable[[GraphKey], None] | None = None,
+        before_capture: Callable[[GraphKey], Sequence[Child] | None] | None = None,
         name: str = "step",
     ) -> None:
         self.config = config or RunnerConfig()
@@ -174,39 +127,59 @@ class StepGraphRunner:
                 f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}"
             )
         self.buckets = Buckets(sizes)
-        self.agree = agree
-        self.parked = parked or contextlib.nullcontext
-        self.before_capture = before_capture
-        self._keys: dict[GraphKey, KeyStats] = {}
-        self._counters = _Counters()
+        self.counters = RunCounters()
+        self.last_warmup: WarmupReport | None = None
         self._generation = 0
         self._poison: list[torch.Tensor] = []
         self._views_cache: dict[tuple[GraphKey, int], dict[str, torch.Tensor]] = {}
-        self._replay_cache: dict[tuple[int, Sampling], tuple] = {}  # (batch, sampling) -> replay fast path
-        self._captured_list: list[Captured] = []
-        self.last_warmup: WarmupReport | None = None
+        self._replay_cache: dict[tuple[int | None, Sampling], tuple] = {}  # (batch, sampling) -> fast path
         self._lock = threading.RLock()  # run / capture / warm-up / release, one thread at a time
 
-        reason = graphs_unavailable_reason(self.device)
-        if reason is None and not self.toggles.step_graph:
+        if not self.toggles.step_graph:
             reason = "the step graph is switched off (STEPGRAPH_ENABLE=0 or Toggles(step_graph=False)); it runs eagerly"
-        if backend is not None:
+        elif backend is not None:
             reason = None
-        self.unavailable_reason = reason
-        self.backend = backend
-        if self.backend is None and reason is None:
-            self.backend = CudaGraphBackend(self.device, capture_error_mode=self.config.capture_error_mode)
-        if guard is not None:
-            self.guard = guard
-        elif self.backend is not None:
-            self.guard = MemoryGuard(self.backend.reader, self.config.memory_margin_bytes, rank=_rank())
         else:
-            self.guard = MemoryGuard(NoReader(), self.config.memory_margin_bytes, budget=ReleaseBudget(0), rank=_rank())
+            reason = graphs_unavailable_reason(self.device)
+        self.unavailable_reason = reason
+        self.backend: GraphBackend | None = None
+        if reason is None:
+            self.backend = backend or CudaGraphBackend(self.device, capture_error_mode=self.config.capture_error_mode)
+        reader = self.backend.reader if self.backend is not None else None
+        self.guard = guard or MemoryGuard.default(reader, self.config.memory_margin_bytes)
+        self.table = KeyTable(
+            name=name,
+            config=self.config,
+            backend=self.backend,
+            guard=self.guard,
+            agree=agree,
+            parked=parked,
+            before_capture=before_capture,
+        )
 
     # ------------------------------------------------------------------------------------------------
     @property
     def graphs_available(self) -> bool:
         return self.backend is not None
+
+    @property
+    def generation(self) -> int:
+        """Counts runs (and releases); outputs handed out by an earlier generation are stale."""
+        return self._generation
+
+    @property
+    def agree(self) -> Callable[[int], int] | None:
+        """The ranks' vote hook (see the class docstring); settable."""
+        return self.table.agree
+
+    @agree.setter
+    def agree(self, hook: Callable[[int], int] | None) -> None:
+        self.table.agree = hook
+
+    @property
+    def keys(self) -> Mapping[GraphKey, KeyStats]:
+        """Every key met so far and its stats."""
+        return self.table.keys
 
     def key_for(self, batch_size: int, sampling: Sampling | str | int = Sampling.GREEDY) -> GraphKey | None:
         """The key a batch of ``batch_size`` runs under, or ``None`` when it exceeds the largest bucket."""
@@ -214,10 +187,8 @@ class StepGraphRunner:
         return None if padded is None else GraphKey(padded, Sampling.parse(sampling))
 
     def stats(self, key: GraphKey) -> KeyStats:
-        s = self._keys.get(key)
-        if s is None:
-            s = self._keys[key] = KeyStats(key)
-        return s
+        """The key's stats (status, graph, memory, counts)."""
+        return self.table.stats(key)
 
     # ------------------------------------------------------------------------------------------------
     def run(
@@ -264,76 +235,51 @@ class StepGraphRunner:
             if not inputs and not copy_outputs:  # steady state: inputs already in place, key captured
                 fast = self._replay_cache.get((batch_size, sampling))
                 if fast is not None:
-                    return self._replay_fast(*fast)
-            return self._run(inputs, sampling, batch_size, copy_outputs)
+                    stats, views, real = fast
+                    self._count(real, stats)
+                    stats.captured.replay()
+                    stats.replays += 1
+                    return StepOutputs(views, self, self._generation)
+            return self._run(inputs or {}, sampling, batch_size, copy_outputs)
 
     def _run(
-        self, inputs: Mapping[str, torch.Tensor] | None, sampling: Sampling, batch_size: int | None, copy_outputs: bool
+        self, inputs: Mapping[str, torch.Tensor], sampling: Sampling, batch_size: int | None, copy_outputs: bool
     ) -> StepOutputs:
-        inputs = inputs or {}
-        real = self.buffers.check_inputs(inputs) if inputs else None
-        if batch_size is not None:
-            if batch_size < 1:
-                raise ValueError(f"empty batch: batch_size must be >= 1, got {batch_size}")
-            if real is not None and real != batch_size:
-                raise ValueError(f"batch_size={batch_size} but the inputs have {real} rows")
-            if batch_size > self.buffers.max_batch:
-                raise ValueError(f"batch of {batch_size} exceeds the buffers' batch size {self.buffers.max_batch}")
-            real = batch_size
-        if real is None:
-            raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
-
-        self._generation += 1
+        real = self.buffers.batch_size(inputs, batch_size)
         self._poison_handed_out()
         padded = self.buckets.pad(real)
-        c = self._counters
-        c.runs += 1
-        c.histogram[real] += 1
         if padded is None:  # larger than the largest bucket: eager at its own size, counted
-            c.oversize_runs += 1
+            self._count(real, None)
+            self.counters.oversize_runs += 1
             self.buffers.copy_in(inputs, real, real)
-            outputs = self._call_step(real, sampling)
-            return self._hand_out(outputs, real, copy_outputs)
-
+            return self._hand_out(self._call_step(real, sampling), real, copy_outputs)
         key = GraphKey(padded, sampling)
-        stats = self.stats(key)
-        if self._should_capture(stats):
-            self._capture_key(key)
+        stats = self.table.stats(key)
+        if self.table.should_capture(stats):
+            self.table.capture(key, self.buffers, self._call_step)
         self.buffers.copy_in(inputs, real, padded)
-        stats.padded_rows += padded - real
-        if stats.captured is not None:
-            stats.captured.replay()
-            stats.replays += 1
-            views = self._views_cache.get((key, real))
-            if views is None:
-                views = {k: v[:real] for k, v in stats.captured.outputs.items()}
-                self._views_cache[(key, real)] = views
-                if not self.toggles.debug:
-                    self._replay_cache[(real, sampling)] = (stats, stats.captured.replay, views, real)
-            return self._hand_out(views, real, copy_outputs, sliced=True)
-        stats.eager_runs += 1
-        if stats.status == "refused":
-            stats.runs_since_refusal += 1
-        outputs = self._call_step(padded, sampling)
-        return self._hand_out(outputs, real, copy_outputs)
-
-    def _replay_fast(self, stats: KeyStats, replay, views: dict, real: int) -> StepOutputs:
-        """The hot path: same bookkeeping as :meth:`run` for a captured key, none of the checks it needs."""
-        self._generation += 1
-        c = self._counters
-        c.runs += 1
-        c.histogram[real] += 1
-        stats.padded_rows += stats.key.batch_size - real
-        replay()
+        self._count(real, stats)
+        if stats.captured is None:
+            stats.eager_runs += 1
+            if stats.status is KeyStatus.REFUSED:
+                stats.runs_since_refusal += 1
+            return self._hand_out(self._call_step(padded, sampling), real, copy_outputs)
+        stats.captured.replay()
         stats.replays += 1
-        return StepOutputs(views, self, self._generation)
+        views = self._views_cache.get((key, real))
+        if views is None:
+            views = self._views_cache[(key, real)] = {k: v[:real] for k, v in stats.captured.outputs.items()}
+        if not self.toggles.debug and not inputs:
+            self._replay_cache[(batch_size, sampling)] = (stats, views, real)
+        return self._hand_out(views, real, copy_outputs)
 
-    def _should_capture(self, stats: KeyStats) -> bool:
-        if self.backend is None or stats.captured is not None or not self.config.capture_on_first_use:
-            return False
-        if stats.status == "uncaptured":
-            return True
-        return stats.status == "refused" and stats.runs_since_refusal >= self.config.refused_retry_runs
+    def _count(self, real: int, stats: KeyStats | None) -> None:
+        """The bookkeeping every run does, on every path (the replay fast path included)."""
+        self._generation += 1
+        self.counters.runs += 1
+        self.counters.histogram[real] += 1
+        if stats is not None:
+            stats.padded_rows += stats.key.batch_size - real
 
     def _call_step(self, batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
         out = self.step(self.buffers.views(batch), batch, sampling)
@@ -345,8 +291,9 @@ class StepGraphRunner:
                 raise ValueError(f"step output {name!r} has shape {shape}; outputs must have the batch ({batch}) first")
         return dict(out)
 
-    def _hand_out(self, outputs: dict[str, torch.Tensor], real: int, copy: bool, sliced: bool = False) -> StepOutputs:
-        tensors = outputs if sliced else {k: v[:real] for k, v in outputs.items()}
+    def _hand_out(self, outputs: dict[str, torch.Tensor], real: int, copy: bool) -> StepOutputs:
+        """Outputs sliced to the real batch: views (valid until the next run), or copies."""
+        tensors = {k: v if v.shape[0] == real else v[:real] for k, v in outputs.items()}
         if copy:
             return StepOutputs({k: v.clone() for k, v in tensors.items()}, None, self._generation)
         if self.toggles.debug:
@@ -355,13 +302,7 @@ class StepGraphRunner:
         return StepOutputs(tensors, self, self._generation)
 
     def _poison_handed_out(self) -> None:
-        for t in self._poison:
-            if t.dtype.is_floating_point or t.dtype.is_complex:
-                t.fill_(float("nan"))
-            elif t.dtype == torch.bool:
-                t.fill_(True)
-            else:
-                t.fill_(-1 if t.dtype.is_signed else torch.iinfo(t.dtype).max)
+        poison(self._poison)
         self._poison.clear()
 
     # ------------------------------------------------------------------------------------------------
@@ -378,14 +319,14 @@ class StepGraphRunner:
         if keys is None:
             keys = [GraphKey(b, self.config.default_sampling) for b in self.buckets]
         todo = sorted({self._as_key(k) for k in keys}, key=lambda k: (-k.batch_size, -int(k.sampling)))
-        todo = [k for k in todo if self.stats(k).captured is None]
+        todo = [k for k in todo if self.table.stats(k).captured is None]
         with frozen_gc(), capture_progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
             for key in todo:
-                self._capture_key(key)
+                self.table.capture(key, self.buffers, self._call_step)
                 advance(str(key))
-        return [k for k, s in self._keys.items() if s.captured is not None]
+        return self.table.live()
 
-    def _as_key(self, k) -> GraphKey:
+    def _as_key(self, k: GraphKey | tuple[int, Sampling | str]) -> GraphKey:
         if isinstance(k, GraphKey):
             key = k
         else:
@@ -395,77 +336,6 @@ class StepGraphRunner:
             raise ValueError(f"{key}: batch size {key.batch_size} is not a bucket; buckets are {list(self.buckets)}")
         return key
 
-    def _capture_key(self, key: GraphKey) -> None:
-        stats = self.stats(key)
-        bs = key.batch_size
-        saved = {n: t[:bs].clone() for n, t in self.buffers.tensors.items() if self.buffers.specs[n].pad is not KEEP}
-        self.buffers.pad_rows(list(saved), 0, bs)
-        with frozen_gc(), self.parked():
-            self._warm_check_capture(key, stats, saved)
-
-    def _warm_check_capture(self, key: GraphKey, stats: KeyStats, saved: dict[str, torch.Tensor]) -> None:
-        bs = key.batch_size
-        captured, failure = None, None
-        try:
-            try:
-                peak = self.backend.warmup(lambda: self._call_step(bs, key.sampling), self.config.warmup_iters)
-                stats.warmup_peak_bytes = peak
-                needed = stats.pool_bytes if stats.pool_bytes else peak
-                vote = _CAPTURE if self.guard.check(str(key), needed).allowed else _REFUSE
-            except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
-                failure, vote = _failure_of(e), _FAIL
-            vote = self._vote(vote)
-            if vote == _CAPTURE:
-                try:
-                    if self.before_capture is not None:
-                        self.before_capture(key)
-                    captured = self.backend.capture(lambda: self._call_step(bs, key.sampling))
-                except Exception as e:  # noqa: BLE001
-                    failure = _failure_of(e)
-                if self._vote(_CAPTURE if captured is not None else _FAIL) != _CAPTURE:
-                    if captured is not None:  # every rank replays a key or none does: a graph launch is collective
-                        self.backend.discard(captured)
-                        captured = None
-                    vote = _FAIL
-        finally:
-            for n, t in saved.items():
-                self.buffers.tensors[n][:bs].copy_(t)
-        if vote == _REFUSE:
-            stats.status, stats.runs_since_refusal = "refused", 0
-            stats.refusals += 1
-            return
-        if vote == _FAIL:
-            peer = ("peer_failed", "another rank failed to capture this key; every rank runs it eagerly")
-            cause, text = failure or peer
-            self._record_failure(stats, cause, text)
-            if self.config.on_capture_error == "raise":
-                raise CaptureError(f"capturing {key} failed: {text}", key=key, cause=cause) from None
-            return
-        stats.captured, stats.status, stats.error, stats.cause = captured, "captured", None, None
-        stats.pool_bytes = captured.pool_bytes + sum(c.pool_bytes for c in captured.children)
-        stats.capture_seconds = captured.seconds + sum(c.seconds for c in captured.children)
-        self._captured_list.append(captured)
-        log.info(
-            "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB)",
-            self.name,
-            key,
-            captured.seconds * 1e3,
-            captured.pool_bytes / 2**20,
-            stats.warmup_peak_bytes / 2**20,
-        )
-
-    def _vote(self, vote: int) -> int:
-        """This rank's vote, or the lowest vote over all ranks when ``agree`` is set."""
-        return vote if self.agree is None else int(self.agree(vote))
-
-    def _record_failure(self, stats: KeyStats, cause: str, text: str) -> None:
-        stats.status, stats.cause, stats.error = "failed", cause, text
-        stats.failures += 1
-        self._counters.capture_failures += 1
-        if stats.failures == 1:
-            log.warning("%s: capture of key %s failed (%s): %s", self.name, stats.key, cause, text)
-
-    # ------------------------------------------------------------------------------------------------
     @_serialised
     def warmup(
         self,
@@ -480,52 +350,9 @@ class StepGraphRunner:
         A size whose key is still missing gets one more batch, then a warning. Logs the captured keys
         and the total time.
         """
-        t0 = time.perf_counter()
-        sampling = self.config.default_sampling if sampling is None else Sampling.parse(sampling)
-        n = min(self.config.max_warmup_batch, self.buckets.largest, max_running_requests or math.inf)
-        sizes = list(range(1, int(n) + 1))
-        self.capture([self.key_for(k, sampling) for k in sizes])
-
-        def batch(k: int) -> None:
-            if make_inputs is None:
-                self.buffers.pad_rows(list(self.buffers.specs), 0, self.buckets.pad(k))
-                self.run(None, sampling, batch_size=k)
-            else:
-                self.run(make_inputs(k), sampling)
-
-        for k in sizes:
-            batch(k)
-        missing = []
-        if self.backend is not None:
-            for k in sizes:
-                key = self.key_for(k, sampling)
-                if self.stats(key).captured is None:
-                    self._capture_key(key)
-                    batch(k)
-                    if self.stats(key).captured is None:
-                        missing.append(k)
-                        log.warning(
-                            "%s: warm-up: batch size %d still has no graph (key %s: %s)",
-                            self.name,
-                            k,
-                            key,
-                            self.stats(key).status,
-                        )
-        seconds = time.perf_counter() - t0
-        captured = sorted(
-            {str(self.key_for(k, sampling)) for k in sizes if self.stats(self.key_for(k, sampling)).captured}
-        )
-        self.last_warmup = WarmupReport(sizes, captured, missing, seconds)
-        log.info(
-            "%s: warm-up of batch sizes 1..%d took %.1f ms; captured keys: %s",
-            self.name,
-            len(sizes),
-            seconds * 1e3,
-            ", ".join(captured) or "none",
-        )
+        self.last_warmup = warm_up(self, max_running_requests, sampling, make_inputs)
         return self.last_warmup
 
-    # ------------------------------------------------------------------------------------------------
     @_serialised
     def request_recapture(self, reason: str = "weight update") -> None:
         """Ask for the graphs to be captured again (e.g. after weights moved to new tensors).
@@ -536,16 +363,7 @@ class StepGraphRunner:
             While graphs are live: replaying them after a recapture request would read stale addresses.
             Call :meth:`release` first; the next :meth:`capture`, :meth:`warmup` or run captures again.
         """
-        live = [str(k) for k, s in self._keys.items() if s.captured is not None]
-        if live:
-            raise RecaptureRefused(
-                f"recapture ({reason}) refused while the step graph is on "
-                f"({len(live)} live graphs: {', '.join(live[:4])}"
-                f"{'...' if len(live) > 4 else ''}); call runner.release() first, then capture again"
-            )
-        for s in self._keys.values():
-            if s.status in ("refused", "failed"):
-                s.status = "uncaptured"
+        self.table.request_recapture(reason)
 
     @_serialised
     def release(self) -> None:
@@ -555,11 +373,7 @@ class StepGraphRunner:
         workspace it made for the capture stream (32 MiB by default, ``CUBLAS_WORKSPACE_CONFIG``); when no
         graph is live anywhere in the process, ``torch._C._cuda_clearCublasWorkspaces()`` frees it too.
         """
-        if self.backend is not None:
-            self.backend.release(self._captured_list)
-        for s in self._keys.values():
-            s.captured = None
-            s.status = "uncaptured"
+        self.table.release()
         self._views_cache.clear()
         self._replay_cache.clear()
         self._generation += 1
@@ -575,21 +389,3 @@ class StepGraphRunner:
         from stepgraph.report import print_report
 
         print_report(self.info(), console=console)
-
-
-def _failure_of(e: Exception) -> tuple[str, str]:
-    """``(cause, message)`` of a failed warm-up or capture; the exception itself is not kept (it would hold
-    the step's tensors through its traceback)."""
-    if isinstance(e, CaptureError):
-        return e.cause, str(e)
-    cause, hint = classify_capture_exception(e)
-    return cause, f"{hint}. Cause: {type(e).__name__}: {e}"
-
-
-def _rank() -> int:
-    try:
-        import torch.distributed as dist
-
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    except Exception:  # noqa: BLE001
-        return 0

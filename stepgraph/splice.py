@@ -9,8 +9,9 @@ Rules this module enforces:
 
 * support: torch with ``keep_graph``, cuda-python importable, and PyTorch's native allocator (graphs
   captured under ``cudaMallocAsync`` hold allocation nodes, which a child graph must not have);
-* lifetime: a stage's graph and pool stay alive while any parent holds it; releasing it before its
-  parents are released raises :class:`~stepgraph.errors.ReleasedError`;
+* lifetime: a stage's graph and pool stay alive while any parent holds it (the runner hands a key's
+  stages to the capture, which holds them); releasing it before its parents are released raises
+  :class:`~stepgraph.errors.ReleasedError`;
 * randomness: a child gets no torch RNG prologue, so a stage that draws from torch's generator would
   repeat its numbers on every launch. Such a stage is detected (the generator's offset moves during its
   warm-up) and refused. Kernels that keep their random offsets on the device (stepgraph's sampling
@@ -19,14 +20,13 @@ Rules this module enforces:
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
 from stepgraph.errors import ReleasedError, StepGraphError
+from stepgraph.graphs import restore_generator
 
 
 class SpliceError(StepGraphError):
@@ -72,23 +72,6 @@ def _check(result, what: str):
     if err != rt.cudaError_t.cudaSuccess:
         raise SpliceError(f"{what} failed: {err}")
     return result[1:] if isinstance(result, tuple) else ()
-
-
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def collecting() -> Iterator[list]:
-    """Collect the stages spliced into the capture running inside this block (the runner uses it)."""
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    children: list[StageGraph] = []
-    stack.append(children)
-    try:
-        yield children
-    finally:
-        stack.pop()
 
 
 class StageGraph:
@@ -137,8 +120,6 @@ class StageGraph:
             with torch.cuda.graph(self.graph, pool=pool, stream=stream):
                 self.outputs = fn()
         except Exception:
-            from stepgraph.capture import restore_generator
-
             restore_generator(torch.device("cuda", torch.cuda.current_device()), stream)
             raise
         self.graph.instantiate()
@@ -146,6 +127,14 @@ class StageGraph:
         torch.cuda.synchronize()
         self.seconds = time.perf_counter() - t0
         self.pool_bytes = max(0, torch.cuda.memory_reserved() - reserved0)
+
+    def hold(self) -> None:
+        """A parent graph that contains this stage was captured (its capture backend calls this)."""
+        self.parents += 1
+
+    def unhold(self) -> None:
+        """A parent graph that contains this stage was discarded."""
+        self.parents -= 1
 
     def replay(self) -> None:
         if self.released:
@@ -199,6 +188,3 @@ def splice(stage: StageGraph) -> None:
         )
     except TypeError:  # CUDA 12 bindings: no edge-data argument
         _check(rt.cudaStreamUpdateCaptureDependencies(stream, [node], 1, flags), "cudaStreamUpdateCaptureDependencies")
-    stack = getattr(_local, "stack", None)
-    if stack:
-        stack[-1].append(stage)

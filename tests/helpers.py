@@ -40,31 +40,38 @@ class _Replayer:
 
 
 class SimulatedBackend:
-    """A CPU stand-in for CudaGraphBackend: exercises the runner's bookkeeping without a GPU.
+    """A CPU stand-in for CudaGraphBackend (a ``GraphBackend``): exercises the runner's bookkeeping
+    without a GPU.
 
-    ``fail`` makes every capture raise (e.g. a host sync); ``peak``/``pool`` are reported byte counts.
+    ``fail`` makes every capture raise (e.g. a host sync); ``peak``/``pool_bytes`` are reported byte counts.
     """
 
     name = "simulated"
 
     def __init__(self, reader=None, *, peak=1 << 20, pool=1 << 20, fail: Exception | None = None) -> None:
         self.reader = reader or ScriptedReader(plenty())
-        self.peak, self.pool, self.fail = peak, pool, fail
+        self.peak, self.pool_bytes, self.fail = peak, pool, fail
+        self.stream = None  # work runs on the current (CPU) stream
         self.order: list[int] = []
         self.releases = 0
         self.discarded = 0
+
+    def pool(self):
+        return None
 
     def warmup(self, fn, iters: int) -> int:
         for _ in range(iters):
             fn()
         return self.peak
 
-    def capture(self, fn) -> Captured:
+    def capture(self, fn, children=()) -> Captured:
         if self.fail is not None:
             raise self.fail
         out = fn()
         self.order.append(next(iter(out.values())).shape[0])
-        return Captured(graph=_Replayer(fn, out), outputs=out, seconds=0.002, pool_bytes=self.pool)
+        for child in children:
+            child.hold()
+        return Captured(_Replayer(fn, out), out, seconds=0.002, pool_bytes=self.pool_bytes, children=list(children))
 
     def discard(self, captured) -> None:
         self.discarded += 1

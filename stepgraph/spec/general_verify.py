@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from stepgraph.kernels.chain_sampling import SampledVerifyOutput, assemble_output, sampling_probs
+from stepgraph.kernels.chain_sampling_ref import SampledVerifyOutput, assemble_output, sampling_probs
 
 
 def chain_tree(num_draft: int, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import torch
 
 from stepgraph.config import Toggles
-from stepgraph.kernels.relay import RelayGather, RelayStore, check_slots
+from stepgraph.kernels.relay import RelayGather, RelayStore
 
 #: Fields written by a step (the next step's inputs that depend on this step).
 STEP_WRITES = ("token", "draft", "seq_len", "hidden", "offset")
@@ -65,7 +65,7 @@ class RelayState:
             [self.fields[n] for n in names],
             [self.work[n] for n in names],
             [self.pads[n] for n in names],
-            fused=toggles.one_launch_copy,
+            fused=toggles.fused_relay,
         )
         dst = [self.fields[n] for n in STEP_WRITES]
         src = [self.out[n] for n in STEP_WRITES[:-1]] + [self.work["offset"]]
@@ -119,10 +119,6 @@ class RelayState:
 
     def read(self, slot: int) -> dict[str, torch.Tensor]:
         return {n: f[slot].clone() for n, f in self.fields.items()}
-
-    def check(self, slots: torch.Tensor) -> None:
-        """Eager check of a batch's slots (host sync): -1 or a real slot."""
-        check_slots(slots, self.num_slots)
 
     @contextlib.contextmanager
     def parked(self) -> Iterator[None]:

@@ -15,15 +15,17 @@ Everything stays on the device; the only per-step host input is the batch's slot
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from stepgraph.buffers import Buffer
 from stepgraph.config import RunnerConfig
-from stepgraph.keys import Sampling
-from stepgraph.runner import StepGraphRunner, StepOutputs
-from stepgraph.spec.pieces import Pieces
+from stepgraph.keys import GraphKey, Sampling
+from stepgraph.outputs import StepOutputs
+from stepgraph.runner import StepGraphRunner
+from stepgraph.spec.pieces import Pieces, VerifyResult
 from stepgraph.spec.relay import RelayState
 from stepgraph.spec.tp import TensorParallel
 from stepgraph.splice import SpliceError, StageGraph, splice
@@ -41,6 +43,30 @@ class Draft(Protocol):
     a plain draft model ignores ``hidden``."""
 
     def __call__(self, tokens, positions, hidden, cache_rows): ...
+
+
+RelayFields = dict[str, torch.Tensor]  # a relay field name -> its [B, ...] rows (see RelayState)
+
+
+@dataclass
+class Drafted:
+    """What the draft stage made: the batch's gathered relay state and its K draft tokens ``[B, K]``."""
+
+    batch: int
+    state: RelayFields
+    drafts: torch.Tensor
+
+
+@dataclass
+class Verified:
+    """What the verify stage made: acceptance (:class:`VerifyResult`), the target's hidden states
+    ``[B, K+1, D]`` and positions ``[B, K+1]``, and where the step's next-state outputs go."""
+
+    drafted: Drafted
+    result: VerifyResult
+    hidden: torch.Tensor
+    positions: torch.Tensor
+    out: RelayFields
 
 
 class ChainStep:
@@ -64,9 +90,6 @@ class ChainStep:
         Runner settings; its toggles choose the pieces.
     tp:
         Tensor-parallel broadcast of the verify result (``None``: single rank).
-    one_launch_argmax:
-        Run each fused argmax kernel (verify, tail, draft steps) as one launch (a last-arriving program
-        finishes each request) instead of two.
     splice_stages:
         Build each key's step graph from per-stage graphs (draft, verify, draft-extend) spliced as child
         nodes, with the input copies and the relay store captured around them (:mod:`stepgraph.splice`).
@@ -87,7 +110,6 @@ class ChainStep:
         device: torch.device | str,
         config: RunnerConfig | None = None,
         tp: TensorParallel | None = None,
-        one_launch_argmax: bool = True,
         splice_stages: bool = False,
     ) -> None:
         if num_draft_tokens < 1:
@@ -103,7 +125,7 @@ class ChainStep:
             num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles
         )
         workspace = torch.zeros(max_batch * (num_draft_tokens + 1), dtype=torch.int32, device=self.device)
-        self.pieces = Pieces(self.toggles, num_draft_tokens, self.device, workspace if one_launch_argmax else None)
+        self.pieces = Pieces(self.toggles, num_draft_tokens, self.device, workspace)
         self._j = torch.arange(num_draft_tokens + 1, device=self.device)
         buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
         self._stages: dict[tuple[int, Sampling], list[StageGraph]] = {}
@@ -125,68 +147,69 @@ class ChainStep:
     # ------------------------------------------------------------------------------------------------
     def _step(self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
         slots = buf["slots"]
-        st = self.relay.inputs(slots, batch)  # the step's input copies: one gather (or slot-0 views)
+        state = self.relay.inputs(slots, batch)  # the step's input copies: one gather (or slot-0 views)
         stages = self._stages.get((batch, sampling))
         if stages is not None:  # splice the per-stage graphs; the glue around them is captured here
             for stage in stages:
                 splice(stage)
             out = stages[-1].outputs
         else:
-            ctx = self.draft_stage(st, batch)
-            self.verify_stage(ctx, sampling)
-            out = self.extend_stage(ctx)
+            out = self.extend_stage(self.verify_stage(self.draft_stage(state, batch), sampling))
         self.relay.commit(slots, batch)  # one relay store (nothing for a single request)
         return out
 
     # The three stages (draft / verify / draft-extend) are also usable one by one: the per-stage graphs
-    # of the benchmark, and the child graphs of splice mode.
-    def draft_stage(self, st: dict, batch: int) -> dict:
-        """K-1 topk-1 draft steps from the gathered state ``st``. Returns the step context."""
-        s, rows = st["seq_len"], st["cache_row"]
-        drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
+    # of the benchmark, and the child graphs of splice mode. Each returns what it made.
+    def draft_stage(self, state: RelayFields, batch: int) -> Drafted:
+        """K-1 topk-1 draft steps from the gathered relay ``state`` (fields ``[B, ...]``)."""
+        s, rows = state["seq_len"], state["cache_row"]
+        drafts, tok, feat = [state["draft"]], state["draft"], state["hidden"]
         for i in range(1, self.K):
             logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
             tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
             drafts.append(tok)
-        return {"batch": batch, "state": st, "drafts": torch.stack(drafts, 1)}  # drafts [B, K]
+        return Drafted(batch, state, torch.stack(drafts, 1))
 
-    def verify_stage(self, ctx: dict, sampling: Sampling) -> None:
+    def verify_stage(self, d: Drafted, sampling: Sampling) -> Verified:
         """Target forward over ``[t, d_1..d_K]`` and acceptance (greedy or sampled); TP broadcast."""
-        st, drafts = ctx["state"], ctx["drafts"]
-        s = st["seq_len"]
-        positions = s[:, None] + self._j  # [B, K+1]
-        logits, hidden = self.target(torch.cat([st["token"][:, None], drafts], 1), positions, st["cache_row"])
-        out = self.relay.outputs(ctx["batch"])
+        st = d.state
+        positions = st["seq_len"][:, None] + self._j  # [B, K+1]
+        logits, hidden = self.target(torch.cat([st["token"][:, None], d.drafts], 1), positions, st["cache_row"])
+        out = self.relay.outputs(d.batch)
         if sampling is Sampling.GREEDY:
-            v = self.pieces.greedy_verify(logits, drafts, s, out["token"], out["seq_len"])
+            v = self.pieces.greedy_verify(logits, d.drafts, st["seq_len"], out["token"], out["seq_len"])
         else:
             filtered = sampling is Sampling.TOP_K_TOP_P
-            v = self.pieces.sampled_verify(logits, drafts, st, filtered, out["token"], out["seq_len"])
+            v = self.pieces.sampled_verify(logits, d.drafts, st, filtered, out["token"], out["seq_len"])
         if self.tp is not None:
             self.tp.broadcast([v.tokens, v.extend_tokens, v.num_accepted, v.select, out["token"], out["seq_len"]])
-        ctx.update(verify=v, hidden=hidden, positions=positions, out=out)
+        return Verified(d, v, hidden, positions, out)
 
-    def extend_stage(self, ctx: dict) -> dict[str, torch.Tensor]:
-        """Draft over the K+1 verified positions and the fused tail (the relay store follows in the step)."""
-        v, out, batch = ctx["verify"], ctx["out"], ctx["batch"]
-        rows = ctx["state"]["cache_row"]
-        d_logits, d_hidden = self.draft(v.extend_tokens, ctx["positions"] + 1, ctx["hidden"], rows)  # [B, K+1, V]
+    def extend_stage(self, v: Verified) -> dict[str, torch.Tensor]:
+        """Draft over the K+1 verified positions and the fused tail (the relay store follows in the step).
+        Returns ``tokens [B, K+1]`` and ``num_accepted [B]``."""
+        r, batch = v.result, v.drafted.batch
+        rows = v.drafted.state["cache_row"]
+        d_logits, d_hidden = self.draft(r.extend_tokens, v.positions + 1, v.hidden, rows)  # [B, K+1, V]
         flat = batch * (self.K + 1)
-        self.pieces.tail(d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), v.select, out["draft"], out["hidden"])
-        return {"tokens": v.tokens, "num_accepted": v.num_accepted}
+        self.pieces.tail(
+            d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), r.select, v.out["draft"], v.out["hidden"]
+        )
+        return {"tokens": r.tokens, "num_accepted": r.num_accepted}
 
-    def _capture_stages(self, key) -> None:
+    def _capture_stages(self, key: GraphKey) -> list[StageGraph]:
         """Splice mode: capture draft, verify and draft-extend as child graphs for ``key`` (called by the
-        runner after its memory check, on parked state), each primed with one replay for the next."""
+        runner after its memory check, on parked state), each primed with one replay for the next.
+        Returns them: the key's graph holds them while alive."""
         batch, sampling = key.batch_size, key.sampling
-        st = self.relay.inputs(self.runner.buffers.views(batch)["slots"], batch)
+        state = self.relay.inputs(self.runner.buffers.views(batch)["slots"], batch)
         backend = self.runner.backend
         opts = {"pool": backend.pool(), "stream": backend.stream}
-        draft = StageGraph(lambda: self.draft_stage(st, batch), name=f"draft {key}", **opts)
-        ctx = draft.outputs
-        verify = StageGraph(lambda: self.verify_stage(ctx, sampling) or ctx, name=f"verify {key}", **opts)
-        extend = StageGraph(lambda: self.extend_stage(ctx), name=f"draft-extend {key}", **opts)
-        self._stages[(batch, sampling)] = [draft, verify, extend]
+        draft = StageGraph(lambda: self.draft_stage(state, batch), name=f"draft {key}", **opts)
+        verify = StageGraph(lambda: self.verify_stage(draft.outputs, sampling), name=f"verify {key}", **opts)
+        extend = StageGraph(lambda: self.extend_stage(verify.outputs), name=f"draft-extend {key}", **opts)
+        stages = self._stages[(batch, sampling)] = [draft, verify, extend]
+        return stages
 
     # ------------------------------------------------------------------------------------------------
     def run(self, slots: torch.Tensor | None, sampling: Sampling, *, batch_size: int | None = None) -> StepOutputs:

@@ -67,3 +67,34 @@ def test_overlapped_single_request_moves_to_the_view_slot():
     out = dec.generate(prompts(2), max_new_tokens=[4, 30], overlap=True)
     assert out == [greedy_reference(target, p, m) for p, m in zip(prompts(2), [4, 30])]
     assert "bs=1/greedy" in dec.runner.info()["keys"]  # ran alone at the end, through slot 0
+
+
+def test_generate_leaves_the_callers_random_stream_alone():
+    dec, _ = decoder(Toggles.all(False), max_batch=3)  # torch sampling paths: they draw from torch's generator
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    dec.generate(prompts(3), max_new_tokens=6, sampling=SamplingParams(temperature=1.0, top_k=20))
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_sampling_kernels_off_means_off_in_prefill_too(monkeypatch):
+    import stepgraph.spec.pieces as pieces
+    import stepgraph.spec.prefill as prefill
+
+    def kernel_called(*args, **kwargs):
+        raise AssertionError("a sampling kernel ran with STEPGRAPH_TWO_LAUNCH_SAMPLING=0")
+
+    monkeypatch.setattr(pieces, "chain_verify_sampling", kernel_called)
+    monkeypatch.setattr(prefill, "chain_verify_sampling", kernel_called)
+    dec, _ = decoder(Toggles.all(True).with_piece("two_launch_sampling", False), max_batch=3)
+    out = dec.generate(prompts(3), max_new_tokens=6, sampling=SamplingParams(temperature=0.9, top_p=0.8))
+    assert [len(o) for o in out] == [6, 6, 6]
+
+
+def test_each_piece_governs_only_its_own_code():
+    relay_off = decoder(Toggles.all(True).with_piece("fused_relay", False))[0].step.relay
+    copy_off = decoder(Toggles.all(True).with_piece("one_launch_copy", False))[0]
+    assert not relay_off._gather.fused and not relay_off.single_views  # the relay's gather follows fused_relay
+    assert copy_off.step.relay._gather.fused  # ... not the runner's copy-in toggle
+    assert not copy_off.runner.buffers._copy.use_kernel

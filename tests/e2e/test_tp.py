@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from stepgraph.spec.tp_demo import worker
+from tests.tp_worker import worker
 
 
 def _port() -> int:

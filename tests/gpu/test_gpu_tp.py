@@ -9,8 +9,8 @@ import torch.multiprocessing as mp
 from stepgraph import RunnerConfig, Toggles
 from stepgraph.examples.model import build
 from stepgraph.spec.generate import SpecDecoder
-from stepgraph.spec.tp_demo import prompts, worker
 from tests.e2e.test_tp import _port
+from tests.tp_worker import prompts, worker
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multi_gpu]
 

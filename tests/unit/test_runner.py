@@ -110,9 +110,9 @@ def test_the_collector_is_off_during_every_capture_path(path):
     import gc
 
     class Recording(SimulatedBackend):
-        def capture(self, fn):
+        def capture(self, fn, children=()):
             self.collector_on.append(gc.isenabled())
-            return super().capture(fn)
+            return super().capture(fn, children)
 
     be = Recording()
     be.collector_on = []

@@ -1,4 +1,4 @@
-"""A tensor-parallel decode worker on the example model (used by the TP tests and benchmark).
+"""A tensor-parallel decode worker on the example model: test harness for the TP tests and benchmark.
 
 Every rank holds the same example model (replicated weights); what the ranks must agree on is the
 verify result, which :class:`~stepgraph.spec.tp.TensorParallel` broadcasts from rank 0 once per step.

@@ -1,0 +1,86 @@
+"""Warm-up at start: capture the keys serving meets first (batch sizes 1..N), then run one batch of each
+size through them, so that nothing is captured while serving. A size whose key is still missing gets
+one more try, then a warning; the captured keys and the total time are logged."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from stepgraph.keys import Sampling
+
+if TYPE_CHECKING:
+    from stepgraph.runner import StepGraphRunner
+
+log = logging.getLogger("stepgraph")
+
+
+@dataclass
+class WarmupReport:
+    """What a warm-up did: sizes run, keys captured, sizes still without a graph, seconds."""
+
+    batch_sizes: list[int]
+    captured_keys: list[str]
+    missing: list[int]
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return {
+            "batch_sizes": self.batch_sizes,
+            "captured_keys": self.captured_keys,
+            "missing": self.missing,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def warm_up(
+    runner: StepGraphRunner,
+    max_running_requests: int | None,
+    sampling: Sampling | str | int | None,
+    make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None,
+) -> WarmupReport:
+    """See :meth:`StepGraphRunner.warmup`."""
+    t0 = time.perf_counter()
+    sampling = runner.config.default_sampling if sampling is None else Sampling.parse(sampling)
+    n = min(runner.config.max_warmup_batch, runner.buckets.largest, max_running_requests or math.inf)
+    sizes = list(range(1, int(n) + 1))
+    keys = {k: runner.key_for(k, sampling) for k in sizes}
+    runner.capture(keys.values())
+
+    def batch(k: int) -> None:
+        if make_inputs is None:
+            runner.buffers.pad_rows(list(runner.buffers.specs), 0, runner.buckets.pad(k))
+            runner.run(None, sampling, batch_size=k)
+        else:
+            runner.run(make_inputs(k), sampling)
+
+    for k in sizes:
+        batch(k)
+    missing = []
+    if runner.graphs_available:
+        for k, key in keys.items():
+            if runner.stats(key).captured is None:  # one more try, then a warning
+                runner.capture([key])
+                batch(k)
+                if runner.stats(key).captured is None:
+                    missing.append(k)
+                    status = runner.stats(key).status
+                    log.warning(
+                        "%s: warm-up: batch size %d still has no graph (key %s: %s)", runner.name, k, key, status
+                    )
+    seconds = time.perf_counter() - t0
+    captured = sorted({str(key) for key in keys.values() if runner.stats(key).captured is not None})
+    log.info(
+        "%s: warm-up of batch sizes 1..%d took %.1f ms; captured keys: %s",
+        runner.name,
+        len(sizes),
+        seconds * 1e3,
+        ", ".join(captured) or "none",
+    )
+    return WarmupReport(sizes, captured, missing, seconds)
