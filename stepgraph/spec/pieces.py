@@ -46,7 +46,16 @@ class Pieces:
         return argmax_rows(logits, workspace=self.ws) if self.t.fused_tail else torch.argmax(logits, -1)
 
     # verify --------------------------------------------------------------------------------------
-    def greedy_verify(self, logits, drafts, seq_lens, out_bonus, out_seq_lens) -> VerifyResult:
+    def greedy_verify(
+        self,
+        logits: torch.Tensor,
+        drafts: torch.Tensor,
+        seq_lens: torch.Tensor,
+        out_bonus: torch.Tensor,
+        out_seq_lens: torch.Tensor,
+    ) -> VerifyResult:
+        """Greedy chain acceptance over ``logits [B, K+1, V]`` and ``drafts [B, K]``; writes the bonus token
+        and ``seq_lens + n + 1`` into ``out_bonus [B]`` / ``out_seq_lens [B]``."""
         if self.t.fused_greedy_verify:
             r = greedy_chain_verify(
                 logits,
@@ -63,7 +72,18 @@ class Pieces:
         tokens = torch.where(self._j[None, :] <= r.num_accepted[:, None], r.predict, -1)
         return VerifyResult(tokens, r.predict, r.num_accepted, r.select)
 
-    def sampled_verify(self, logits, drafts, state: dict, filtered: bool, out_bonus, out_seq_lens) -> VerifyResult:
+    def sampled_verify(
+        self,
+        logits: torch.Tensor,
+        drafts: torch.Tensor,
+        state: dict[str, torch.Tensor],
+        filtered: bool,
+        out_bonus: torch.Tensor,
+        out_seq_lens: torch.Tensor,
+    ) -> VerifyResult:
+        """Sampled chain acceptance (shapes as :meth:`greedy_verify`) with each request's temperature,
+        top-k, top-p, seed and offset from the relay ``state`` (fields ``[B]``); ``filtered``: apply
+        top-k/top-p."""
         args = (state["temperature"], state["top_k"], state["top_p"])
         seq = state["seq_len"]
         if self.t.lean_sampled_verify and self.t.two_launch_sampling:
@@ -94,7 +114,16 @@ class Pieces:
         return VerifyResult(r.tokens, r.extend_tokens, r.num_accepted, r.select)
 
     # draft-extend tail --------------------------------------------------------------------------
-    def tail(self, logits, hidden, select, out_tokens, out_hidden) -> None:
+    def tail(
+        self,
+        logits: torch.Tensor,
+        hidden: torch.Tensor,
+        select: torch.Tensor,
+        out_tokens: torch.Tensor,
+        out_hidden: torch.Tensor,
+    ) -> None:
+        """Row ``select[b]`` of ``logits [N, V]`` / ``hidden [N, D]``: its argmax into ``out_tokens [B]`` and
+        the hidden row into ``out_hidden [B, D]``."""
         if self.t.fused_tail:
             draft_extend_tail(logits, hidden, select, out_tokens=out_tokens, out_hidden=out_hidden, workspace=self.ws)
             return

@@ -4,7 +4,11 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGES = {"stepgraph": ROOT / "stepgraph", "stepgraph.kernels": ROOT / "kernels", "stepgraph.examples": ROOT / "examples"}
+PACKAGES = {
+    "stepgraph": ROOT / "stepgraph",
+    "stepgraph.kernels": ROOT / "kernels",
+    "stepgraph.examples": ROOT / "examples",
+}
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -29,7 +33,9 @@ def module_level_imports(path: pathlib.Path, name: str, known: set[str]) -> set[
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         else:
             continue
