@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ KERNELS: tuple[KernelEntry, ...] = (
 )
 
 
-def print_inventory(console=None) -> None:
+def print_inventory(console: Console | None = None) -> None:
     """One block per kernel: its name, then a field per line. Values wrap, and a long name folds onto
     the next line instead of being cut, so a narrow or piped terminal shows everything."""
     from rich.console import Console, Group

@@ -115,7 +115,7 @@ class CudaGraphBackend:
         self._anchor: torch.cuda.CUDAGraph | None = None
         self.reader: MemoryReader = TorchMemoryReader(device)
 
-    def pool(self):
+    def pool(self) -> object:
         """The shared pool's handle for ``capture_begin(pool=...)`` (made on first use, held until release)."""
         if self._pool is None:
             pool = torch.cuda.graph_pool_handle()

@@ -54,7 +54,9 @@ def sync_debug_error() -> Iterator[None]:
         torch.cuda.set_sync_debug_mode(previous)
 
 
-def trivial_capture(device: torch.device, stream: torch.cuda.Stream, pool=None) -> torch.cuda.CUDAGraph:
+def trivial_capture(
+    device: torch.device, stream: torch.cuda.Stream, pool: object | None = None
+) -> torch.cuda.CUDAGraph:
     """A graph of one kernel on a tensor allocated outside it (on ``pool`` when given, which it holds
     until reset)."""
     scratch = torch.zeros(1, device=device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from rich import box
@@ -12,8 +13,11 @@ from rich.table import Table
 
 from stepgraph.keys import pad_waste, suggest_buckets
 
+if TYPE_CHECKING:
+    from stepgraph.runner import StepGraphRunner
 
-def build_info(runner) -> dict:
+
+def build_info(runner: StepGraphRunner) -> dict:
     """The info dict of a :class:`~stepgraph.runner.StepGraphRunner` (see the README's "Info fields")."""
     c = runner.counters
     t = runner.toggles

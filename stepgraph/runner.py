@@ -17,6 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from stepgraph.keytable import KeyStats, KeyStatus, KeyTable
 from stepgraph.memory import MemoryGuard
 from stepgraph.outputs import StepOutputs, poison
 from stepgraph.warmup import WarmupReport, warm_up
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 log = logging.getLogger("stepgraph")
 
@@ -385,7 +389,8 @@ class StepGraphRunner:
 
         return build_info(self)
 
-    def print_report(self, console=None) -> None:
+    def print_report(self, console: Console | None = None) -> None:
+        """Print :meth:`info` as tables (rich; to ``console`` or standard output)."""
         from stepgraph.report import print_report
 
         print_report(self.info(), console=console)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +22,9 @@ from stepgraph.spec.scheduler import Scheduler
 from stepgraph.spec.slots import SlotAllocator
 from stepgraph.spec.step import ChainStep, Draft, Target
 from stepgraph.spec.tp import TensorParallel
+
+if TYPE_CHECKING:
+    from stepgraph.examples.model import ExampleTarget
 
 __all__ = ["GenerationStats", "Request", "SpecDecoder"]
 
@@ -115,7 +119,7 @@ class SpecDecoder:
         self._next_id = 0
 
     @classmethod
-    def for_example(cls, target, draft, **kwargs) -> SpecDecoder:
+    def for_example(cls, target: ExampleTarget, draft: Draft, **kwargs) -> SpecDecoder:
         """A decoder for the example models (``stepgraph.examples.model``)."""
         cfg = target.cfg
         return cls(

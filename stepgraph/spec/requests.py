@@ -77,7 +77,9 @@ class RequestRules:
     seed: int
     eos: tuple[int, ...]
 
-    def make(self, rid: int, prompt, max_new_tokens, params: SamplingParams) -> Request:
+    def make(
+        self, rid: int, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, params: SamplingParams
+    ) -> Request:
         """A checked :class:`Request` (``ValueError``/``TypeError`` naming what to change)."""
         prompt = token_ids(prompt)
         if not isinstance(params, SamplingParams):
@@ -101,7 +103,7 @@ class RequestRules:
         return Request(rid, prompt, int(max_new_tokens), params, self.eos)
 
 
-def token_ids(prompt) -> list[int]:
+def token_ids(prompt: Sequence[int] | torch.Tensor) -> list[int]:
     """A prompt as a list of ints: a sequence of integers or a 1-D integer tensor. Floats (which
     ``int()`` would truncate), bools and strings are refused."""
     if isinstance(prompt, torch.Tensor):

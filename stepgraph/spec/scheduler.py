@@ -71,7 +71,9 @@ class Scheduler:
             else:
                 active.append(r)
 
-    def launch(self, batch: list[Request], on_step: OnStep | None = None, drain=None) -> StepOutputs:
+    def launch(
+        self, batch: list[Request], on_step: OnStep | None = None, drain: Callable[[], None] | None = None
+    ) -> StepOutputs:
         """Launch one chain step for ``batch`` (a lone request moves to the view slot first); returns its
         outputs (``tokens [B, K+1]``, ``num_accepted [B]``), valid until the next step."""
         key = self.step.runner.key_for(len(batch))

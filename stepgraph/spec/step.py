@@ -14,7 +14,7 @@ Everything stays on the device; the only per-step host input is the batch's slot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +24,7 @@ from stepgraph.buffers import Buffer
 from stepgraph.config import RunnerConfig
 from stepgraph.keys import GraphKey, Sampling
 from stepgraph.outputs import StepOutputs
-from stepgraph.runner import StepGraphRunner
+from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.spec.pieces import Pieces, VerifyResult
 from stepgraph.spec.relay import RelayState
 from stepgraph.spec.tp import TensorParallel
@@ -222,11 +222,11 @@ class ChainStep:
             return self.runner.run(None, sampling, batch_size=batch_size)
         return self.runner.run({"slots": slots}, sampling)
 
-    def warmup(self, max_running_requests: int | None = None, sampling: Sampling | None = None):
+    def warmup(self, max_running_requests: int | None = None, sampling: Sampling | None = None) -> WarmupReport:
         with self.relay.parked():
             return self.runner.warmup(max_running_requests, sampling)
 
-    def capture(self, keys=None):
+    def capture(self, keys: Iterable[GraphKey | tuple[int, Sampling | str]] | None = None) -> list[GraphKey]:
         return self.runner.capture(keys)
 
     def info(self) -> dict:
