@@ -1,26 +1,36 @@
 """One-launch input copy: a step's inputs (many tensors, mixed dtypes and sizes) into static buffers.
 
-``dst[:n] = src[:n]`` and ``dst[n:padded] = pad`` for every input, in **one** kernel launch. Inputs that
-arrive on the host are staged through one pinned buffer and reach the device in one host-to-device
-copy, together with the pointer table. Where the kernel cannot apply (a row that is not one contiguous
-run of bytes, elements wider than 8 bytes, a device Triton does not run on) that input falls back to
-``copy_`` + ``fill_`` with identical bytes.
+``dst[:n] = src[:n]`` and ``dst[n:padded] = pad`` for every input, in **one** kernel launch, whose host
+cost does not grow with Python work per field: :class:`InputCopyPlan` computes everything known at
+declaration once (destinations, strides, pad patterns, word sizes, a captured launch), and a call only
+writes source addresses (and host rows) into pinned memory that the kernel reads in place. Where the
+kernel cannot apply (a row that is not one contiguous run of bytes, elements wider than 8 bytes, a
+device Triton does not run on) that input falls back to ``copy_`` + ``fill_`` with identical bytes.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 
 import torch
+import triton
+import triton.language as tl
 
 from . import _row_copy as rc
 from ._common import check, is_capturing, use_triton
 
-# Pinned buffers in rotation; a slot is reused only after its copy finished. With an overlapped loop two
+# Host buffers in rotation; one is reused only after its copy finished. With an overlapped loop two
 # steps are in flight, so a ring of 2 made the host wait for a copy still queued behind them (a bubble
 # at every batch change, seen at B=8 on the H200): 4 keeps that wait from ever blocking.
 STAGING_RING = 4
 ALIGN = 16
+BLOCK = 256  # words per iteration of a row
+# table layout (int64 words): a header, then one entry per destination
+HEADER = 8  # n, padded, generation
+COLS = 8
+ACTIVE, SRC, DST, ROW_BYTES, SRC_STRIDE, DST_STRIDE, FILL, FLAGS = range(COLS)
+WORD_MASK, HAS_FILL = 15, 16  # FLAGS: word bytes | has-fill bit
 
 
 def input_copy_ref(
@@ -58,10 +68,77 @@ def input_copy(
     plan(list(range(len(dsts))), list(srcs), num_rows, padded_rows)
 
 
-class InputCopyPlan:
-    """Copy-in for a fixed set of destination buffers (the table's destinations are fixed once).
+@triton.jit
+def _copy_row(src_addr, dst_addr, r, copy, row_bytes, src_stride, dst_stride, fill,
+              WORD: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """Row ``r``: ``dst = src`` when ``copy``, else the fill pattern, in words of ``WORD`` bytes."""
+    row_words = row_bytes // WORD
+    src = rc._word_ptr(src_addr, WORD) + r * (src_stride // WORD)
+    dst = rc._word_ptr(dst_addr, WORD) + r * (dst_stride // WORD)
+    limit = tl.where(copy, row_words, 0)
+    for start in range(0, row_words, BLOCK):
+        offs = start + tl.arange(0, BLOCK).to(tl.int64)
+        vals = tl.load(src + offs, mask=offs < limit, other=0)
+        if WORD == 8:
+            fill_word = fill.to(vals.dtype, bitcast=True)
+        else:
+            shift = ((offs * WORD) % 8) * 8
+            fill_word = ((fill >> shift) & ((1 << (8 * WORD)) - 1)).to(vals.dtype)
+        tl.store(dst + offs, tl.where(copy, vals, fill_word), mask=offs < row_words)
 
-    ``plan(indices, srcs, n, padded)`` copies ``srcs[j]`` into destination ``indices[j]``.
+
+@triton.jit
+def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
+    """Program (field ``f``, row ``r``) of a copy-in whose table lives in host memory (pinned on CUDA, read
+    in place: no upload). Header: ``n``, ``padded``, ``generation``; a field takes part when its entry
+    carries the header's generation, so fields not given keep their rows and nothing is reset per call."""
+    f = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    head = table_addr.to(tl.pointer_type(tl.int64))
+    if r < tl.load(head + 1):
+        entry = head + HEADER + f * COLS
+        if tl.load(entry + ACTIVE) == tl.load(head + 2):
+            copy = r < tl.load(head)
+            flags = tl.load(entry + FLAGS)
+            if copy | ((flags & HAS_FILL) != 0):
+                word = flags & WORD_MASK
+                args = (
+                    tl.load(entry + SRC), tl.load(entry + DST), r, copy, tl.load(entry + ROW_BYTES),
+                    tl.load(entry + SRC_STRIDE), tl.load(entry + DST_STRIDE), tl.load(entry + FILL),
+                )  # fmt: skip
+                if word == 8:
+                    _copy_row(*args, 8, BLOCK)
+                elif word == 4:
+                    _copy_row(*args, 4, BLOCK)
+                elif word == 2:
+                    _copy_row(*args, 2, BLOCK)
+                else:
+                    _copy_row(*args, 1, BLOCK)
+
+
+def _word(*values: int) -> int:
+    """The largest of 8, 4, 2, 1 that divides every value (addresses, strides, sizes in bytes)."""
+    w = 8
+    for v in values:
+        low = v & -v
+        if low and low < w:
+            w = low
+    return w
+
+
+class InputCopyPlan:
+    """Copy-in for a fixed set of destination buffers: everything known at declaration is computed once.
+
+    ``plan(indices, srcs, n, padded)`` copies ``srcs[j][:n]`` into destination ``indices[j]`` and fills its
+    rows ``[n, padded)`` with its pad, for every given source in **one** kernel launch. The kernel reads
+    its table (and the rows of host sources) from a ring of ``STAGING_RING`` host buffers in place (pinned
+    on CUDA: no upload); on CUDA the launch is a replay of a one-kernel graph per ring buffer. A call only
+    writes each source's address and stride (and copies host rows) into the ring buffer. A ring buffer is
+    reused once the copy that read it has completed. Where the kernel cannot apply (a row that is not one
+    contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that source falls
+    back to ``copy_`` + ``fill_`` with identical bytes.
+
+    ``staged``: host sources travel through the ring (default on CUDA; on the CPU, tests ask for it).
     """
 
     def __init__(
@@ -74,36 +151,50 @@ class InputCopyPlan:
         self.kernel_ok = [rc.rows_contiguous(d) for d in self.dsts]
         self.launches = 0  # kernel launches made (for tests and benchmarks)
         self._device = dsts[0].device if dsts else torch.device("cpu")
-        # staged: the table (and host rows) go through one staging buffer and one copy (always on CUDA;
-        # on the CPU only when asked, so tests cover the same path)
-        self.staged = self._device.type == "cuda" if staged is None else staged
-        self._staging: torch.Tensor | None = None
-        self._pinned: list[torch.Tensor] = []
+        self._cuda = self._device.type == "cuda"
+        self.staged = self._cuda or bool(staged)  # a kernel on CUDA reads host rows from pinned memory only
+        # per destination, fixed: row bytes, row shape and contiguous strides (fast source check), word
+        self._row_bytes = [rc.row_bytes(d) for d in self.dsts]
+        self._row_strides = [torch.empty(0).new_empty((1, *d.shape[1:])).stride()[1:] for d in self.dsts]
+        self._dst_word = [
+            _word(d.data_ptr(), d.stride(0) * d.element_size(), b) for d, b in zip(self.dsts, self._row_bytes)
+        ]
+        self._max_rows = max((d.shape[0] for d in self.dsts), default=0)
+        self._host_offset: list[int] = []  # per destination: where its host rows go in a ring buffer
+        offset = _aligned((HEADER + COLS * len(self.dsts)) * 8)
+        for d, b in zip(self.dsts, self._row_bytes):
+            self._host_offset.append(offset)
+            offset += _aligned(d.shape[0] * b)
+        self._ring_bytes = offset
+        self._ring: list[torch.Tensor] = []  # made on the first kernel call
+        self._tables: list[memoryview] = []
+        self._graphs: list[torch.cuda.CUDAGraph | None] = []
         self._events: list[torch.cuda.Event | None] = []
         self._turn = 0
+        self._generation = 0
 
-    # -- staging (CUDA only): [table | host rows], one pinned buffer per ring slot -----------------
-    def _ensure_staging(self) -> None:
-        if self._staging is not None:
-            return
-        table_bytes = rc.COLS * 8 * len(self.dsts)
-        data_bytes = sum(_aligned(d.shape[0] * rc.row_bytes(d)) for d in self.dsts)
-        total = _aligned(table_bytes) + data_bytes
-        self._staging = torch.empty(total, dtype=torch.uint8, device=self._device)
-        pin = self._device.type == "cuda"
-        self._pinned = [torch.empty(total, dtype=torch.uint8, pin_memory=pin) for _ in range(STAGING_RING)]
-        self._events = [None] * STAGING_RING
+    def __call__(
+        self, indices: Sequence[int], srcs: Sequence[torch.Tensor], n: int, padded: int, *, checked: bool = False
+    ) -> None:
+        """Copy ``srcs[j][:n]`` into destination ``indices[j]`` and pad its rows ``[n, padded)``.
 
-    def __call__(self, indices: Sequence[int], srcs: Sequence[torch.Tensor], n: int, padded: int) -> None:
+        ``checked``: the caller validated dtypes and shapes (the runner's inputs): skip those checks here.
+        CUDA graph: runs outside a capture (it writes host memory the copy reads later).
+        """
         check(len(indices) == len(srcs), "one source per destination index")
         kernel_jobs, fallback = [], []
         for i, src in zip(indices, srcs, strict=True):
-            dst = self.dsts[i]
-            check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
-            check(src.shape[1:] == dst.shape[1:], f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")
-            check(src.shape[0] >= n and dst.shape[0] >= padded, f"need {n} source rows and {padded} destination rows")
-            ok = self.use_kernel and self.kernel_ok[i] and rc.rows_contiguous(src) and src.numel() > 0
-            (kernel_jobs if ok else fallback).append((i, src))
+            if not checked:
+                dst = self.dsts[i]
+                check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
+                check(src.shape[1:] == dst.shape[1:], f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")
+                check(
+                    src.shape[0] >= n and dst.shape[0] >= padded, f"need {n} source rows and {padded} destination rows"
+                )
+            if self.use_kernel and self.kernel_ok[i] and self._rows_contiguous(i, src):
+                kernel_jobs.append((i, src))
+            else:
+                fallback.append((i, src))
         if fallback:
             input_copy_ref(
                 [s for _, s in fallback],
@@ -113,53 +204,75 @@ class InputCopyPlan:
                 [self.pads[i] for i, _ in fallback],
             )
         if kernel_jobs:
-            if self.staged:
-                self._launch_staged(kernel_jobs, n, padded)
-            else:
-                self._launch_local(kernel_jobs, n, padded)
+            self._launch(kernel_jobs, n, padded)
 
-    def _launch_local(self, jobs, n: int, padded: int) -> None:
-        fields = [rc.field(src.to(self._device), self.dsts[i], self.pads[i], padded) for i, src in jobs]
-        w = rc.word_bytes(fields)
-        table = torch.tensor(rc.table_rows(fields, w), dtype=torch.int64, device=self._device)
-        self._launch(table, fields, w, n, padded)
+    def _rows_contiguous(self, i: int, src: torch.Tensor) -> bool:
+        if src.numel() == 0 or src.element_size() > 8:
+            return False
+        return src.dim() == 1 or src.stride()[1:] == self._row_strides[i] or src[0].is_contiguous()
 
-    def _launch_staged(self, jobs, n: int, padded: int) -> None:
-        check(not is_capturing(), "input copy-in runs outside graph capture (it stages host data)")
-        self._ensure_staging()
+    def _launch(self, jobs, n: int, padded: int) -> None:
+        check(not is_capturing(), "input copy-in runs outside graph capture (it writes host memory)")
+        if not self._ring:
+            self._make_ring()
         slot = self._turn % STAGING_RING
         self._turn += 1
-        if self._events[slot] is not None:
-            self._events[slot].synchronize()  # the copy that last read this pinned buffer is done
-        pinned, staging = self._pinned[slot], self._staging
-        table_bytes = _aligned(rc.COLS * 8 * len(jobs))
-        offset, fields = table_bytes, []
+        event = self._events[slot]
+        if event is not None:
+            event.synchronize()  # the copy that last read this ring buffer is done
+        self._generation += 1
+        gen, table, base = self._generation, self._tables[slot], self._ring[slot].data_ptr()
+        table[0], table[1], table[2] = n, padded, gen
         for i, src in jobs:
-            dst = self.dsts[i]
-            if src.device.type == "cpu":  # a host source: its rows travel in the staging copy
-                nbytes = n * rc.row_bytes(dst)
-                rows = src[:n].contiguous().view(-1).view(torch.uint8)
-                pinned[offset : offset + nbytes].copy_(rows)
-                f = rc.field(dst, dst, self.pads[i], padded)  # strides from dst; src patched below
-                f.src_addr, f.src_stride = staging.data_ptr() + offset, rc.row_bytes(dst)
-                offset += _aligned(nbytes)
+            e = HEADER + COLS * i
+            if self.staged and src.device.type == "cpu":  # host rows travel in the ring buffer
+                nbytes = n * self._row_bytes[i]
+                rows = src if src.is_contiguous() else src[:n].contiguous()
+                src_addr, src_stride = base + self._host_offset[i], self._row_bytes[i]
+                ctypes.memmove(src_addr, rows.data_ptr(), nbytes)
             else:
-                f = rc.field(src, dst, self.pads[i], padded)
-            fields.append(f)
-        w = rc.word_bytes(fields)
-        table = torch.tensor(rc.table_rows(fields, w), dtype=torch.int64).view(-1)
-        pinned[: table.numel() * 8].view(torch.int64).copy_(table)
-        staging[:offset].copy_(pinned[:offset], non_blocking=True)
-        if self._device.type == "cuda":
-            event = torch.cuda.Event()
-            event.record()
-            self._events[slot] = event
-        self._launch(staging.view(torch.int64), fields, w, n, padded)
-
-    def _launch(self, table: torch.Tensor, fields, w: int, n: int, padded: int) -> None:
-        max_words = max(f.row_bytes // w for f in fields)
-        rc.launch(table, len(fields), padded, max_words, w, n)
+                src_addr, src_stride = src.data_ptr(), src.stride(0) * src.element_size()
+            word = min(self._dst_word[i], _word(src_addr, src_stride))
+            table[e + ACTIVE], table[e + SRC], table[e + SRC_STRIDE] = gen, src_addr, src_stride
+            table[e + FLAGS] = word | (HAS_FILL if self.pads[i] is not None else 0)
+        if self._cuda:
+            self._graphs[slot].replay()
+            self._events[slot] = event or torch.cuda.Event()
+            self._events[slot].record()
+        else:
+            _copy_in_kernel[(len(self.dsts), padded)](base, BLOCK=BLOCK)
         self.launches += 1
+
+    def _make_ring(self) -> None:
+        """The ring buffers with every destination's fixed entries written once, and on CUDA one captured
+        launch per buffer (grid: every destination x every row; rows past ``padded`` return at once)."""
+        for _ in range(STAGING_RING):
+            buf = torch.zeros(self._ring_bytes, dtype=torch.uint8, pin_memory=self._cuda)
+            table = memoryview(buf.numpy()).cast("q")
+            for i, (d, pad) in enumerate(zip(self.dsts, self.pads)):
+                e = HEADER + COLS * i
+                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._row_bytes[i]
+                table[e + DST_STRIDE] = d.stride(0) * d.element_size()
+                table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
+            self._ring.append(buf)
+            self._tables.append(table)
+            self._events.append(None)
+            self._graphs.append(self._capture(buf) if self._cuda else None)
+
+    def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:
+        grid = (len(self.dsts), self._max_rows)
+        stream = torch.cuda.Stream(self._device)
+        stream.wait_stream(torch.cuda.current_stream(self._device))
+        with torch.cuda.stream(stream):
+            _copy_in_kernel[grid](buf.data_ptr(), BLOCK=BLOCK)  # compiles here; padded is 0: a no-op
+            graph = torch.cuda.CUDAGraph()
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                _copy_in_kernel[grid](buf.data_ptr(), BLOCK=BLOCK)
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream(self._device).wait_stream(stream)
+        return graph
 
 
 def _aligned(n: int) -> int:

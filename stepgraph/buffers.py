@@ -209,17 +209,23 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
         return real
 
-    def copy_in(self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int) -> None:
+    def copy_in(
+        self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int, *, checked: bool = False
+    ) -> None:
         """Copy ``inputs`` into rows ``[0, batch_size)`` and pad rows ``[batch_size, padded_batch)``.
 
         Buffers not named in ``inputs`` are left untouched (step state). All copies and pad fills go
-        in one kernel launch (one host-to-device copy first when inputs are on the host); see
-        :class:`stepgraph.kernels.input_copy.InputCopyPlan`.
+        in one kernel launch, which reads host inputs from pinned memory in place; see
+        :class:`stepgraph.kernels.input_copy.InputCopyPlan`. ``checked``: :meth:`check_inputs` already
+        passed (the runner's path), so dtypes and shapes are not checked again.
         """
         if padded_batch > self.max_batch or padded_batch < batch_size:
             raise ValueError(f"padded batch {padded_batch} must be in [{batch_size}, {self.max_batch}]")
-        indices = [self._index[name] for name in inputs]
-        self._copy(indices, list(inputs.values()), batch_size, padded_batch)
+        if inputs:
+            index = self._index
+            self._copy(
+                [index[name] for name in inputs], list(inputs.values()), batch_size, padded_batch, checked=checked
+            )
 
     def pad_rows(self, names: list[str], start: int, end: int) -> None:
         """Fill rows ``[start, end)`` of the named buffers with their pad values (``KEEP``: untouched)."""

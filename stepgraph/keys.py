@@ -148,6 +148,21 @@ class Buckets:
         i = bisect.bisect_left(self.sizes, batch_size)
         return self.sizes[i] if i < len(self.sizes) else None
 
+    def key(self, key: GraphKey | tuple[int, Sampling | str | int]) -> GraphKey:
+        """``key`` (or ``(batch size, sampling)``) as a :class:`GraphKey` whose batch size is a bucket.
+
+        Raises
+        ------
+        ValueError
+            When the batch size is not one of the buckets.
+        """
+        if not isinstance(key, GraphKey):
+            bs, sampling = key
+            key = GraphKey(int(bs), Sampling.parse(sampling))
+        if key.batch_size not in self.sizes:
+            raise ValueError(f"{key}: batch size {key.batch_size} is not a bucket; buckets are {list(self.sizes)}")
+        return key
+
     def __iter__(self):
         return iter(self.sizes)
 

@@ -192,16 +192,24 @@ class SpecDecoder:
         sampling: SamplingParams | Sequence[SamplingParams] = GREEDY,
         overlap: bool = False,
         on_step: Callable[[int], None] | None = None,
+        arrivals: Sequence[float] | None = None,
     ) -> list[list[int]]:
         """Generate for every prompt; returns the new tokens of each (EOS included when hit).
 
         ``prompts``: token-id lists (or 1-D integer tensors). ``on_step(batch_size)`` is called once per
-        step on the host (scheduling work, for benchmarks). Whatever raises inside reaches the caller
-        after every slot and cache row is given back.
+        step on the host (scheduling work, for benchmarks). ``arrivals``: seconds after the call at which
+        each request may join (a serving trace; default: all at once); requests join and leave the batch
+        as they arrive and finish. Whatever raises inside reaches the caller after every slot and cache
+        row is given back.
         """
         requests = self.make_requests(prompts, max_new_tokens, sampling)
         if not requests:
             return []
+        if arrivals is not None:
+            if len(arrivals) != len(requests) or any(not (a >= 0.0) for a in arrivals):
+                raise ValueError("arrivals: give one time >= 0 (seconds) per prompt")
+            for r, a in zip(requests, arrivals):
+                r.arrival = float(a)
         stats = self.scheduler.stats
         prefill0, t0 = stats.prefill_seconds, time.perf_counter()
         with torch.random.fork_rng(devices=self._cuda_index()):

@@ -23,6 +23,7 @@ class Request:
     max_new_tokens: int
     params: SamplingParams
     eos: tuple[int, ...] = ()
+    arrival: float = 0.0  # seconds after generate() starts at which it may join a batch
     output: list[int] = field(default_factory=list)
     slot: int = -1
     cache_row: int = -1
@@ -49,6 +50,7 @@ class GenerationStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     discarded_steps: int = 0  # overlapped loop: extra steps of requests that had already finished
+    batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
 
     @property
     def mean_accept_len(self) -> float:
@@ -64,6 +66,7 @@ class GenerationStats:
             "prefill_seconds": round(self.prefill_seconds, 4),
             "decode_seconds": round(self.decode_seconds, 4),
             "discarded_steps": self.discarded_steps,
+            "batch_changes": self.batch_changes,
         }
 
 

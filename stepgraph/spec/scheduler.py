@@ -53,6 +53,7 @@ class Scheduler:
         self.step_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._last_slots: list[int] | None = None
         self._host_tokens: torch.Tensor | None = None
+        self._t0 = 0.0
 
     # ---- requests in and out ---------------------------------------------------------------------
     def admit(self, r: Request) -> None:
@@ -63,7 +64,8 @@ class Scheduler:
         self.stats.prefill_seconds += time.perf_counter() - t0
 
     def _admit_waiting(self, pending: deque, active: list[Request]) -> None:
-        while pending and len(active) < self.max_batch and self.slots.available():
+        now = time.perf_counter() - self._t0
+        while pending and len(active) < self.max_batch and self.slots.available() and pending[0].arrival <= now:
             r = pending.popleft()
             self.admit(r)
             if r.finished:  # one token was enough
@@ -92,6 +94,7 @@ class Scheduler:
         else:
             out = self.step.run(torch.tensor(slots, dtype=torch.int64), sampling)
             self._last_slots = slots
+            self.stats.batch_changes += 1
         if record:
             end.record()
             self.step_events.append((start, end))
@@ -126,10 +129,13 @@ class Scheduler:
 
     # ---- loops -------------------------------------------------------------------------------------
     def run(self, requests: list[Request], *, overlap: bool, on_step: OnStep | None = None) -> None:
-        """Run ``requests`` to completion. Whatever raises, every slot and cache row comes back first."""
+        """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed.
+        Whatever raises, every slot and cache row comes back first."""
         self._last_slots = None
+        self._t0 = time.perf_counter()
+        pending = deque(sorted(requests, key=lambda r: r.arrival))
         try:
-            (self._loop_overlapped if overlap else self._loop_sync)(deque(requests), on_step)
+            (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
         except BaseException:
             self.slots.give_back_all(requests, self.device)
             self._last_slots = None
@@ -140,7 +146,8 @@ class Scheduler:
         while pending or active:
             self._admit_waiting(pending, active)
             if not active:
-                break
+                self._wait_for_arrival(pending)
+                continue
             batch = list(active)
             out = self.launch(batch, on_step)
             for r in self.consume(batch, self.read_tokens(out["tokens"])):
@@ -165,6 +172,9 @@ class Scheduler:
         while pending or active or inflight is not None:
             free_completed()
             self._admit_waiting(pending, active)
+            if not active and inflight is None:
+                self._wait_for_arrival(pending, drain=lambda: free_completed(block=True))
+                continue
             current = None
             if active:
                 batch = list(active)
@@ -186,6 +196,20 @@ class Scheduler:
                     waiting.append((current[2] if current is not None else ev, finished))
             inflight = current
         free_completed(block=True)
+
+    def _wait_for_arrival(self, pending: deque, drain: Callable[[], None] | None = None) -> None:
+        """Nothing runs: sleep until the next request arrives, or (it has arrived but found no free slot)
+        ``drain`` the slots of finished requests whose last step is still in flight."""
+        if not pending:
+            return
+        delay = pending[0].arrival - (time.perf_counter() - self._t0)
+        if delay > 0:
+            time.sleep(delay)
+            return
+        if drain is not None:
+            drain()
+        if not self.slots.available():
+            raise RuntimeError("no relay slot or cache row is free while no request runs")
 
 
 class _Done:

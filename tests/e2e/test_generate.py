@@ -98,3 +98,23 @@ def test_each_piece_governs_only_its_own_code():
     assert not relay_off._gather.fused and not relay_off.single_views  # the relay's gather follows fused_relay
     assert copy_off.step.relay._gather.fused  # ... not the runner's copy-in toggle
     assert not copy_off.runner.buffers._copy.use_kernel
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_requests_join_as_they_arrive(overlap):
+    """A serving trace: requests arrive over time (some while the batch is idle), join and leave; every
+    output equals plain greedy decoding, and the batch changed along the way."""
+    dec, target = decoder(max_batch=3)
+    lengths = [9, 4, 12, 6, 3, 8, 5]
+    arrivals = [0.0, 0.0, 0.02, 0.05, 0.05, 0.3, 0.31]  # the last two come after everything else finished
+    out = dec.generate(prompts(), max_new_tokens=lengths, arrivals=arrivals, overlap=overlap)
+    assert out == [greedy_reference(target, p, m) for p, m in zip(prompts(), lengths)]
+    assert dec.stats.batch_changes >= 4 and dec.in_use == (0, 0)
+
+
+def test_arrivals_are_checked():
+    dec, _ = decoder()
+    with pytest.raises(ValueError, match="arrivals"):
+        dec.generate(prompts(2), max_new_tokens=4, arrivals=[0.0])
+    with pytest.raises(ValueError, match="arrivals"):
+        dec.generate(prompts(2), max_new_tokens=4, arrivals=[0.0, -1.0])

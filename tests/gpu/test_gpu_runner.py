@@ -175,3 +175,37 @@ def test_random_numbers_still_work_after_a_failed_capture():
     with torch.cuda.graph(g):
         x.add_(torch.rand(4, device="cuda"))  # and graphs can still use torch's generator
     g.replay()
+
+
+def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
+    """Twenty runs with new inputs of mixed dtypes (device, pinned and pageable host tensors, batch sizes
+    changing, more runs than ring buffers): every replay equals the step on the same inputs eagerly."""
+    specs = {
+        "tokens": Buffer((16,), torch.int64, pad=-1),
+        "hidden": Buffer((16, 100), torch.bfloat16, pad=0.0),
+        "scale": Buffer((16,), torch.float32, pad=1.0),
+        "mask": Buffer((16,), torch.bool, pad=False),
+        "small": Buffer((16, 3), torch.int16, pad=7),
+    }
+
+    def step(buf, bs, sampling):
+        h = buf["hidden"].float() * buf["scale"][:, None] + buf["small"].float().sum(-1, keepdim=True)
+        return {"y": torch.where(buf["mask"][:, None], h, -h), "t": buf["tokens"] * 2}
+
+    r = StepGraphRunner(step, specs, device="cuda", config=RunnerConfig(toggles=Toggles(), buckets=(4, 8, 16)))
+    g = torch.Generator().manual_seed(0)
+    for i in range(20):
+        n = [3, 8, 1, 13, 5][i % 5]
+        x = {
+            "tokens": torch.randint(0, 1000, (n,), generator=g),
+            "hidden": torch.randn(n, 100, generator=g).bfloat16(),
+            "scale": torch.rand(n, generator=g),
+            "mask": torch.rand(n, generator=g) > 0.5,
+            "small": torch.randint(-50, 50, (n, 3), generator=g).to(torch.int16),
+        }
+        where = i % 3
+        given = {k: v.cuda() if where == 0 else (v.pin_memory() if where == 1 else v) for k, v in x.items()}
+        out = r.run(given, copy_outputs=True)
+        want = step({k: v.cuda() for k, v in x.items()}, n, Sampling.GREEDY)
+        assert torch.equal(out["y"], want["y"]) and torch.equal(out["t"], want["t"]), (i, where)
+    assert r.info()["replays"] >= 17 and r.info()["capture_failures"] == 0

@@ -127,3 +127,30 @@ def test_buffer_declaration_errors(spec, match):
 def test_mismatched_batch_dims_rejected():
     with pytest.raises(ValueError, match="same leading"):
         StaticBuffers({"a": Buffer((4,), torch.int64), "b": Buffer((8,), torch.int64)}, "cpu")
+
+
+def test_copy_in_ring_wraps_and_leaves_buffers_not_given_alone():
+    """Nine calls through a ring of four host tables: a buffer given once keeps its rows afterwards (its old
+    table entry no longer matches the call's generation), and every call's bytes are right."""
+    a = StaticBuffers(specs(), "cpu", one_launch_copy=True, staged_copy=True)
+    p = StaticBuffers(specs(), "cpu", one_launch_copy=False)
+    first = inputs(4)
+    for bufs in (a, p):
+        bufs.copy_in(first, 4, 6)
+    for call in range(8):
+        n = 1 + call % 5
+        x = {"tokens": torch.arange(n) + 10 * call, "h16": torch.full((n, 1), float(call)).half()}
+        for bufs in (a, p):
+            bufs.copy_in(x, n, min(8, n + 2))
+        for name in specs():
+            assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), (name, call)
+    assert torch.equal(as_bytes(a["probs"][:4]), as_bytes(first["probs"]))  # given once, never since
+    assert a._copy.launches == 9
+
+
+def test_copy_in_misaligned_sources_use_narrower_words():
+    b = StaticBuffers({"x": Buffer((6, 5), torch.int16), "y": Buffer((6,), torch.int64)}, "cpu")
+    base = torch.arange(40, dtype=torch.int16)
+    x = base[1:31].view(6, 5)  # starts 2 bytes off an 8-byte boundary
+    b.copy_in({"x": x, "y": torch.arange(6)}, 6, 6)
+    assert torch.equal(b["x"], x) and torch.equal(b["y"], torch.arange(6))

@@ -1,0 +1,114 @@
+"""Host time of ``StepGraphRunner.run()`` when the batch brings new inputs (the copy-in path).
+
+A runner with eight buffers of mixed dtypes (int64, int32, float32, bool, bf16 rows of 1024, ...) and a
+trivial step, its key captured. In one run, host time per call (wall time of 400 calls back to back,
+device work asynchronous; the device time per call is reported beside it to show the loop is bound by
+the host) for:
+
+* a bare ``CUDAGraph.replay()`` of the key's graph;
+* ``run(batch_size=3)``: inputs already in the buffers (the steady state);
+* ``run({k new inputs})`` for k = 1, 3, 8, on the device and on the host (pinned and pageable);
+* ``ChainStep``-style slot lists: ``run({"slots": torch.tensor(list)})``.
+
+Target: up to 8 new inputs cost <= 15 us of host time above ``run(batch_size=...)`` (goal <= 8 us).
+
+    python benchmarks/bench_runner_host.py --out benchmarks/results/<dir>
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from _timing import env_record, save
+
+from stepgraph import Buffer, RunnerConfig, Sampling, StepGraphRunner, Toggles
+
+B, MAXB = 3, 64
+BUFFERS = {
+    "tokens": Buffer((MAXB,), torch.int64, pad=0),
+    "positions": Buffer((MAXB,), torch.int64, pad=0),
+    "hidden": Buffer((MAXB, 1024), torch.bfloat16, pad=0.0),
+    "slots": Buffer((MAXB,), torch.int64, pad=-1),
+    "lengths": Buffer((MAXB,), torch.int32, pad=0),
+    "temperature": Buffer((MAXB,), torch.float32, pad=0.0),
+    "mask": Buffer((MAXB,), torch.bool, pad=False),
+    "top_k": Buffer((MAXB,), torch.int64, pad=0),
+}
+
+
+def step(buf, bs, sampling):
+    return {"out": buf["hidden"][:, :8].float().sum(-1) + buf["tokens"] + buf["slots"]}
+
+
+def host_us(fn, calls: int = 400, repeats: int = 7) -> tuple[float, float]:
+    """(median host microseconds per call, device microseconds per call) over ``repeats`` loops."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize()
+        host.append((t1 - t0) / calls * 1e6)
+        device = start.elapsed_time(end) * 1e3 / calls
+    host.sort()
+    return host[len(host) // 2], device
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    args = ap.parse_args()
+    runner = StepGraphRunner(
+        step, BUFFERS, device="cuda", config=RunnerConfig(toggles=Toggles.all(True), buckets=(4, 8, 64), progress=False)
+    )
+    names = list(BUFFERS)
+    dev = {n: torch.zeros((B, *BUFFERS[n].shape[1:]), dtype=BUFFERS[n].dtype, device="cuda") for n in names}
+    pinned = {n: t.cpu().pin_memory() for n, t in dev.items()}
+    pageable = {n: t.cpu() for n, t in dev.items()}
+    runner.run(dev, Sampling.GREEDY)  # captures bs=4/greedy
+    graph = runner.stats(runner.key_for(B)).captured.graph
+    cases = {
+        "bare CUDAGraph.replay()": graph.replay,
+        "run(batch_size=3)": lambda: runner.run(batch_size=B),
+    }
+    for k in (1, 3, 8):
+        for where, src in (("device", dev), ("host pinned", pinned), ("host pageable", pageable)):
+            chosen = {n: src[n] for n in names[:k]}
+            cases[f"run({k} new {where} inputs)"] = lambda c=chosen: runner.run(c)
+    slot_list = [5, 2, 9]
+    cases["run(slots from a Python list)"] = lambda: runner.run({"slots": torch.tensor(slot_list)})
+    results = {name: host_us(fn) for name, fn in cases.items()}
+    steady = results["run(batch_size=3)"][0]
+    rows = []
+    for name, (h, d) in results.items():
+        above = h - steady if name.startswith("run(") and "batch_size" not in name else None
+        rows.append((name, h, d, above))
+    worst = max(a for name, _, _, a in rows if "8 new" in name)
+    record = {**env_record(), "batch": B, "results": {n: {"host_us": h, "device_us": d, "above_steady_us": a}
+                                                      for n, h, d, a in rows}, "worst_8_inputs_above_steady_us": worst}  # fmt: skip
+    lines = [
+        f"# run() host time with new inputs ({record['gpu']}, torch {record['torch']}, triton {record['triton']}, "
+        f"{record['date']})",
+        "",
+        "Host time per call (400 calls back to back, median of 7 loops); device time per call beside it.",
+        "",
+        "| call | host µs | device µs | host µs above run(batch_size=3) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, h, d, a in rows:
+        lines.append(f"| {name} | {h:.1f} | {d:.1f} | {'-' if a is None else f'{a:+.1f}'} |")
+    lines += ["", f"Worst of 8 new inputs above the steady state: {worst:.1f} µs (target <= 15, goal <= 8)."]
+    save(args.out, "runner_host", record, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
