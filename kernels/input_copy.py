@@ -18,12 +18,15 @@ import triton
 import triton.language as tl
 
 from . import _row_copy as rc
-from ._common import check, is_capturing, use_triton
+from ._common import check, use_triton
+from ._row_copy import _word_ptr
 
-# Host buffers in rotation; one is reused only after its copy finished. With an overlapped loop two
-# steps are in flight, so a ring of 2 made the host wait for a copy still queued behind them (a bubble
-# at every batch change, seen at B=8 on the H200): 4 keeps that wait from ever blocking.
-STAGING_RING = 4
+# Host buffers in rotation; one is reused only after the copy that read it finished. With an overlapped
+# loop two steps are in flight, so a ring of 2 made the host wait for a copy still queued behind them (a
+# bubble at every batch change, seen at B=8 on the H200). The ring is 16 deep in groups of 4 sharing one
+# event (recording and waiting on an event cost about 2 us of host time each; once per 4 copies here).
+STAGING_RING = 16
+GROUP = 4
 ALIGN = 16
 BLOCK = 256  # words per iteration of a row
 # table layout (int64 words): a header, then one entry per destination
@@ -31,6 +34,15 @@ HEADER = 8  # n, padded, generation
 COLS = 8
 ACTIVE, SRC, DST, ROW_BYTES, SRC_STRIDE, DST_STRIDE, FILL, FLAGS = range(COLS)
 WORD_MASK, HAS_FILL = 15, 16  # FLAGS: word bytes | has-fill bit
+# the same layout for the kernel (Triton reads globals only as constexpr)
+_HEADER, _COLS, _HAS_FILL, _WORD_MASK = (
+    tl.constexpr(HEADER),
+    tl.constexpr(COLS),
+    tl.constexpr(HAS_FILL),
+    tl.constexpr(WORD_MASK),
+)
+_ACTIVE, _SRC, _DST, _ROW_BYTES = tl.constexpr(ACTIVE), tl.constexpr(SRC), tl.constexpr(DST), tl.constexpr(ROW_BYTES)
+_SRC_STRIDE, _DST_STRIDE, _FILL, _FLAGS = (tl.constexpr(c) for c in (SRC_STRIDE, DST_STRIDE, FILL, FLAGS))
 
 
 def input_copy_ref(
@@ -73,8 +85,8 @@ def _copy_row(src_addr, dst_addr, r, copy, row_bytes, src_stride, dst_stride, fi
               WORD: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
     """Row ``r``: ``dst = src`` when ``copy``, else the fill pattern, in words of ``WORD`` bytes."""
     row_words = row_bytes // WORD
-    src = rc._word_ptr(src_addr, WORD) + r * (src_stride // WORD)
-    dst = rc._word_ptr(dst_addr, WORD) + r * (dst_stride // WORD)
+    src = _word_ptr(src_addr, WORD) + r * (src_stride // WORD)
+    dst = _word_ptr(dst_addr, WORD) + r * (dst_stride // WORD)
     limit = tl.where(copy, row_words, 0)
     for start in range(0, row_words, BLOCK):
         offs = start + tl.arange(0, BLOCK).to(tl.int64)
@@ -89,31 +101,33 @@ def _copy_row(src_addr, dst_addr, r, copy, row_bytes, src_stride, dst_stride, fi
 
 @triton.jit
 def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
-    """Program (field ``f``, row ``r``) of a copy-in whose table lives in host memory (pinned on CUDA, read
-    in place: no upload). Header: ``n``, ``padded``, ``generation``; a field takes part when its entry
-    carries the header's generation, so fields not given keep their rows and nothing is reset per call."""
+    """Program (field ``f``, row ``r``) of a copy-in described by the table at ``table_addr``. Header:
+    ``n``, ``padded``, ``generation``; a field takes part when its entry carries the header's generation,
+    so fields not given keep their rows and nothing is reset per call."""
     f = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     head = table_addr.to(tl.pointer_type(tl.int64))
     if r < tl.load(head + 1):
-        entry = head + HEADER + f * COLS
-        if tl.load(entry + ACTIVE) == tl.load(head + 2):
+        entry = head + _HEADER + f * _COLS
+        if tl.load(entry + _ACTIVE) == tl.load(head + 2):
             copy = r < tl.load(head)
-            flags = tl.load(entry + FLAGS)
-            if copy | ((flags & HAS_FILL) != 0):
-                word = flags & WORD_MASK
-                args = (
-                    tl.load(entry + SRC), tl.load(entry + DST), r, copy, tl.load(entry + ROW_BYTES),
-                    tl.load(entry + SRC_STRIDE), tl.load(entry + DST_STRIDE), tl.load(entry + FILL),
-                )  # fmt: skip
+            flags = tl.load(entry + _FLAGS)
+            if copy | ((flags & _HAS_FILL) != 0):
+                word = flags & _WORD_MASK
+                src = tl.load(entry + _SRC)
+                dst = tl.load(entry + _DST)
+                row_bytes = tl.load(entry + _ROW_BYTES)
+                src_stride = tl.load(entry + _SRC_STRIDE)
+                dst_stride = tl.load(entry + _DST_STRIDE)
+                fill = tl.load(entry + _FILL)
                 if word == 8:
-                    _copy_row(*args, 8, BLOCK)
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 8, BLOCK)
                 elif word == 4:
-                    _copy_row(*args, 4, BLOCK)
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 4, BLOCK)
                 elif word == 2:
-                    _copy_row(*args, 2, BLOCK)
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 2, BLOCK)
                 else:
-                    _copy_row(*args, 1, BLOCK)
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 1, BLOCK)
 
 
 def _word(*values: int) -> int:
@@ -131,8 +145,9 @@ class InputCopyPlan:
 
     ``plan(indices, srcs, n, padded)`` copies ``srcs[j][:n]`` into destination ``indices[j]`` and fills its
     rows ``[n, padded)`` with its pad, for every given source in **one** kernel launch. The kernel reads
-    its table (and the rows of host sources) from a ring of ``STAGING_RING`` host buffers in place (pinned
-    on CUDA: no upload); on CUDA the launch is a replay of a one-kernel graph per ring buffer. A call only
+    the rows of host sources in place from a ring of ``STAGING_RING`` host buffers (pinned on CUDA), and its
+    table from there too on the CPU; on CUDA a graph per ring buffer uploads the table and launches the
+    kernel (one replay). A call only
     writes each source's address and stride (and copies host rows) into the ring buffer. A ring buffer is
     reused once the copy that read it has completed. Where the kernel cannot apply (a row that is not one
     contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that source falls
@@ -160,6 +175,9 @@ class InputCopyPlan:
             _word(d.data_ptr(), d.stride(0) * d.element_size(), b) for d, b in zip(self.dsts, self._row_bytes)
         ]
         self._max_rows = max((d.shape[0] for d in self.dsts), default=0)
+        self._fill_flag = [0 if pad is None else HAS_FILL for pad in self.pads]
+        self._esize = [d.element_size() for d in self.dsts]
+        self._flat = [ok and d.dim() == 1 for ok, d in zip(self.kernel_ok, self.dsts)]
         self._host_offset: list[int] = []  # per destination: where its host rows go in a ring buffer
         offset = _aligned((HEADER + COLS * len(self.dsts)) * 8)
         for d, b in zip(self.dsts, self._row_bytes):
@@ -169,7 +187,8 @@ class InputCopyPlan:
         self._ring: list[torch.Tensor] = []  # made on the first kernel call
         self._tables: list[memoryview] = []
         self._graphs: list[torch.cuda.CUDAGraph | None] = []
-        self._events: list[torch.cuda.Event | None] = []
+        self._device_tables: list[torch.Tensor] = []  # CUDA: where each graph uploads its ring buffer's table
+        self._events: list[torch.cuda.Event | None] = []  # one per group of ring buffers
         self._turn = 0
         self._generation = 0
 
@@ -179,22 +198,57 @@ class InputCopyPlan:
         """Copy ``srcs[j][:n]`` into destination ``indices[j]`` and pad its rows ``[n, padded)``.
 
         ``checked``: the caller validated dtypes and shapes (the runner's inputs): skip those checks here.
-        CUDA graph: runs outside a capture (it writes host memory the copy reads later).
+        CUDA graph: call it outside a capture (it writes host memory the copy reads later, and replays a
+        graph of its own).
         """
         check(len(indices) == len(srcs), "one source per destination index")
-        kernel_jobs, fallback = [], []
-        for i, src in zip(indices, srcs, strict=True):
-            if not checked:
+        if not checked:
+            for i, src in zip(indices, srcs, strict=True):
                 dst = self.dsts[i]
                 check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
                 check(src.shape[1:] == dst.shape[1:], f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")
                 check(
                     src.shape[0] >= n and dst.shape[0] >= padded, f"need {n} source rows and {padded} destination rows"
                 )
-            if self.use_kernel and self.kernel_ok[i] and self._rows_contiguous(i, src):
-                kernel_jobs.append((i, src))
-            else:
+        if not self.use_kernel:
+            input_copy_ref(srcs, [self.dsts[i] for i in indices], n, padded, [self.pads[i] for i in indices])
+            return
+        if not self._ring:
+            self._make_ring()
+        slot = self._turn % STAGING_RING
+        self._turn += 1
+        group, last_of_group = divmod(slot, GROUP)
+        if last_of_group == 0 and self._events[group] is not None:
+            self._events[group].synchronize()  # the copies that last read this group's buffers are done
+        self._generation += 1
+        gen, table, base = self._generation, self._tables[slot], self._ring[slot].data_ptr()
+        table[0], table[1], table[2] = n, padded, gen
+        fallback = []
+        for i, src in zip(indices, srcs, strict=True):
+            if not (self._flat[i] or self._kernel_can_read(i, src)):  # 1-D buffers: every row is one element
                 fallback.append((i, src))
+                continue
+            if self.staged and src.is_cpu:  # host rows travel in the ring buffer
+                rows = src if src.is_contiguous() else src[:n].contiguous()
+                src_addr, src_stride = base + self._host_offset[i], self._row_bytes[i]
+                ctypes.memmove(src_addr, rows.data_ptr(), n * src_stride)
+            else:
+                src_addr, src_stride = src.data_ptr(), src.stride(0) * self._esize[i]
+            word = self._dst_word[i]
+            if (src_addr | src_stride) & (word - 1):  # a source less aligned than its destination
+                word = min(word, _word(src_addr, src_stride))
+            e = HEADER + COLS * i
+            table[e + ACTIVE], table[e + SRC], table[e + SRC_STRIDE], table[e + FLAGS] = (
+                gen, src_addr, src_stride, word | self._fill_flag[i],
+            )  # fmt: skip
+        if len(fallback) < len(srcs):
+            if self._cuda:
+                self._graphs[slot].replay()
+            else:
+                _copy_in_kernel[(len(self.dsts), padded)](base, BLOCK=BLOCK)
+            self.launches += 1
+        if self._cuda and last_of_group == GROUP - 1:
+            self._events[group].record()  # after this group's last copy (or its skipped launch)
         if fallback:
             input_copy_ref(
                 [s for _, s in fallback],
@@ -203,49 +257,18 @@ class InputCopyPlan:
                 padded,
                 [self.pads[i] for i, _ in fallback],
             )
-        if kernel_jobs:
-            self._launch(kernel_jobs, n, padded)
 
-    def _rows_contiguous(self, i: int, src: torch.Tensor) -> bool:
-        if src.numel() == 0 or src.element_size() > 8:
+    def _kernel_can_read(self, i: int, src: torch.Tensor) -> bool:
+        """Each row of ``src`` is one run of bytes (contiguous row strides, checked fast, or any strides
+        that amount to it) and destination ``i`` suits the kernel."""
+        if not self.kernel_ok[i]:
             return False
         return src.dim() == 1 or src.stride()[1:] == self._row_strides[i] or src[0].is_contiguous()
-
-    def _launch(self, jobs, n: int, padded: int) -> None:
-        check(not is_capturing(), "input copy-in runs outside graph capture (it writes host memory)")
-        if not self._ring:
-            self._make_ring()
-        slot = self._turn % STAGING_RING
-        self._turn += 1
-        event = self._events[slot]
-        if event is not None:
-            event.synchronize()  # the copy that last read this ring buffer is done
-        self._generation += 1
-        gen, table, base = self._generation, self._tables[slot], self._ring[slot].data_ptr()
-        table[0], table[1], table[2] = n, padded, gen
-        for i, src in jobs:
-            e = HEADER + COLS * i
-            if self.staged and src.device.type == "cpu":  # host rows travel in the ring buffer
-                nbytes = n * self._row_bytes[i]
-                rows = src if src.is_contiguous() else src[:n].contiguous()
-                src_addr, src_stride = base + self._host_offset[i], self._row_bytes[i]
-                ctypes.memmove(src_addr, rows.data_ptr(), nbytes)
-            else:
-                src_addr, src_stride = src.data_ptr(), src.stride(0) * src.element_size()
-            word = min(self._dst_word[i], _word(src_addr, src_stride))
-            table[e + ACTIVE], table[e + SRC], table[e + SRC_STRIDE] = gen, src_addr, src_stride
-            table[e + FLAGS] = word | (HAS_FILL if self.pads[i] is not None else 0)
-        if self._cuda:
-            self._graphs[slot].replay()
-            self._events[slot] = event or torch.cuda.Event()
-            self._events[slot].record()
-        else:
-            _copy_in_kernel[(len(self.dsts), padded)](base, BLOCK=BLOCK)
-        self.launches += 1
 
     def _make_ring(self) -> None:
         """The ring buffers with every destination's fixed entries written once, and on CUDA one captured
         launch per buffer (grid: every destination x every row; rows past ``padded`` return at once)."""
+        self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
         for _ in range(STAGING_RING):
             buf = torch.zeros(self._ring_bytes, dtype=torch.uint8, pin_memory=self._cuda)
             table = memoryview(buf.numpy()).cast("q")
@@ -256,19 +279,24 @@ class InputCopyPlan:
                 table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
             self._ring.append(buf)
             self._tables.append(table)
-            self._events.append(None)
             self._graphs.append(self._capture(buf) if self._cuda else None)
 
     def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:
+        """One graph: the table's upload (a few hundred bytes: every program reading it from host memory
+        over the bus measured 20-40 us) and the kernel on the uploaded copy. Host rows are read in place."""
+        table_bytes = (HEADER + COLS * len(self.dsts)) * 8
+        device_table = torch.zeros(table_bytes, dtype=torch.uint8, device=self._device)
+        self._device_tables.append(device_table)
         grid = (len(self.dsts), self._max_rows)
         stream = torch.cuda.Stream(self._device)
         stream.wait_stream(torch.cuda.current_stream(self._device))
         with torch.cuda.stream(stream):
-            _copy_in_kernel[grid](buf.data_ptr(), BLOCK=BLOCK)  # compiles here; padded is 0: a no-op
+            _copy_in_kernel[grid](device_table.data_ptr(), BLOCK=BLOCK)  # compiles here; padded is 0: a no-op
             graph = torch.cuda.CUDAGraph()
             graph.capture_begin(capture_error_mode="thread_local")
             try:
-                _copy_in_kernel[grid](buf.data_ptr(), BLOCK=BLOCK)
+                device_table.copy_(buf[:table_bytes], non_blocking=True)
+                _copy_in_kernel[grid](device_table.data_ptr(), BLOCK=BLOCK)
             finally:
                 graph.capture_end()
         torch.cuda.current_stream(self._device).wait_stream(stream)

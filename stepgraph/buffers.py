@@ -117,6 +117,8 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             staged=staged_copy,
         )
         self._index = {name: i for i, name in enumerate(self.specs)}
+        self._rows = {n: (s.dtype, torch.Size(s.shape[1:]), len(s.shape)) for n, s in self.specs.items()}
+        self._device_index = self.device.index if self.device.type == "cuda" else -1
         self.reset()
 
     # Mapping interface -------------------------------------------------------------------------
@@ -156,24 +158,21 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             inconsistent batch.
         """
         batch = None
+        rows, device_index = self._rows, self._device_index
         for name, src in inputs.items():
-            spec = self.specs.get(name)
-            if spec is None:
-                raise ValueError(f"input {name!r} is not a declared buffer; declared: {', '.join(self.specs)}")
-            if not isinstance(src, torch.Tensor):
-                raise TypeError(f"input {name!r} must be a torch.Tensor, got {type(src).__name__}")
-            if src.dtype != spec.dtype:
-                raise TypeError(f"input {name!r} has dtype {src.dtype}; the buffer is {spec.dtype} (convert it first)")
-            if src.dim() != len(spec.shape) or tuple(src.shape[1:]) != spec.shape[1:]:
-                want = ("B", *spec.shape[1:])
-                raise ValueError(
-                    f"input {name!r} has shape {tuple(src.shape)}; expected {want} with B <= {self.max_batch}"
-                )
-            if src.device != self.device and src.device.type != "cpu":
-                raise ValueError(
-                    f"input {name!r} is on {src.device}; the buffers are on {self.device} "
-                    "(move it, or pass it on the CPU)"
-                )
+            want = rows.get(name)  # (dtype, row shape, dims): one lookup, then cheap comparisons
+            if (
+                want is None
+                or not isinstance(src, torch.Tensor)
+                or src.dtype != want[0]
+                or src.dim() != want[2]
+                or (want[2] > 1 and src.shape[1:] != want[1])
+            ):
+                self._explain(name, src)
+            d = src.get_device()
+            if d != device_index and d != -1:
+                where = f"the buffers are on {self.device}"
+                raise ValueError(f"input {name!r} is on {src.device}; {where} (move it, or pass it on the CPU)")
             n = src.shape[0]
             if batch is None:
                 batch = n
@@ -186,6 +185,18 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         if batch > self.max_batch:
             raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self.max_batch}")
         return batch
+
+    def _explain(self, name: str, src: object) -> None:
+        """Raise the error that says what is wrong with input ``name`` (called once a check failed)."""
+        spec = self.specs.get(name)
+        if spec is None:
+            raise ValueError(f"input {name!r} is not a declared buffer; declared: {', '.join(self.specs)}")
+        if not isinstance(src, torch.Tensor):
+            raise TypeError(f"input {name!r} must be a torch.Tensor, got {type(src).__name__}")
+        if src.dtype != spec.dtype:
+            raise TypeError(f"input {name!r} has dtype {src.dtype}; the buffer is {spec.dtype} (convert it first)")
+        want = ("B", *spec.shape[1:])
+        raise ValueError(f"input {name!r} has shape {tuple(src.shape)}; expected {want} with B <= {self.max_batch}")
 
     def batch_size(self, inputs: Mapping[str, torch.Tensor], batch_size: int | None = None) -> int:
         """The real batch size of a run: the inputs' (checked, see :meth:`check_inputs`), or ``batch_size``
