@@ -5,8 +5,9 @@ greedy, a quarter temperature 0.8, a quarter temperature 0.8 + top-k 50 + top-p 
 arriving all at once or over time (seeded Poisson arrivals, ``--rate`` requests per second). Modes:
 eager, step graph (synchronous loop), step graph with the overlapped loop. Each mode runs the trace once
 untimed (first-use captures and compiles) and once timed. Reported per run: tokens/s, per-step p50/p99
-(host time between steps), steps whose batch changed, occupancy (device busy in steps / decode wall
-time), captured keys, eager runs and capture failures.
+(host time between steps), steps whose batch changed, occupancy (the device's busy time in steps and
+prefills over the run's wall time; idle waiting for arrivals counts against it), captured keys, eager
+runs and capture failures.
 
 The batching target: the same trace all greedy, where the mean step time of the step graph is compared
 with fixed-batch step times (a resident batch of each size seen, stepped back to back) weighted by how
@@ -70,6 +71,7 @@ def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
     before = dec.info()
     dec.stats = type(dec.stats)()
     dec.step_events.clear()
+    dec.scheduler.prefill_events.clear()
     sync()
     t0 = time.perf_counter()
     out = dec.generate(
@@ -83,7 +85,8 @@ def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
     sync()
     wall = time.perf_counter() - t0
     st = dec.stats
-    busy = sum(s.elapsed_time(e) for s, e in dec.step_events) / 1e3
+    step_busy = sum(s.elapsed_time(e) for s, e in dec.step_events) / 1e3
+    prefill_busy = sum(s.elapsed_time(e) for s, e in dec.scheduler.prefill_events) / 1e3
     gaps = sorted(b - a for a, b in zip(marks, marks[1:]))
     info = dec.info()
     tokens = sum(len(o) for o in out)
@@ -98,7 +101,9 @@ def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
         "mean_step_ms": st.decode_seconds / max(1, st.steps) * 1e3,
         "step_p50_ms": gaps[len(gaps) // 2] * 1e3 if gaps else None,
         "step_p99_ms": gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1e3 if gaps else None,
-        "occupancy": busy / st.decode_seconds if st.decode_seconds and dec.step_events else None,
+        # the device's busy share of the whole run: steps and prefills (the batch changes as requests join)
+        "occupancy": (step_busy + prefill_busy) / wall if dec.step_events else None,
+        "step_device_ms": step_busy / max(1, st.steps) * 1e3,
         "prefill_s": st.prefill_seconds,
         "decode_s": st.decode_seconds,
         "mean_accept_len": st.mean_accept_len,

@@ -13,9 +13,10 @@ the key changes as the batch shrinks and grows.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -32,8 +33,9 @@ class Scheduler:
     """Runs requests to completion over a :class:`ChainStep`.
 
     ``prefill(request) -> first token`` fills a request's cache row and relay slot. ``record_step_events``
-    records a (start, end) CUDA event pair around every step in ``step_events`` (benchmarks: summed
-    elapsed times are the device's busy time, whatever the host did in between).
+    records a (start, end) CUDA event pair around every step in ``step_events`` and every prefill in
+    ``prefill_events`` (benchmarks: summed elapsed times are the device's busy time, whatever the host
+    did in between).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Scheduler:
         self.stats = GenerationStats()
         self.record_step_events = False
         self.step_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.prefill_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._last_slots: list[int] | None = None
         self._host_tokens: torch.Tensor | None = None
         self._t0 = 0.0
@@ -60,8 +63,22 @@ class Scheduler:
         """Give ``r`` a slot and a cache row and prefill it (its first token appended)."""
         t0 = time.perf_counter()
         self.slots.take(r)
-        r.append([self.prefill(r)])
+        with self._recorded(self.prefill_events):
+            first = self.prefill(r)
+        r.append([first])
         self.stats.prefill_seconds += time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def _recorded(self, events: list) -> Iterator[None]:
+        """A (start, end) CUDA event pair around the block, when ``record_step_events`` is on."""
+        if not (self.record_step_events and self.device.type == "cuda"):
+            yield
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield
+        end.record()
+        events.append((start, end))
 
     def _admit_waiting(self, pending: deque, active: list[Request]) -> None:
         now = time.perf_counter() - self._t0
@@ -85,19 +102,13 @@ class Scheduler:
         slots = [r.slot for r in batch]
         if on_step is not None:
             on_step(len(batch))
-        record = self.record_step_events and self.device.type == "cuda"
-        if record:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        if slots == self._last_slots:
-            out = self.step.run(None, sampling, batch_size=len(batch))
-        else:
-            out = self.step.run(torch.tensor(slots, dtype=torch.int64), sampling)
-            self._last_slots = slots
-            self.stats.batch_changes += 1
-        if record:
-            end.record()
-            self.step_events.append((start, end))
+        with self._recorded(self.step_events):
+            if slots == self._last_slots:
+                out = self.step.run(None, sampling, batch_size=len(batch))
+            else:
+                out = self.step.run(torch.tensor(slots, dtype=torch.int64), sampling)
+                self._last_slots = slots
+                self.stats.batch_changes += 1
         self.stats.steps += 1
         return out
 
