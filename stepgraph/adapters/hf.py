@@ -16,6 +16,8 @@ Needs the optional ``hf`` extra (``pip install 'stepgraph[hf]'``).
 from __future__ import annotations
 
 import inspect
+import weakref
+from collections.abc import Sequence
 
 import torch
 
@@ -55,22 +57,65 @@ class RowCache:
         return 0  # positions are always passed explicitly
 
 
+#: Families whose adapter logits are tested against ``model(...).logits`` and whose greedy output is
+#: tested against ``generate()`` (tests/e2e/test_hf_families.py).
+TESTED_FAMILIES = (
+    "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma", "Gemma2", "Gemma3", "Olmo", "Granite", "Cohere", "OPT",
+    "GPT2", "GPTNeoX", "Falcon", "Phi",
+)  # fmt: skip
+
+_NEEDS = (
+    "a decoder-only causal LM whose base model takes position_ids, a 4-D additive attention mask and a "
+    "Cache object (an update(key, value, layer_idx) per layer), as Llama-style transformers models do; "
+    f"tested families: {', '.join(TESTED_FAMILIES)}"
+)
+
+
 class HFCausalLM:
     """``lm(tokens [B, T], positions [B, T], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, D])``.
 
-    ``draft=True`` makes it a draft callable (an extra ``hidden`` argument, ignored).
+    The logits are the model's own (``model(...).logits``: its head and whatever its forward does after
+    it, such as Granite's logits scaling, Cohere's logit scale or Gemma 2's soft-capping); ``hidden`` is
+    what the head reads (the final hidden state), taken by a forward pre-hook on the output embeddings.
+
+    Raises
+    ------
+    ValueError
+        At construction, for a model the adapter cannot drive (the message says what it needs).
     """
 
     def __init__(self, model, *, max_requests: int, max_seq_len: int) -> None:
         self.model = model.eval()
+        self.config = model.config
+        base = getattr(model, "base_model", None)
+        if base is None or base is model or getattr(self.config, "is_encoder_decoder", False):
+            raise ValueError(f"{type(model).__name__} is not supported: the adapter needs {_NEEDS}")
+        params = inspect.signature(base.forward).parameters
+        # transformers renamed the cache argument (past_key_values -> cache, 5.2x); use whichever exists
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        missing = [p for p in ("position_ids", "attention_mask", self._cache_kw) if p not in params]
+        if missing:
+            raise ValueError(
+                f"{type(model).__name__} is not supported (no {', '.join(missing)}): the adapter needs {_NEEDS}"
+            )
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.config = model.config
         self.cache = RowCache(model.config, max_requests, max_seq_len, self.device, self.dtype)
         self.key_pos = torch.arange(max_seq_len, device=self.device)
-        # transformers renamed the cache argument (past_key_values -> cache, 5.2x); use whichever exists
-        params = inspect.signature(model.model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._hidden: torch.Tensor | None = None
+        self._head = model.get_output_embeddings()
+        if self._head is None:
+            raise ValueError(
+                f"{type(model).__name__} is not supported (no output embeddings): the adapter needs {_NEEDS}"
+            )
+        me = weakref.ref(self)  # the model must not keep this adapter (and its cache) alive
+
+        def keep_hidden(module, args) -> None:
+            lm = me()
+            if lm is not None:
+                lm._hidden = args[0]  # what the head reads: the final hidden state, whatever the family calls it
+
+        weakref.finalize(self, self._head.register_forward_pre_hook(keep_hidden).remove)
 
     @property
     def vocab_size(self) -> int:
@@ -78,7 +123,8 @@ class HFCausalLM:
 
     @property
     def hidden_size(self) -> int:
-        return self.config.hidden_size
+        """Width of the hidden state handed out (the head's input features)."""
+        return getattr(self._head, "in_features", self.config.hidden_size)
 
     def __call__(self, tokens, positions, cache_rows, hidden=None):
         self.cache.rows, self.cache.positions = cache_rows, positions
@@ -86,11 +132,9 @@ class HFCausalLM:
         mask = torch.zeros(visible.shape, device=self.device, dtype=self.dtype).masked_fill_(~visible, float("-inf"))
         with torch.no_grad():
             kwargs = {self._cache_kw: self.cache}
-            out = self.model.model(
-                input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs
-            )
-            h = out.last_hidden_state
-            return self.model.lm_head(h), h
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs)
+            hidden, self._hidden = self._hidden, None
+            return out.logits, hidden
 
 
 class _AsDraft:
@@ -111,17 +155,36 @@ def hf_spec_decoder(
     num_draft_tokens: int = 3,
     max_batch: int | None = None,
     config: RunnerConfig | None = None,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None | str = "generation_config",
     seed: int = 0,
 ) -> SpecDecoder:
     """A :class:`SpecDecoder` over two HF causal LMs sharing a vocabulary (e.g. ``LlamaForCausalLM``).
 
     The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
-    ``max_seq_len`` positions.
+    ``max_seq_len`` positions. ``eos_token_id``: by default the target's ``generation_config.eos_token_id``
+    (an id or a list, where ``generate()`` stops too); an id or a list of ids; ``None`` never stops early.
+
+    Raises
+    ------
+    ValueError
+        For vocabularies that differ, a model the adapter cannot drive, or EOS ids outside the vocabulary.
     """
     tv, dv = target_model.config.vocab_size, draft_model.config.vocab_size
     if tv != dv:
         raise ValueError(f"target and draft vocabularies differ ({tv} vs {dv}); the draft must share the tokenizer")
+    if isinstance(eos_token_id, str):
+        if eos_token_id != "generation_config":
+            raise ValueError(f"eos_token_id={eos_token_id!r}: give an id, a list of ids, None or 'generation_config'")
+        generation = getattr(target_model, "generation_config", None)
+        eos_token_id = getattr(generation, "eos_token_id", None)
+        if eos_token_id is not None:
+            ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+            bad = [i for i in ids if not 0 <= i < tv]
+            if bad:
+                raise ValueError(
+                    f"the target's generation_config.eos_token_id {eos_token_id} has ids outside the vocabulary "
+                    f"[0, {tv}); pass eos_token_id=... (an id, a list, or None) to hf_spec_decoder"
+                )
     target = HFCausalLM(target_model, max_requests=max_requests, max_seq_len=max_seq_len)
     draft = HFCausalLM(draft_model, max_requests=max_requests, max_seq_len=max_seq_len)
     return SpecDecoder(

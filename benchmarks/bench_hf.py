@@ -1,0 +1,164 @@
+"""The Hugging Face adapter against what a Hugging Face user would pick instead, in one run.
+
+Target: a Qwen2.5-0.5B-shaped Llama (24 layers, hidden 896, 14 heads, 2 KV heads, MLP 4864, vocabulary
+151,936, tied embeddings, bf16, random weights). Greedy, 128 new tokens, B = 1 and 8:
+
+* ``generate()`` with the default cache;
+* assisted generation (``assistant_model=``, B = 1 only: transformers supports no batch there);
+* ``generate(cache_implementation="static")``, whose forward transformers compiles (the first call's
+  extra time is reported as its compile time);
+* stepgraph's ``hf_spec_decoder`` with two drafts: the target itself (every draft accepted: the same
+  target forwards per token as plain decoding) and a cheap draft (the target's first two layers, sharing
+  its embeddings, norm and head).
+
+Reported: tokens/s, stepgraph's mean accepted length, agreement of every greedy output with the static
+``generate()`` output (share of tokens before the first difference), and ratios.
+
+    python benchmarks/bench_hf.py --out benchmarks/results/<dir> [--batches 1,8] [--tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from _timing import env_record, save
+
+from stepgraph import RunnerConfig
+from stepgraph.adapters.hf import hf_spec_decoder
+
+
+def target_model():
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1e6,
+    )  # fmt: skip
+    cfg._attn_implementation = "sdpa"
+    model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    model.generation_config.eos_token_id = None  # random weights: every run makes all its tokens
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def cheap_draft(target):
+    """The target's first two layers, sharing its embeddings, final norm, rotary tables and head."""
+    import copy
+
+    import transformers
+
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = 2
+    with torch.device("meta"):
+        draft = transformers.LlamaForCausalLM(cfg)
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(target.model.layers[:2])
+    draft.model.norm, draft.model.rotary_emb = target.model.norm, target.model.rotary_emb
+    draft.lm_head = target.lm_head
+    draft.generation_config.eos_token_id = None
+    draft.generation_config.pad_token_id = 0
+    return draft.eval()
+
+
+def timed(fn) -> tuple[object, float]:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def agreement(got: list[list[int]], ref: list[list[int]]) -> float:
+    """Mean share of each output's tokens before its first difference from the reference."""
+    shares = []
+    for g, r in zip(got, ref):
+        n = next((i for i, (a, b) in enumerate(zip(g, r)) if a != b), min(len(g), len(r)))
+        shares.append(n / max(1, len(r)))
+    return sum(shares) / len(shares)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--prompt", type=int, default=32)
+    args = ap.parse_args()
+    target = target_model()
+    draft = cheap_draft(target)
+    record = {**env_record(), "tokens": args.tokens, "results": {}}
+    g = torch.Generator().manual_seed(0)
+    for B in [int(b) for b in args.batches.split(",")]:
+        prompts = [torch.randint(0, 151936, (args.prompt,), generator=g).tolist() for _ in range(B)]
+        ids = torch.tensor(prompts, device="cuda")
+        mask = torch.ones_like(ids)
+        gen = dict(attention_mask=mask, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
+        res = {}
+
+        def hf(tag, **kw):
+            _, first = timed(lambda: target.generate(ids, **gen, **kw))  # compiles (static cache), allocates
+            target.generate(ids, **gen, **kw)
+            out, t = timed(lambda: target.generate(ids, **gen, **kw))
+            res[tag] = {"tokens_per_s": B * args.tokens / t, "seconds": t, "first_call_extra_s": first - t}
+            return [row[args.prompt :].tolist() for row in out]
+
+        ref = hf("HF generate(static cache, compiled)", cache_implementation="static")
+        hf("HF generate(default cache)")
+        if B == 1:
+            hf("HF assisted generation (2-layer draft)", assistant_model=draft)
+        for tag, d in (("stepgraph, target as its own draft", target), ("stepgraph, 2-layer draft", draft)):
+            cfg = RunnerConfig(progress=False)
+            dec = hf_spec_decoder(target, d, max_requests=B, max_seq_len=args.prompt + args.tokens + 16, config=cfg)
+            _, warm_s = timed(lambda: dec.warmup(B))
+            dec.generate(prompts, max_new_tokens=args.tokens)  # untimed: first-use costs
+            dec.stats = type(dec.stats)()
+            out, t = timed(lambda: dec.generate(prompts, max_new_tokens=args.tokens))
+            res[tag] = {
+                "tokens_per_s": B * args.tokens / t,
+                "seconds": t,
+                "warmup_s": warm_s,
+                "mean_accept_len": dec.stats.mean_accept_len,
+                "agreement_with_static_generate": agreement(out, ref),
+                "captured_keys": dec.info()["captured_keys"],
+            }
+            dec.release()
+        base = res["HF generate(static cache, compiled)"]["tokens_per_s"]
+        for r in res.values():
+            r["vs_static_compiled"] = r["tokens_per_s"] / base
+        record["results"][f"B={B}"] = res
+        print(f"B={B}: " + ", ".join(f"{k}: {v['tokens_per_s']:.0f} tok/s" for k, v in res.items()), flush=True)
+        save(args.out, "hf", record, table(record, args))  # after each batch size: a partial run keeps its rows
+
+
+def table(record: dict, args) -> str:
+    lines = [
+        f"# Hugging Face adapter against HF's own paths ({record['gpu']}, torch {record['torch']}, "
+        f"triton {record['triton']}, {record['date']})",
+        "",
+        f"Qwen2.5-0.5B-shaped Llama target (24 layers, bf16, random weights), greedy, {args.tokens} new tokens, "
+        f"prompts of {args.prompt} tokens.",
+        "",
+        "| B | path | tokens/s | vs static compiled | mean accepted | agreement with static generate() | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for b, res in record["results"].items():
+        for tag, r in res.items():
+            acc = f"{r['mean_accept_len']:.2f}" if "mean_accept_len" in r else "-"
+            agree = (
+                f"{r['agreement_with_static_generate'] * 100:.1f}%" if "agreement_with_static_generate" in r else "-"
+            )
+            if "warmup_s" in r:
+                note = f"warm-up and capture {r['warmup_s']:.1f} s"
+            else:
+                note = f"first call +{r['first_call_extra_s']:.1f} s (compile)" if "static" in tag else ""
+            lines.append(
+                f"| {b[2:]} | {tag} | {r['tokens_per_s']:.0f} | {r['vs_static_compiled']:.2f}x | {acc} | {agree} | {note} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
