@@ -147,11 +147,10 @@ class InputCopyPlan:
     rows ``[n, padded)`` with its pad, for every given source in **one** kernel launch. The kernel reads
     the rows of host sources in place from a ring of ``STAGING_RING`` host buffers (pinned on CUDA), and its
     table from there too on the CPU; on CUDA a graph per ring buffer uploads the table and launches the
-    kernel (one replay). A call only
-    writes each source's address and stride (and copies host rows) into the ring buffer. A ring buffer is
-    reused once the copy that read it has completed. Where the kernel cannot apply (a row that is not one
-    contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that source falls
-    back to ``copy_`` + ``fill_`` with identical bytes.
+    kernel (one replay). A call only writes each source's address and stride (and copies host rows) into
+    the ring buffer. A ring buffer is reused once the copy that read it has completed. Where the kernel
+    cannot apply (a row that is not one contiguous run of bytes, elements wider than 8 bytes, a device
+    Triton does not run on) that source falls back to ``copy_`` + ``fill_`` with identical bytes.
 
     ``staged``: host sources travel through the ring (default on CUDA; on the CPU, tests ask for it).
     """
@@ -170,7 +169,7 @@ class InputCopyPlan:
         self.staged = self._cuda or bool(staged)  # a kernel on CUDA reads host rows from pinned memory only
         # per destination, fixed: row bytes, row shape and contiguous strides (fast source check), word
         self._row_bytes = [rc.row_bytes(d) for d in self.dsts]
-        self._row_strides = [torch.empty(0).new_empty((1, *d.shape[1:])).stride()[1:] for d in self.dsts]
+        self._row_strides = [_contiguous_strides(d.shape[1:]) for d in self.dsts]
         self._dst_word = [
             _word(d.data_ptr(), d.stride(0) * d.element_size(), b) for d, b in zip(self.dsts, self._row_bytes)
         ]
@@ -179,7 +178,8 @@ class InputCopyPlan:
         self._esize = [d.element_size() for d in self.dsts]
         self._flat = [ok and d.dim() == 1 for ok, d in zip(self.kernel_ok, self.dsts)]
         self._host_offset: list[int] = []  # per destination: where its host rows go in a ring buffer
-        offset = _aligned((HEADER + COLS * len(self.dsts)) * 8)
+        self._table_bytes = (HEADER + COLS * len(self.dsts)) * 8
+        offset = _aligned(self._table_bytes)
         for d, b in zip(self.dsts, self._row_bytes):
             self._host_offset.append(offset)
             offset += _aligned(d.shape[0] * b)
@@ -284,8 +284,7 @@ class InputCopyPlan:
     def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:
         """One graph: the table's upload (a few hundred bytes: every program reading it from host memory
         over the bus measured 20-40 us) and the kernel on the uploaded copy. Host rows are read in place."""
-        table_bytes = (HEADER + COLS * len(self.dsts)) * 8
-        device_table = torch.zeros(table_bytes, dtype=torch.uint8, device=self._device)
+        device_table = torch.zeros(self._table_bytes, dtype=torch.uint8, device=self._device)
         self._device_tables.append(device_table)
         grid = (len(self.dsts), self._max_rows)
         stream = torch.cuda.Stream(self._device)
@@ -295,12 +294,21 @@ class InputCopyPlan:
             graph = torch.cuda.CUDAGraph()
             graph.capture_begin(capture_error_mode="thread_local")
             try:
-                device_table.copy_(buf[:table_bytes], non_blocking=True)
+                device_table.copy_(buf[: self._table_bytes], non_blocking=True)
                 _copy_in_kernel[grid](device_table.data_ptr(), BLOCK=BLOCK)
             finally:
                 graph.capture_end()
         torch.cuda.current_stream(self._device).wait_stream(stream)
         return graph
+
+
+def _contiguous_strides(row_shape: Sequence[int]) -> tuple[int, ...]:
+    """The element strides of a contiguous row of ``row_shape``."""
+    strides, step = [], 1
+    for size in reversed(row_shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 def _aligned(n: int) -> int:
