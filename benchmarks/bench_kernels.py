@@ -91,29 +91,39 @@ def bench_tail(rows: list, record: dict) -> None:
         )
 
 
+#: sampled-verify settings: (name, temperature, top_k, top_p, min_p, filtered); targets from ANCHORS.md
+SAMPLING_CASES = (
+    ("temperature", 0.8, 0, 1.0, 0.0, False),
+    ("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0.0, True),
+    ("top-p 0.9", 0.8, 0, 0.9, 0.0, True),
+    ("min-p 0.1", 0.8, 0, 1.0, 0.1, True),
+)
+SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,
+                       ("top-k 50 + top-p 0.9", 8): 60.0, ("top-k 50 + top-p 0.9", 64): 400.0}  # fmt: skip
+
+
 def bench_sampling(rows: list, record: dict) -> None:
-    for B, filtered in itertools.product((1, 8, 64), (False, True)):
+    for B, (name, temp, k, p, min_p, filtered) in itertools.product(BATCHES, SAMPLING_CASES):
         x = torch.randn(B, K + 1, V, device=dev).bfloat16()
         d = torch.argmax(x, -1)[:, :K].contiguous()
-        T = torch.full((B,), 0.8, device=dev)
-        tk = torch.full((B,), 40 if filtered else 0, device=dev, dtype=torch.int64)
-        tp = torch.full((B,), 0.9 if filtered else 1.0, device=dev)
+        T = torch.full((B,), temp, device=dev)
+        tk = torch.full((B,), k, device=dev, dtype=torch.int64)
+        tp = torch.full((B,), p, device=dev)
+        mp = torch.full((B,), min_p, device=dev)
         seed = torch.arange(B, device=dev, dtype=torch.int64)
         off = torch.zeros(B, device=dev, dtype=torch.int64)
+        kw = {"filtered": filtered, "min_p": mp}
         res = {
-            "torch": per_instance_us(
-                lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, filtered=filtered), copies=5
-            ),
-            "kernel": per_instance_us(
-                lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, filtered=filtered), copies=5
-            ),
+            "torch": per_instance_us(lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, **kw), copies=5),
+            "kernel": per_instance_us(lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, **kw), copies=5),
             "floor": floor_us(x.numel() * 2),
+            "target": SAMPLING_TARGETS_US.get((name, B)),
         }
-        name = "top-k/top-p" if filtered else "temperature"
         record[f"sampling {name} B={B}"] = res
+        target = f" (target <= {res['target']:.0f}: {res['kernel'] / res['target']:.2f}x)" if res["target"] else ""
         rows.append(
-            f"| sampled verify ({name}) B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f} | - | {res['floor']:.2f} | "
-            f"{res['kernel'] / res['torch']:.3f} | {res['kernel'] / res['floor']:.2f} |"
+            f"| sampled verify ({name}) B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f}{target} | - | "
+            f"{res['floor']:.2f} | {res['kernel'] / res['torch']:.3f} | {res['kernel'] / res['floor']:.2f} |"
         )
 
 

@@ -1,8 +1,9 @@
-"""Chain verify sampling in two launches (target-only: draft tokens carry unit probability).
+"""Chain verify sampling (target-only: draft tokens carry unit probability).
 
 For request ``b`` and row ``j`` let ``q_j`` be the target's sampling distribution: ``softmax(logits / T)``
-restricted to the top-k logits (ties at the k-th value kept) and then to the top-p set (a token is kept
-when the mass of strictly more probable kept tokens is ``< p``), renormalised. Then:
+restricted to the top-k logits (ties at the k-th value kept), then to the top-p set (a token is kept
+when the mass of strictly more probable kept tokens is ``< top_p`` of the kept mass), then to the
+min-p set (probability ``>= min_p`` times the largest), renormalised. Then:
 
 * accept ``d_{j+1}`` with probability ``q_j(d_{j+1})``, walking the chain until the first rejection ``n``;
 * at ``n < K`` emit a correction sampled from ``q_n`` with ``d_{n+1}`` removed (renormalised);
@@ -10,14 +11,19 @@ when the mass of strictly more probable kept tokens is ``< p``), renormalised. T
 
 The emitted tokens follow the target distribution exactly. Rows with ``T == 0`` are greedy and give
 exactly :func:`greedy_chain_verify`'s tokens; so do rows whose logits contain NaN or ``+inf`` or are all
-``-inf`` (a defined fallback). Samples use the Gumbel-max trick with Philox noise keyed by
-``(seed[b], offset[b], row, token)``; launch 2 advances ``offset[b]`` by one, so a captured graph draws
-fresh numbers on every replay and a seeded run reproduces.
+``-inf`` (a defined fallback). Randomness is Philox keyed by ``(seed[b], offset[b])``: one number per
+row for the acceptance coin and one for the sample (inverse CDF over the kept mass); the last launch
+advances ``offset[b]`` by one, so a captured graph draws fresh numbers on every replay and a seeded run
+reproduces.
 
-Launch 1, temperature class: programs over (row, vocabulary split) write partial max / sum-exp /
-Gumbel argmax / greedy argmax. Top-k/top-p class: one program per row finds the exact cut-off with a
-multi-way bisection over sortable keys (about 10 passes over the row), then one sampling pass.
-Launch 2: one program per request combines the partials and walks the chain.
+Launches, each over (row, vocabulary split) except the last:
+
+* temperature class: 1. per split, the argmax, the max of ``x / T`` and the mass ``sum exp(z - m_split)``
+  without the row's draft token;
+* filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
+  of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split;
+* last: one program per request combines the partials, walks the chain, picks the split that holds the
+  sample from the split masses and scans that split for the token.
 """
 
 from __future__ import annotations
@@ -26,102 +32,56 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import reduce_keys, sortable_key
-from ._common import check, next_pow2, use_triton, vocab_split
-from ._topk_topp import INF_KEY_C, NEG_INF_KEY_C, _gumbel, _row_setup, _sample_filter_kernel
-from .chain_sampling_ref import SampledVerifyOutput, chain_verify_sampling_ref, sampling_probs
+from ._argmax import reduce_keys
+from ._common import check, next_pow2, use_triton
+from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
+from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
+from .chain_sampling_ref import (
+    SampledVerifyOutput,
+    chain_verify_sampling_ref,
+    filter_cut_keys_ref,
+    sampling_probs,
+    sortable_keys,
+)
 from .greedy_verify import INDEX_DTYPES, LOGIT_DTYPES
 
-__all__ = ["SampledVerifyOutput", "chain_verify_sampling", "chain_verify_sampling_ref", "sampling_probs"]
+__all__ = [
+    "SampledVerifyOutput",
+    "chain_verify_sampling",
+    "chain_verify_sampling_ref",
+    "filter_cut_keys",
+    "filter_cut_keys_ref",
+    "sampling_probs",
+    "sortable_keys",
+]
 
-BLOCK_V = 1024
-SEARCH_BLOCK = 1024
-SEARCH_WAYS = 4  # per element per pass ~6 + 2*WAYS ops over log_{WAYS+1}(2^32) passes: 4 is the minimum
-FILTER_BLOCK = 2048  # one program per row: wide blocks and many warps keep its passes short
-FILTER_WARPS = 8
+MAX_SPLITS = 32
+
+
+def split_layout(rows: int, vocab: int) -> tuple[int, int]:
+    """``(splits per row, entries per split)``: about four programs per SM of an H200 in all, at least
+    eight splits per row (the last launch scans one split) and at most 32, unless a split would exceed 255
+    blocks (the count rounds keep one byte per lane); a split is a multiple of ``BLOCK``."""
+    per_row = max(min(MAX_SPLITS, max(8, triton.cdiv(528, max(rows, 1)))), triton.cdiv(vocab, 255 * BLOCK))
+    split = triton.cdiv(triton.cdiv(vocab, per_row), BLOCK) * BLOCK
+    return triton.cdiv(vocab, split), split
 
 
 @triton.jit
-def _sample_partial_kernel(
+def _finalize_kernel(
     logits_ptr,
     stride_b,
     stride_j,
     draft_ptr,
     stride_draft,
     temp_ptr,
+    minp_ptr,
     seed_ptr,
     offset_ptr,
     gkey_ptr,
     gidx_ptr,
     m_ptr,
     s_ptr,
-    skey_ptr,
-    sidx_ptr,
-    V,
-    K,
-    K1,
-    n_splits,
-    SPLIT: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """Temperature class: partial statistics of one (row, vocabulary split)."""
-    row = tl.program_id(0).to(tl.int64)
-    sp = tl.program_id(1)
-    b, j, inv_t, excl, seed, stream = _row_setup(row, K1, K, temp_ptr, draft_ptr, stride_draft, seed_ptr, offset_ptr)
-    base = logits_ptr + b * stride_b + j * stride_j
-    g_best = tl.full([BLOCK], -2147483648, tl.int32)
-    g_idx = tl.zeros([BLOCK], tl.int32)
-    s_best = tl.full([BLOCK], -2147483648, tl.int32)
-    s_idx = tl.zeros([BLOCK], tl.int32)
-    m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
-    s_lane = tl.zeros([BLOCK], tl.float32)
-    start = sp.to(tl.int64) * SPLIT
-    for i in range(0, SPLIT, BLOCK):
-        offs = start + i + tl.arange(0, BLOCK)
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        key = tl.where(inb, sortable_key(x), -2147483648)
-        better = key > g_best
-        g_best = tl.where(better, key, g_best)
-        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
-        z = x * inv_t
-        m_new = tl.maximum(m_lane, z)
-        live = m_new > float("-inf")
-        s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
-        m_lane = m_new
-        score = tl.where(inb & (offs != excl), sortable_key(z + _gumbel(seed, stream, offs)), -2147483648)
-        better = score > s_best
-        s_best = tl.where(better, score, s_best)
-        s_idx = tl.where(better, offs.to(tl.int32), s_idx)
-    m = tl.max(m_lane, axis=0)
-    s = tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
-    out = row * n_splits + sp
-    gk = tl.max(g_best, axis=0)
-    tl.store(gkey_ptr + out, gk)
-    tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
-    sk = tl.max(s_best, axis=0)
-    tl.store(skey_ptr + out, sk)
-    tl.store(sidx_ptr + out, tl.min(tl.where(s_best == sk, s_idx, 2147483647), axis=0))
-    tl.store(m_ptr + out, m)
-    tl.store(s_ptr + out, s)
-
-
-@triton.jit
-def _sample_finalize_kernel(
-    logits_ptr,
-    stride_b,
-    stride_j,
-    draft_ptr,
-    stride_draft,
-    temp_ptr,
-    seed_ptr,
-    offset_ptr,
-    gkey_ptr,
-    gidx_ptr,
-    m_ptr,
-    s_ptr,
-    skey_ptr,
-    sidx_ptr,
     cut_ptr,
     tokens_ptr,
     ext_ptr,
@@ -134,13 +94,17 @@ def _sample_finalize_kernel(
     V,
     K,
     n_splits,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
     K1_P2: tl.constexpr,
     NS_P2: tl.constexpr,
-    HAS_CUT: tl.constexpr,
+    SHIFT: tl.constexpr,
+    FILTERED: tl.constexpr,
     HAS_SEQ: tl.constexpr,
     HAS_ACCEPT_LEN: tl.constexpr,
     HAS_SELECT: tl.constexpr,
 ):
+    """One program per request: combine the partials, walk the chain, sample the correction or bonus."""
     b = tl.program_id(0).to(tl.int64)
     K1 = K + 1
     j = tl.arange(0, K1_P2)
@@ -151,35 +115,74 @@ def _sample_finalize_kernel(
     gkey = tl.load(gkey_ptr + offs, mask=m2, other=-2147483648)
     predict = reduce_keys(gkey, tl.load(gidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
     gmax = tl.max(gkey, axis=1)
-    skey = tl.load(skey_ptr + offs, mask=m2, other=-2147483648)
-    sample = reduce_keys(skey, tl.load(sidx_ptr + offs, mask=m2, other=2147483647), 1).to(tl.int64)
-    sample_ok = tl.max(skey, axis=1) > -2147483648
     m_part = tl.load(m_ptr + offs, mask=m2, other=float("-inf"))
     m_row = tl.max(m_part, axis=1)
-    s_part = tl.load(s_ptr + offs, mask=m2, other=0.0)
-    s_row = tl.sum(tl.where(m_part > float("-inf"), s_part * tl.exp(m_part - m_row[:, None]), 0.0), axis=1)
+    s_part = tl.where(m_part > float("-inf"), tl.load(s_ptr + offs, mask=m2, other=0.0), 0.0)
+    w_part = tl.where(m_part > float("-inf"), s_part * tl.exp(m_part - m_row[:, None]), 0.0)  # [K1, NS]
+    s_row = tl.sum(w_part, axis=1)
 
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
-    t_rows = tl.zeros([K1_P2], tl.float32) + t
-    greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | (t_rows <= 0)
-
+    greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | ((tl.zeros([K1_P2], tl.float32) + t) <= 0)
     d = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
     d_ok = (j < K) & (d >= 0) & (d < V)
     x_d = tl.load(logits_ptr + b * stride_b + j * stride_j + tl.where(d_ok, d, 0), mask=d_ok, other=float("-inf"))
-    x_d = x_d.to(tl.float32)
+    z_d = x_d.to(tl.float32) * inv_t
+    min_p = 0.0
     kept_d = d_ok
-    if HAS_CUT:
+    if FILTERED:
+        min_p = tl.load(minp_ptr + b).to(tl.float32)
         cut = tl.load(cut_ptr + rows, mask=j <= K, other=-2147483648)
-        kept_d = kept_d & (sortable_key(x_d).to(tl.int64) >= cut)
-    q_d = tl.where(kept_d, tl.exp(x_d * inv_t - m_row) / s_row, 0.0)
+        kept_d = kept_d & (row_key(x_d.to(tl.float32), SHIFT) >= cut) & (tl.exp(z_d - m_row) >= min_p)
+    m_all = tl.maximum(m_row, tl.where(kept_d, z_d, float("-inf")))  # the draft was left out of m_row
+    w_d = tl.where(kept_d, tl.exp(z_d - m_all), 0.0)
+    q_d = w_d / (tl.where(m_row > float("-inf"), s_row * tl.exp(m_row - m_all), 0.0) + w_d)
     seed = tl.load(seed_ptr + b)
     off = tl.load(offset_ptr + b)
-    coin = tl.rand(seed, ((off * (K1 + 1) + K1) << 32) | j.to(tl.int64))
+    stream = (off * (K1 + 1) + K1) << 32
+    coin = tl.rand(seed, stream | j.to(tl.int64))
     accept = d_ok & tl.where(greedy, d == predict, coin < q_d)
     n = tl.min(tl.where((j < K) & ~accept, j, K), axis=0).to(tl.int64)
-    final_j = tl.where(greedy | ~sample_ok, predict, sample)
-    final = tl.sum(tl.where(j == n, final_j, 0), axis=0)
+
+    # the sample of row n: the split that holds u * mass, then the token inside it
+    on_n = j == n
+    w_n = tl.sum(tl.where(on_n[:, None], w_part, 0.0), axis=0)  # [NS] split masses, in row n's scale
+    m_n = tl.sum(tl.where(on_n, m_row, 0.0), axis=0)
+    total = tl.sum(w_n, axis=0)
+    goal = tl.rand(seed, stream | K1) * total
+    cum = tl.cumsum(w_n, axis=0)
+    last_sp = tl.max(tl.where(w_n > 0, sp, 0), axis=0)
+    chosen = tl.minimum(tl.min(tl.where(cum > goal, sp, NS_P2), axis=0), last_sp)
+    m_sp = tl.sum(tl.sum(tl.where(on_n[:, None] & (sp[None, :] == chosen), m_part, 0.0), axis=1), axis=0)
+    local = (goal - tl.sum(tl.where(sp < chosen, w_n, 0.0), axis=0)) * tl.exp(m_n - m_sp)
+    excl = tl.where(n < K, tl.sum(tl.where(on_n, d, 0), axis=0), -1)
+    cut_n = n * 0
+    if FILTERED:
+        cut_n = tl.sum(tl.where(on_n, cut, 0), axis=0)
+    base = logits_ptr + b * stride_b + n * stride_j
+    token = n * 0 - 1
+    last = n * 0 - 1
+    run = total * 0.0
+    start = chosen.to(tl.int64) * SPLIT
+    for i in range(0, SPLIT, BLOCK):
+        if token < 0:
+            o = start + i + tl.arange(0, BLOCK)
+            inb = o < V
+            x = tl.load(base + o, mask=inb, other=float("-inf")).to(tl.float32)
+            w = tl.exp(x * inv_t - m_sp)
+            kept = inb & (o != excl)
+            if FILTERED:
+                kept = kept & (row_key(x, SHIFT) >= cut_n) & (tl.exp(x * inv_t - m_n) >= min_p)
+            w = tl.where(kept, w, 0.0)
+            c = tl.cumsum(w, axis=0) + run
+            hit = tl.min(tl.where(kept & (c > local), o, 2147483647), axis=0)
+            token = tl.where(hit < 2147483647, hit.to(tl.int64), token)
+            last = tl.maximum(last, tl.max(tl.where(kept, o, -1), axis=0).to(tl.int64))
+            run += tl.sum(w, axis=0)
+    sample = tl.where(token >= 0, token, last)
+    pred_n = tl.sum(tl.where(on_n, predict, 0), axis=0)
+    greedy_n = tl.sum(tl.where(on_n & greedy, 1, 0), axis=0) > 0
+    final = tl.where(greedy_n | (total <= 0) | (sample < 0), pred_n, sample)
     tokens = tl.where(j < n, d, tl.where(j == n, final, -1))
     tl.store(tokens_ptr + b * K1 + j, tokens, mask=j <= K)
     tl.store(ext_ptr + b * K1 + j, tl.where(j < n, d, final), mask=j <= K)
@@ -195,7 +198,7 @@ def _sample_finalize_kernel(
         tl.store(select_ptr + b, b * K1 + n)
 
 
-def _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_lens) -> None:
+def _check(logits, draft_tokens, temperature, top_k, top_p, min_p, seed, offset, seq_lens) -> None:
     check(logits.dim() == 3, f"logits must be [B, K+1, V], got shape {tuple(logits.shape)}")
     check(logits.dtype in LOGIT_DTYPES, f"logits dtype {logits.dtype} not supported; use float32, float16 or bfloat16")
     check(logits.stride(-1) == 1 or logits.shape[-1] == 1, "logits must have unit stride along V")
@@ -211,6 +214,7 @@ def _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_le
         ("temperature", temperature, (torch.float32,)),
         ("top_k", top_k, INDEX_DTYPES),
         ("top_p", top_p, (torch.float32,)),
+        ("min_p", min_p, (torch.float32,)),
         ("seed", seed, (torch.int64,)),
         ("offset", offset, (torch.int64,)),
     ):
@@ -223,6 +227,24 @@ def _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_le
         check(seq_lens.device == logits.device, f"seq_lens is on {seq_lens.device}, logits on {logits.device}")
 
 
+def filter_cut_keys(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
+    """The kernels' top-k/top-p cut-off of every row, ``[B, K+1]`` int64 in :func:`sortable_keys`' domain:
+    a row keeps the logits whose key is ``>=`` its cut (before min-p). Meaningful for sampled rows with
+    regular logits (``T > 0``, no NaN or ``+inf``, not all ``-inf``). For tests and debugging; equals
+    :func:`filter_cut_keys_ref` on such rows."""
+    B, K1, V = logits.shape
+    rows, dev = B * K1, logits.device
+    check(use_triton(logits), f"filter_cut_keys runs the Triton kernels; {dev} cannot run them")
+    layout = split_layout(rows, V)
+    parts = [torch.empty((rows, layout[0]), dtype=torch.float32, device=dev) for _ in range(2)]
+    gk = [torch.empty((rows, layout[0]), dtype=torch.int32, device=dev) for _ in range(2)]
+    drafts = torch.zeros((B, max(K1 - 1, 1)), dtype=torch.int64, device=dev)
+    min_p = torch.zeros(B, dtype=torch.float32, device=dev)
+    return filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
+
+
 def chain_verify_sampling(
     logits: torch.Tensor,
     draft_tokens: torch.Tensor,
@@ -232,13 +254,14 @@ def chain_verify_sampling(
     seed: torch.Tensor,
     offset: torch.Tensor,
     *,
+    min_p: torch.Tensor | None = None,
     filtered: bool = True,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = False,
     with_select: bool = False,
     out: dict[str, torch.Tensor] | None = None,
 ) -> SampledVerifyOutput:
-    """Sampled chain verification (target-only rule above) in two launches.
+    """Sampled chain verification (target-only rule above).
 
     Parameters
     ----------
@@ -247,17 +270,23 @@ def chain_verify_sampling(
     draft_tokens:
         Shape: ``(B, K)``; int32/int64.
     temperature, top_k, top_p:
-        Per request, shape ``(B,)``: float32 (0 = greedy), int32/int64 (0 = off), float32 in (0, 1].
+        Per request, shape ``(B,)``: float32 (0 = greedy), int32/int64 (0 = off), float32 in (0, 1]
+        (1 = off).
     seed, offset:
         Per request int64 ``(B,)``; ``offset`` is advanced by one in place (by the device).
+    min_p:
+        Per request float32 ``(B,)`` in [0, 1] (0 = off; ``None``: off for every request).
     filtered:
-        ``False`` when no row uses top-k/top-p (the temperature class: a faster, vocabulary-split launch 1;
-        top_k/top_p are then ignored).
+        ``False`` when no row uses top-k, top-p or min-p (the temperature class: two launches; the
+        filters are then ignored).
 
+    Launches: 2 (temperature class); 3 + 8 rounds for bfloat16 logits, 3 + 16 otherwise (filtered).
     CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
     """
-    _check(logits, draft_tokens, temperature, top_k, top_p, seed, offset, seq_lens)
-    B, K1, V = logits.shape
+    B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
+    if min_p is None:
+        min_p = torch.zeros(B, dtype=torch.float32, device=logits.device)
+    _check(logits, draft_tokens, temperature, top_k, top_p, min_p, seed, offset, seq_lens)
     dev = logits.device
     out = dict(out or {})
 
@@ -284,8 +313,9 @@ def chain_verify_sampling(
         return res
     if not use_triton(logits):
         ref = chain_verify_sampling_ref(
-            logits, draft_tokens, temperature, top_k, top_p, seed, offset, filtered=filtered, seq_lens=seq_lens
-        )
+            logits, draft_tokens, temperature, top_k, top_p, seed, offset, min_p=min_p, filtered=filtered,
+            seq_lens=seq_lens,
+        )  # fmt: skip
         for name, t in res._asdict().items():
             if t is not None:
                 t.copy_(getattr(ref, name))
@@ -293,56 +323,30 @@ def chain_verify_sampling(
     K = K1 - 1
     rows = B * K1
     drafts = draft_tokens if K > 0 else res.tokens
+    n_splits, split = split_layout(rows, V)
+    m_part, s_part = (torch.empty((rows, n_splits), dtype=torch.float32, device=dev) for _ in range(2))
+    gkey, gidx = (torch.empty((rows, n_splits), dtype=torch.int32, device=dev) for _ in range(2))
+    head = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
     if filtered:
-        n_splits = 1
+        layout = (n_splits, split)
+        cut = filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx)
     else:
-        n_splits = triton.cdiv(V, vocab_split(rows, V, block=BLOCK_V))
-    parts = [
-        torch.empty((rows, n_splits), dtype=dt, device=dev)
-        for dt in (torch.int32, torch.int32, torch.float32, torch.float32, torch.int32, torch.int32)
-    ]
-    cut = torch.empty(rows if filtered else 1, dtype=torch.int64, device=dev)
-    common = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
-    if filtered:
-        _sample_filter_kernel[(rows,)](
-            *common,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            offset,
-            *parts,
-            cut,
-            V,
-            K,
-            K1,
-            BLOCK=FILTER_BLOCK,
-            SEARCH_BLOCK=SEARCH_BLOCK,
-            WAYS=SEARCH_WAYS,
-            num_warps=FILTER_WARPS,
-        )
-    else:
-        split = vocab_split(rows, V, block=BLOCK_V)
-        _sample_partial_kernel[(rows, n_splits)](
-            *common,
-            temperature,
-            seed,
-            offset,
-            *parts,
-            V,
-            K,
-            K1,
-            n_splits,
-            SPLIT=split,
-            BLOCK=BLOCK_V,
-            num_warps=4,
-        )
-    _sample_finalize_kernel[(B,)](
-        *common,
+        cut = gkey  # unused
+        _temperature_kernel[(rows, n_splits)](
+            *head, temperature, gkey, gidx, m_part, s_part, V, K, K1, n_splits, SPLIT=split, BLOCK=BLOCK,
+            num_warps=NUM_WARPS,
+        )  # fmt: skip
+    ns_p2 = next_pow2(n_splits)
+    _finalize_kernel[(B,)](
+        *head,
         temperature,
+        min_p,
         seed,
         offset,
-        *parts,
+        gkey,
+        gidx,
+        m_part,
+        s_part,
         cut,
         res.tokens,
         res.extend_tokens,
@@ -355,12 +359,15 @@ def chain_verify_sampling(
         V,
         K,
         n_splits,
+        SPLIT=split,
+        BLOCK=BLOCK,
         K1_P2=next_pow2(K1),
-        NS_P2=next_pow2(n_splits),
-        HAS_CUT=filtered,
+        NS_P2=ns_p2,
+        SHIFT=key_shift(logits.dtype),
+        FILTERED=filtered,
         HAS_SEQ=seq_lens is not None,
         HAS_ACCEPT_LEN=with_accept_len,
         HAS_SELECT=with_select,
-        num_warps=1 if next_pow2(K1) * next_pow2(n_splits) <= 512 else 4,
+        num_warps=8,
     )
     return res

@@ -1,6 +1,18 @@
 """Chain verify sampling in plain torch: the reference the kernels are tested against, the path the
-``two_launch_sampling`` piece falls back to, and the sampling distribution ``q`` every path shares
-(temperature, top-k keeping ties, top-p by strictly-greater mass; greedy and degenerate rows one-hot).
+``two_launch_sampling`` piece falls back to, and the one definition of the kept set every path shares.
+
+The kept set of a sampled row, with ``z = x * (1 / T)`` (float32), ``m = max z`` and the weights
+``w = exp(z - m)`` (float32):
+
+* top-k (``0 < k < V``): entries whose logit is ``>=`` the k-th largest (ties at the k-th value kept;
+  ``-0.0 == +0.0``); ``k = 0`` or ``k >= V`` is off;
+* top-p (``p < 1``), over the top-k set: an entry is kept when the mass (float64 sum of ``w``) of
+  top-k entries with a strictly larger logit is ``< p * `` the top-k set's mass; ``p = 1`` is off;
+* min-p (``min_p > 0``): entries with ``w >= min_p`` (probability at least ``min_p`` times the largest);
+  ``min_p = 0`` is off.
+
+``q`` is ``w`` over the kept set, renormalised. Greedy rows (``T == 0``) and degenerate rows (a NaN or
+``+inf``, or every entry ``-inf``) are one-hot at the argmax.
 """
 
 from __future__ import annotations
@@ -51,40 +63,85 @@ def _degenerate_rows(logits: torch.Tensor) -> torch.Tensor:
     return torch.isnan(x).any(-1) | (x == float("inf")).any(-1) | (x == float("-inf")).all(-1)
 
 
+def sortable_keys(logits: torch.Tensor) -> torch.Tensor:
+    """int64 keys in the kernels' order: ``a < b`` iff key(a) < key(b), ``-0.0`` and ``+0.0`` equal, every
+    NaN largest. 16-bit keys for bfloat16 logits (their float32 keys end in 16 zero bits), else 32-bit."""
+    x = logits.float()
+    x = torch.where(torch.isnan(x), torch.full_like(x, float("nan")), x)
+    x = torch.where(x == 0, torch.zeros_like(x), x)
+    b = x.view(torch.int32)
+    key = b ^ ((b >> 31) & 0x7FFFFFFF)
+    if logits.dtype == torch.bfloat16:
+        key = key >> 16
+    return key.long()
+
+
+def _weights(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """``w = exp(z - max z)`` with ``z = x * (1 / T)`` in float32, ``[B, R, V]``."""
+    B = logits.shape[0]
+    t = temperature.float().view(B, 1, 1)
+    z = logits.float() * (1.0 / torch.where(t > 0, t, torch.ones_like(t)))
+    return torch.exp(z - z.amax(-1, keepdim=True))
+
+
+def kept_mask(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The kept set (module docstring) of every row: ``[B, R, V]`` bool, for logits ``[B, R, V]`` and
+    per-request ``[B]`` settings. Meaningful for sampled rows with regular logits. Cost: a sort per row."""
+    B, R, V = logits.shape
+    w = _weights(logits, temperature)
+    key = sortable_keys(logits)
+    skey, order = torch.sort(key, dim=-1, descending=True, stable=True)
+    k = top_k.long().view(B, 1, 1)
+    kth = skey.gather(-1, (k.clamp(1, V) - 1).expand(B, R, 1))
+    keep = torch.where((k > 0) & (k < V), key >= kth, torch.ones_like(key, dtype=torch.bool))
+    ws = torch.where(keep, w, torch.zeros_like(w)).double().gather(-1, order)
+    before = torch.cumsum(ws, -1) - ws
+    starts = torch.ones_like(skey, dtype=torch.bool)
+    starts[..., 1:] = skey[..., 1:] != skey[..., :-1]
+    arange = torch.arange(V, device=logits.device).expand_as(skey)
+    first = torch.cummax(torch.where(starts, arange, torch.zeros_like(arange)), -1).values
+    p = top_p.double().view(B, 1, 1)
+    keep_sorted = (before.gather(-1, first) < p * ws.sum(-1, keepdim=True)) | (p >= 1.0)
+    keep = keep & torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    if min_p is not None:
+        mp = min_p.float().view(B, 1, 1)
+        keep = keep & ((w >= mp) | (mp <= 0))
+    return keep
+
+
+def filter_cut_keys_ref(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
+    """The smallest kept key of every row after top-k and top-p, ``[B, R]`` int64 (:func:`sortable_keys`)."""
+    key = sortable_keys(logits)
+    kept = kept_mask(logits, temperature, top_k, top_p)
+    return torch.where(kept, key, torch.full_like(key, 2**62)).amin(-1)
+
+
 def sampling_probs(
-    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, *, filtered: bool = True
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    *,
+    filtered: bool = True,
+    min_p: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The sampling distribution ``q`` of every row, materialised: ``[B, R, V]`` float32 (rows sum to 1).
 
-    Same rule as the kernels (temperature, then top-k keeping ties, then top-p by strictly-greater mass).
-    Greedy and degenerate rows come back as a one-hot at the argmax. Graph-safe (no host syncs).
-    Cost: a sort of every row when ``filtered``.
+    The kept set of :func:`kept_mask` when ``filtered`` (else every entry). Greedy and degenerate rows
+    come back as a one-hot at the argmax. Graph-safe (no host syncs). Cost: a sort per row when filtered.
     """
-    B, R, V = logits.shape
-    x = logits.float()
-    t = temperature.float().view(B, 1, 1)
-    z = x / torch.where(t > 0, t, torch.ones_like(t))
-    m = z.amax(-1, keepdim=True)
-    e = torch.exp(z - m)
+    B = logits.shape[0]
+    e = _weights(logits, temperature)
     if filtered:
-        vals, order = torch.sort(x, dim=-1, descending=True, stable=True)
-        k = top_k.long().view(B, 1, 1)
-        k_on = (k > 0) & (k < V)
-        kth = vals.gather(-1, (k.clamp(1, V) - 1).expand(B, R, 1))
-        keep_k = torch.where(k_on, x >= kth, torch.ones_like(x, dtype=torch.bool))
-        e = torch.where(keep_k, e, torch.zeros_like(e))
-        e_sorted = e.gather(-1, order)
-        before = torch.cumsum(e_sorted, -1) - e_sorted
-        starts = torch.ones_like(vals, dtype=torch.bool)
-        starts[..., 1:] = vals[..., 1:] != vals[..., :-1]
-        arange = torch.arange(V, device=x.device).expand_as(vals)
-        first = torch.cummax(torch.where(starts, arange, torch.zeros_like(arange)), -1).values
-        mass_gt = before.gather(-1, first)
-        total = e.sum(-1, keepdim=True)
-        p = top_p.float().view(B, 1, 1)
-        keep_sorted = (mass_gt < p * total) | (p >= 1.0)
-        keep_p = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        e = torch.where(keep_p, e, torch.zeros_like(e))
+        e = torch.where(kept_mask(logits, temperature, top_k, top_p, min_p), e, torch.zeros_like(e))
     probs = e / e.sum(-1, keepdim=True)
     greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)
     one_hot = torch.zeros_like(probs).scatter(-1, torch.argmax(logits, -1, keepdim=True), 1.0)
@@ -100,6 +157,7 @@ def chain_verify_sampling_ref(
     seed: torch.Tensor,
     offset: torch.Tensor,
     *,
+    min_p: torch.Tensor | None = None,
     filtered: bool = True,
     seq_lens: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
@@ -113,7 +171,7 @@ def chain_verify_sampling_ref(
     B, K1, V = logits.shape
     K = K1 - 1
     dev = logits.device
-    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=filtered)  # [B, K1, V]
+    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=filtered, min_p=min_p)  # [B, K1, V]
     predict = torch.argmax(logits, -1)
     greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)  # [B, K1]
     d = draft_tokens.long()

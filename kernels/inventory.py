@@ -39,7 +39,8 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="chain_verify_sampling",
         launcher="stepgraph.kernels.chain_sampling.chain_verify_sampling",
         reference="stepgraph.kernels.chain_sampling_ref.chain_verify_sampling_ref",
-        launches="2 (row statistics + exact top-k/top-p cut-off; per-request chain walk)",
+        launches="temperature 2 (per-split mass; chain walk and sample); top-k/top-p/min-p 11 for bf16 logits, "
+        "19 otherwise (statistics, 8 or 16 cut-off rounds, kept mass, chain walk)",
         test="tests/kernels/test_chain_sampling.py",
         benchmark="benchmarks/bench_kernels.py --only sampling",
         piece="STEPGRAPH_TWO_LAUNCH_SAMPLING",

@@ -74,7 +74,9 @@ class Sampling(enum.IntEnum):
 class SamplingParams:
     """Per-request sampling settings.
 
-    ``temperature == 0`` is greedy. ``top_k <= 0`` means no top-k filter; ``top_p == 1`` no top-p filter.
+    ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
+    ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
+    probable one). Any filter puts the request in the ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
     """
 
@@ -82,9 +84,10 @@ class SamplingParams:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    min_p: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p"):
+        for name in ("temperature", "top_p", "min_p"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise TypeError(f"{name} must be a number, got {value!r}")
@@ -96,6 +99,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (0.0 <= self.min_p <= 1.0):
+            raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {self.min_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
 
@@ -103,7 +108,7 @@ class SamplingParams:
     def sampling(self) -> Sampling:
         if self.temperature == 0.0:
             return Sampling.GREEDY
-        if self.top_k > 0 or self.top_p < 1.0:
+        if self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0:
             return Sampling.TOP_K_TOP_P
         return Sampling.TEMPERATURE
 

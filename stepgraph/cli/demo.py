@@ -61,6 +61,7 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--min-p", type=float, default=0.0, help="min-p filter of top_k_top_p sampling (default 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overlap", action="store_true", help="overlapped loop (host one step ahead; GPU only)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -73,7 +74,7 @@ def _params(args) -> SamplingParams:
         return SamplingParams()
     if args.sampling == "temperature":
         return SamplingParams(temperature=args.temperature)
-    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
 
 
 def _overrides(args) -> dict:

@@ -38,16 +38,18 @@ def tree_verify_sampling(
     max_siblings: int = 1,
     seq_lens: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    min_p: torch.Tensor | None = None,
 ) -> SampledVerifyOutput:
     """Target-only tree verification.
 
     Shapes: ``logits [B, N, V]`` (one row per node), ``candidates [B, N]`` (node tokens; node 0 is the
     root), ``next_token``/``next_sibling`` ``[N]`` (-1 for none), per-request ``temperature``/``top_k``/
-    ``top_p``/``offset`` ``[B]``. Returns tokens along the accepted path (then the sampled token, then -1).
+    ``top_p``/``offset`` ``[B]`` (and ``min_p``, ``None`` for off). Returns tokens along the accepted path
+    (then the sampled token, then -1).
     """
     B, N, V = logits.shape
     dev = logits.device
-    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=True)  # [B, N, V]
+    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=True, min_p=min_p)  # [B, N, V]
     coins = torch.rand((B, N), device=dev, generator=generator)
     final_coin = torch.rand((B,), device=dev, generator=generator)
     rows = torch.arange(B, device=dev)

@@ -93,6 +93,7 @@ class Pieces:
                 *args,
                 state["seed"],
                 state["offset"],
+                min_p=state["min_p"],
                 filtered=filtered,
                 seq_lens=seq,
                 with_select=True,
@@ -101,14 +102,16 @@ class Pieces:
             return VerifyResult(r.tokens, r.extend_tokens, r.num_accepted, r.select)
         if self.t.lean_sampled_verify:
             r = chain_verify_sampling_ref(
-                logits, drafts, *args, state["seed"], state["offset"], filtered=filtered, seq_lens=seq
-            )
+                logits, drafts, *args, state["seed"], state["offset"], min_p=state["min_p"], filtered=filtered,
+                seq_lens=seq,
+            )  # fmt: skip
         else:
             nxt, sib = self._tree
             candidates = torch.cat([state["token"][:, None], drafts.long()], 1)
             r = tree_verify_sampling(
-                logits, candidates, nxt, sib, *args, state["offset"], max_depth=self.K, seq_lens=seq
-            )
+                logits, candidates, nxt, sib, *args, state["offset"], max_depth=self.K, seq_lens=seq,
+                min_p=state["min_p"],
+            )  # fmt: skip
         out_bonus.copy_(r.bonus)
         out_seq_lens.copy_(r.new_seq_lens)
         return VerifyResult(r.tokens, r.extend_tokens, r.num_accepted, r.select)

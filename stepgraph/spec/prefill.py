@@ -48,6 +48,7 @@ class Prefill:
             temperature=p.temperature,
             top_k=p.top_k,
             top_p=p.top_p,
+            min_p=p.min_p,
             seed=p.seed,
             offset=offset[0],
         )
@@ -70,6 +71,7 @@ class Prefill:
             torch.tensor([p.top_p], dtype=torch.float32, device=dev),
             seed,
             offset,
+            min_p=torch.tensor([p.min_p], dtype=torch.float32, device=dev),
             filtered=p.sampling is Sampling.TOP_K_TOP_P,
         )
         return out.bonus

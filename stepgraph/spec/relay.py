@@ -26,7 +26,7 @@ class RelayState:
     Fields (``S = num_slots + 1`` rows): ``token`` (last emitted token, not yet seen by the target),
     ``draft`` (first draft token of the next step), ``seq_len`` (the target's cache length; ``token``
     sits at this position), ``cache_row``, ``hidden`` (the draft feature for ``token``'s position),
-    ``temperature``, ``top_k``, ``top_p``, ``seed``, ``offset`` (random stream position).
+    ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``offset`` (random stream position).
     """
 
     def __init__(
@@ -50,6 +50,7 @@ class RelayState:
             "temperature": ((), torch.float32, 0.0),
             "top_k": ((), torch.int64, 0),
             "top_p": ((), torch.float32, 1.0),
+            "min_p": ((), torch.float32, 0.0),
             "seed": ((), torch.int64, 0),
             "offset": ((), torch.int64, 0),
         }

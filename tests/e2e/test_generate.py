@@ -52,6 +52,15 @@ def test_sampled_reproduces_under_seed_and_differs_across_seeds():
 
 
 @pytest.mark.parametrize("toggles", [Toggles.all(True), Toggles.all(False)], ids=["pieces-on", "plain"])
+def test_min_p_one_keeps_only_the_most_probable_token(toggles):
+    """min_p = 1 keeps only the argmax, so sampling must reproduce greedy decoding exactly: the filter
+    reaches the prefill's first token and every verify, through the kernels and through torch."""
+    greedy = decoder(toggles, max_batch=3)[0].generate(prompts(3), max_new_tokens=10)
+    sp = SamplingParams(temperature=1.3, top_k=7, min_p=1.0)
+    assert decoder(toggles, max_batch=3)[0].generate(prompts(3), max_new_tokens=10, sampling=sp) == greedy
+
+
+@pytest.mark.parametrize("toggles", [Toggles.all(True), Toggles.all(False)], ids=["pieces-on", "plain"])
 def test_overlapped_loop_equals_synchronous_loop(toggles):
     lengths = [3, 25, 8, 14, 1, 19, 6]
     sync, _ = decoder(toggles, max_batch=3)

@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from stepgraph.kernels.chain_sampling import chain_verify_sampling, sampling_probs
+from stepgraph.kernels.chain_sampling import (
+    chain_verify_sampling,
+    filter_cut_keys,
+    filter_cut_keys_ref,
+    sampling_probs,
+)
 from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, draft_extend_tail_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
 from stepgraph.kernels.input_copy import input_copy, input_copy_ref
@@ -153,6 +158,45 @@ def test_sampling_distribution_matches_target(filtered, k, p):
     emp = (counts / B).cpu()
     tv = 0.5 * sum(abs(emp[j, x].item() - exact.get((j, x), 0.0)) for j in range(K + 1) for x in range(V))
     assert tv < 0.01, (tv, emp, exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_filter_cut_equals_reference_at_full_vocabulary(dtype):
+    """The kernels' top-k/top-p cut-off equals the reference's on 64 rows of V = 151,936 per dtype:
+    settings mixed per request (top-k off, 1, tens, thousands; top-p off, tight, loose), logits with
+    ties (rounded), -inf entries and a scale that makes the distribution peaked or flat."""
+    torch.manual_seed(3)
+    B, K1, V = 16, 4, 151936
+    scale = torch.tensor([0.5, 2.0, 8.0, 1.0] * 4, device="cuda").view(B, 1, 1)
+    x = torch.randn(B, K1, V, device="cuda") * scale
+    x[::3] = torch.round(x[::3] * 4) / 4  # many ties
+    x[1, 2, :1000] = float("-inf")
+    x = x.to(dtype)
+    T = torch.rand(B, device="cuda") + 0.2
+    k = torch.tensor([0, 1, 50, 2000] * 4, device="cuda")
+    p = torch.tensor([1.0, 0.9, 0.5, 0.95, 0.3, 1.0, 0.99, 0.8] * 2, device="cuda")
+    assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
+
+
+@pytest.mark.parametrize("min_p", [0.05, 0.3])
+def test_min_p_distribution_matches_target(min_p):
+    torch.manual_seed(4)
+    V, K, B = 8, 1, 200_000
+    logits1 = torch.randn(1, K + 1, V, device="cuda") * 1.5
+    T, tk, tp, seed, off = _sampling_inputs(B, K, V, 1.0, 0, 1.0)
+    mp = torch.full((B,), min_p, device="cuda")
+    out = chain_verify_sampling(
+        logits1.expand(B, -1, -1).contiguous(), torch.full((B, K), 3, device="cuda"), T, tk, tp, seed, off, min_p=mp
+    )
+    q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], min_p=mp[:1])[0].double()
+    assert (q[0] == 0).any() or min_p < 0.1  # the filter removes something at 0.3
+    law = torch.zeros(K + 1, V, dtype=torch.float64)
+    law[0] = q[0]
+    law[0, 3] = 0.0
+    law[1] = q[0, 3] * q[1]
+    counts = torch.zeros(K + 1, V, device="cuda", dtype=torch.float64)
+    counts.index_put_((out.num_accepted, out.bonus), torch.ones(B, device="cuda", dtype=torch.float64), accumulate=True)
+    assert 0.5 * (counts.cpu() / B - law).abs().sum().item() < 0.01
 
 
 def test_sampling_graph_replay_draws_fresh_and_seeds_reproduce():

@@ -3,7 +3,13 @@
 import pytest
 import torch
 
-from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref, sampling_probs
+from stepgraph.kernels.chain_sampling import (
+    chain_verify_sampling,
+    chain_verify_sampling_ref,
+    filter_cut_keys,
+    filter_cut_keys_ref,
+    sampling_probs,
+)
 from stepgraph.kernels.greedy_verify import greedy_chain_verify_ref
 from tests.conftest import HAS_CUDA
 
@@ -107,6 +113,26 @@ def test_filters_keep_the_documented_sets():
     assert (q > 0).tolist() == [True, False, True, True, False]  # top-2 keeps the tie at the 2nd value
     q = sampling_probs(logits, one, torch.tensor([0]), torch.tensor([0.5]), filtered=True)[0, 0]
     assert (q > 0).tolist() == [True, False, False, False, False]  # mass of strictly larger < 0.5 only for 3.0
+    q = sampling_probs(logits, one, torch.tensor([0]), one, filtered=True, min_p=torch.tensor([0.3]))[0, 0]
+    assert (q > 0).tolist() == [True, False, True, True, False]  # e^-1 >= 0.3 > e^-2
+    q = sampling_probs(logits, one, torch.tensor([5]), one, filtered=True, min_p=torch.tensor([0.0]))[0, 0]
+    assert (q > 0).all()  # top_k = V, top_p = 1 and min_p = 0 are all off
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_filter_cut_equals_reference(dtype):
+    """The kernels' cut-off equals the reference's, row by row, with settings mixed per request, ties
+    (rounded logits), -inf entries, peaked and flat rows. Full vocabulary on the GPU: tests/gpu."""
+    torch.manual_seed(5)
+    B, K1, V = 8, 3, 700
+    x = torch.randn(B, K1, V, device=DEV) * torch.tensor([0.3, 1.0, 4.0, 1.0] * 2, device=DEV).view(B, 1, 1)
+    x[::2] = torch.round(x[::2] * 2) / 2
+    x[1, 1, :300] = float("-inf")
+    x = x.to(dtype)
+    T = torch.rand(B, device=DEV) + 0.2
+    k = torch.tensor([0, 1, 3, 40, 699, 0, 12, 400], device=DEV)
+    p = torch.tensor([0.9, 1.0, 0.5, 0.95, 0.2, 0.99, 1.0, 0.7], device=DEV)
+    assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
 
 
 def test_seeded_runs_reproduce_and_offsets_advance():

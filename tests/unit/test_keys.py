@@ -37,6 +37,8 @@ def test_sampling_parse_error_lists_choices():
         (SamplingParams(temperature=0.7, top_k=20), Sampling.TOP_K_TOP_P),
         (SamplingParams(temperature=1.0, top_p=0.9), Sampling.TOP_K_TOP_P),
         (SamplingParams(temperature=0.0, top_k=20), Sampling.GREEDY),
+        (SamplingParams(temperature=0.7, min_p=0.05), Sampling.TOP_K_TOP_P),
+        (SamplingParams(temperature=0.7, min_p=0.0), Sampling.TEMPERATURE),
     ],
 )
 def test_sampling_params_class(params, cls):
@@ -44,7 +46,17 @@ def test_sampling_params_class(params, cls):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"temperature": -1.0}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -2}, {"temperature": float("nan")}]
+    "kwargs",
+    [
+        {"temperature": -1.0},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"top_k": -2},
+        {"temperature": float("nan")},
+        {"min_p": -0.1},
+        {"min_p": 1.5},
+        {"min_p": float("nan")},
+    ],
 )
 def test_sampling_params_validation(kwargs):
     with pytest.raises(ValueError):

@@ -1,0 +1,74 @@
+"""Whole-step cost of sampling: decode time per step of the example model's step graph (28 layers,
+K = 3) through ``SpecDecoder.generate``, greedy against temperature and temperature + top-k + top-p (and
+min-p), at B = 1 and 8, in one run. The ratio to greedy is the target (ANCHORS.md: <= 1.03x).
+
+    python benchmarks/bench_sampling.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from _timing import env_record, save
+
+from stepgraph import SamplingParams
+from stepgraph.examples.model import build
+from stepgraph.spec.generate import SpecDecoder
+
+SETTINGS = {
+    "greedy": SamplingParams(),
+    "temperature 0.8": SamplingParams(temperature=0.8),
+    "top-k 50 + top-p 0.9": SamplingParams(temperature=0.8, top_k=50, top_p=0.9),
+    "min-p 0.1": SamplingParams(temperature=0.8, min_p=0.1),
+}
+
+
+def step_ms(dec: SpecDecoder, batch: int, sampling: SamplingParams, tokens: int, repeats: int) -> float:
+    """Median over ``repeats`` generate() calls of decode seconds per step, in ms."""
+    prompts = [[(7 * i + j) % 1000 + 1 for j in range(32)] for i in range(batch)]
+    dec.generate(prompts, max_new_tokens=8, sampling=sampling)  # captures the key
+    times = []
+    for _ in range(repeats):
+        dec.stats = type(dec.stats)()
+        dec.generate(prompts, max_new_tokens=tokens, sampling=sampling)
+        times.append(dec.stats.decode_seconds / max(dec.stats.steps, 1) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    target, draft = build("qwen3-0.6b", device="cuda", dtype=torch.bfloat16, num_layers=args.layers, max_requests=8)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=8)
+    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}
+    env = record["env"]
+    rows = [
+        f"# Sampled steps vs greedy steps, {args.layers} layers, K = 3, {env['date']}, {env['gpu']}, "
+        f"torch {env['torch']}, triton {env['triton']}",
+        "",
+    ]
+    rows += ["| B | " + " | ".join(SETTINGS) + " |", "| --- |" + " --- |" * len(SETTINGS)]
+    for B in (1, 8):
+        ms = {name: step_ms(dec, B, sp, args.tokens, args.repeats) for name, sp in SETTINGS.items()}
+        record["ms_per_step"][f"B={B}"] = ms
+        cells = [f"{t:.3f} ms ({t / ms['greedy']:.3f}x)" for t in ms.values()]
+        rows.append(f"| {B} | " + " | ".join(cells) + " |")
+    keys = dec.info()["keys"]
+    record["keys"] = keys
+    eager = {k: v.get("eager_runs") for k, v in (keys.items() if isinstance(keys, dict) else []) if v.get("eager_runs")}
+    rows += [
+        "",
+        "Ratios are to the greedy step in the same run; target for top-k + top-p: <= 1.03x.",
+        f"Keys that ran eagerly: {eager or 'none'}.",
+    ]
+    print("\n".join(rows))
+    save(args.out, "sampling", record, "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

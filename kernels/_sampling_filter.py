@@ -1,0 +1,277 @@
+"""The top-k / top-p cut-off of chain verify sampling, with many programs per row.
+
+The kept set of a row is ``{key >= cut}`` over sortable integer keys of its logits (16-bit keys for
+bfloat16, whose float32 keys have 16 zero bits; 32-bit keys otherwise). ``cut`` is found by a bisection
+over the key interval ``[lo, hi)`` in rounds; each round is one launch over (row, vocabulary split):
+
+* every program first brings its row's state up to date from the previous round (the 16 bucket sums of
+  all splits, read in a fixed order) and the split-0 program stores it for the next round;
+* then it sums its split into 16 equal buckets of ``[lo, hi)``: a count per bucket while looking for the
+  top-k cut, a float64 mass ``exp(z - m)`` per bucket while looking for the top-p cut.
+
+``G(c)`` is the count (or mass) of entries with key >= ``c``; the search keeps ``G(lo) >= target >
+G(hi)`` and narrows the interval sixteen-fold per round, so a phase takes at most four rounds over
+16-bit keys and eight over 32-bit keys, and every row finishes within :func:`num_rounds` launches. The
+top-k phase comes first; the top-p phase then searches ``[cut_k, max]`` with target ``top_p * G(cut_k)``.
+Float64 sums of float32 terms are exact for all terms above 2**-35 of the total, so the kept set does
+not depend on how the row is split (it is the same at every batch size) and matches the reference.
+Entries outside ``[lo, hi)`` are skipped a block at a time, so later rounds cost little when the
+interval holds few entries (a top-k of tens).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._argmax import sortable_key
+
+INF_KEY_C: tl.constexpr = tl.constexpr(0x7F800000)  # sortable_key(+inf); NaN keys are larger
+NEG_INF_KEY_C: tl.constexpr = tl.constexpr(-2139095041)  # sortable_key(-inf)
+NBINS: tl.constexpr = tl.constexpr(16)
+STATE: tl.constexpr = tl.constexpr(8)  # per row and round: lo, hi, g_hi, target, phase, m, k_max, top_p
+TOPK: tl.constexpr = tl.constexpr(0)
+TOPP_START: tl.constexpr = tl.constexpr(1)  # top-p target not known yet: this round's sums give G(lo)
+TOPP: tl.constexpr = tl.constexpr(2)
+DONE: tl.constexpr = tl.constexpr(3)
+
+BLOCK = 1024  # entries per step of every pass; a split is a multiple of it
+MASS_BLOCK: tl.constexpr = tl.constexpr(128)  # float64 [16, MASS_BLOCK] per-lane bucket sums in registers
+
+
+def num_rounds(key_bits: int) -> int:
+    """Launches that finish both phases for keys of ``key_bits`` bits (16 buckets: 4 bits a round)."""
+    return 2 * ((key_bits + 3) // 4)
+
+
+def key_shift(dtype) -> int:
+    """16 for bfloat16 (its float32 keys end in 16 zero bits), else 0."""
+    import torch
+
+    return 16 if dtype == torch.bfloat16 else 0
+
+
+@triton.jit
+def row_key(x, SHIFT: tl.constexpr):
+    """Sortable key of float32 ``x`` as int64, in the row's key domain (``>> SHIFT``)."""
+    return (sortable_key(x) >> SHIFT).to(tl.int64)
+
+
+@triton.jit
+def _stats_kernel(
+    logits_ptr,
+    stride_b,
+    stride_j,
+    temp_ptr,
+    gkey_ptr,
+    gidx_ptr,
+    zmax_ptr,
+    kmin_ptr,
+    kmax_ptr,
+    V,
+    K1,
+    n_splits,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
+    """Per (row, split): greedy argmax key and index, max of ``x / T``, min and max key."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    b = row // K1
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+    base = logits_ptr + b * stride_b + (row % K1) * stride_j
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    k_min = tl.full([BLOCK], 2147483647, tl.int32)
+    z_max = tl.full([BLOCK], float("-inf"), tl.float32)
+    start = sp.to(tl.int64) * SPLIT
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        key = tl.where(inb, sortable_key(x), -2147483648)
+        better = key > g_best
+        g_best = tl.where(better, key, g_best)
+        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+        k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
+        z_max = tl.maximum(z_max, x * inv_t)
+    out = row * n_splits + sp
+    gk = tl.max(g_best, axis=0)
+    tl.store(gkey_ptr + out, gk)
+    tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
+    tl.store(zmax_ptr + out, tl.max(z_max, axis=0))
+    tl.store(kmin_ptr + out, tl.min(k_min, axis=0))
+    tl.store(kmax_ptr + out, gk >> SHIFT)
+
+
+@triton.jit
+def bucket_log2(lo, hi):
+    """log2 of the bucket width of ``[lo, hi)``: the least power of two with 16 buckets covering it."""
+    s = lo * 0
+    while (NBINS << s) < hi - lo:
+        s += 1
+    return s
+
+
+@triton.jit
+def _narrow(lo, hi, g_hi, hist, target):
+    """One bisection step: ``hist`` holds the sums of the 16 buckets of ``[lo, hi)``. Returns the bucket
+    ``[lo', hi')`` with ``G(lo') >= target > G(hi')`` and ``G(hi')``."""
+    step = 1 << bucket_log2(lo, hi)
+    bins = tl.arange(0, NBINS)
+    g = g_hi + (tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist)  # G(lo + step * bin)
+    valid = lo + step * bins < hi
+    b_lo = tl.max(tl.where(valid & (g >= target), bins, 0), axis=0)
+    nb = b_lo + 1
+    has_hi = (nb < NBINS) & (lo + step * nb < hi)
+    g_nb = tl.sum(tl.where(bins == nb, g, 0.0), axis=0)
+    return lo + step * b_lo, tl.where(has_hi, lo + step * nb, hi), tl.where(has_hi, g_nb, g_hi)
+
+
+@triton.jit
+def _settle(lo, hi, g_hi, phase, k_max, top_p):
+    """Phase changes once an interval has shrunk to one key: top-k done -> top-p over [cut_k, k_max]
+    (or done when top-p is off); top-p done -> done. The cut is then ``lo``."""
+    to_p = (phase == TOPK) & (hi - lo <= 1)
+    hi = tl.where(to_p, k_max + 1, hi)
+    g_hi = tl.where(to_p, 0.0, g_hi)
+    phase = tl.where(to_p, tl.where(top_p < 1.0, TOPP_START, DONE), phase)
+    phase = tl.where((phase != TOPK) & (hi - lo <= 1), DONE, phase)
+    return hi, g_hi, phase
+
+
+@triton.jit
+def row_state(
+    r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, state_ptr,
+    part_ptr, n_rows, NS_P2: tl.constexpr,
+):  # fmt: skip
+    """The row's search state before round ``r``: from the stats (``r == 0``) or from the state before
+    round ``r - 1`` and that round's bucket sums. Returns ``(lo, hi, g_hi, target, phase, m, k_max,
+    top_p)``."""
+    sp = tl.arange(0, NS_P2)
+    if r == 0:
+        b = row // K1
+        m_sp = sp < n_splits
+        lo = tl.min(tl.load(kmin_ptr + row * n_splits + sp, mask=m_sp, other=2147483647), axis=0).to(tl.int64)
+        k_max = tl.max(tl.load(kmax_ptr + row * n_splits + sp, mask=m_sp, other=-2147483648), axis=0).to(tl.int64)
+        gk = tl.max(tl.load(gkey_ptr + row * n_splits + sp, mask=m_sp, other=-2147483648), axis=0)
+        m = tl.max(tl.load(zmax_ptr + row * n_splits + sp, mask=m_sp, other=float("-inf")), axis=0)
+        t = tl.load(temp_ptr + b)
+        k = tl.load(topk_ptr + b).to(tl.int64)
+        top_p = tl.load(topp_ptr + b).to(tl.float64)
+        regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
+        k_on = (k > 0) & (k < V)
+        phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
+        hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)
+        target = k.to(tl.float64)
+    else:
+        s = state_ptr + ((r - 1) * n_rows + row) * STATE
+        lo = tl.load(s).to(tl.int64)
+        hi = tl.load(s + 1).to(tl.int64)
+        g_hi = tl.load(s + 2)
+        target = tl.load(s + 3)
+        phase = tl.load(s + 4).to(tl.int32)
+        m = tl.load(s + 5).to(tl.float32)
+        k_max = tl.load(s + 6).to(tl.int64)
+        top_p = tl.load(s + 7)
+        if phase != DONE:
+            bins = tl.arange(0, NBINS)
+            p = part_ptr + (((r - 1) * n_rows + row) * n_splits + sp[:, None]) * NBINS + bins[None, :]
+            hist = tl.sum(tl.load(p, mask=(sp < n_splits)[:, None], other=0.0), axis=0)
+            target = tl.where(phase == TOPP_START, top_p * (g_hi + tl.sum(hist, axis=0)), target)
+            phase = tl.where(phase == TOPP_START, TOPP, phase)
+            lo, hi, g_hi = _narrow(lo, hi, g_hi, hist, target)
+            hi, g_hi, phase = _settle(lo, hi, g_hi, phase, k_max, top_p)
+    return lo, hi, g_hi, target, phase, m, k_max, top_p
+
+
+@triton.jit
+def _round_kernel(
+    logits_ptr,
+    stride_b,
+    stride_j,
+    temp_ptr,
+    topk_ptr,
+    topp_ptr,
+    kmin_ptr,
+    kmax_ptr,
+    gkey_ptr,
+    zmax_ptr,
+    state_ptr,
+    part_ptr,
+    r,
+    V,
+    K1,
+    n_splits,
+    n_rows,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NS_P2: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
+    """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
+        r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
+        state_ptr, part_ptr, n_rows, NS_P2,
+    )  # fmt: skip
+    if sp == 0:
+        s = state_ptr + (r * n_rows + row) * STATE
+        tl.store(s, lo.to(tl.float64))
+        tl.store(s + 1, hi.to(tl.float64))
+        tl.store(s + 2, g_hi)
+        tl.store(s + 3, target)
+        tl.store(s + 4, phase.to(tl.float64))
+        tl.store(s + 5, m.to(tl.float64))
+        tl.store(s + 6, k_max.to(tl.float64))
+        tl.store(s + 7, top_p)
+    if phase != DONE:
+        b = row // K1
+        t = tl.load(temp_ptr + b).to(tl.float32)
+        inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+        base = logits_ptr + b * stride_b + (row % K1) * stride_j
+        shift = bucket_log2(lo, hi).to(tl.uint32)
+        lo32 = lo.to(tl.int32)
+        hi32 = hi.to(tl.int32)  # hi <= sortable_key(+inf) + 1 for a regular row
+        bins = tl.arange(0, NBINS)
+        # counts: one byte per bucket and lane (a lane sees < 256 entries), four buckets per int32
+        c0 = tl.zeros([BLOCK], tl.int32)
+        c1 = tl.zeros([BLOCK], tl.int32)
+        c2 = tl.zeros([BLOCK], tl.int32)
+        c3 = tl.zeros([BLOCK], tl.int32)
+        mass = tl.zeros([NBINS, MASS_BLOCK], tl.float64)  # per bucket and lane; reduced once
+        start = sp.to(tl.int64) * SPLIT
+        for i in range(0, SPLIT, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            key = sortable_key(x) >> SHIFT
+            live = inb & (key >= lo32) & (key < hi32)
+            if phase == TOPK:
+                bucket = ((key - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32)
+                field = tl.where(live, 1 << ((bucket & 3) * 8), 0)
+                word = bucket >> 2
+                c0 += tl.where(word == 0, field, 0)
+                c1 += tl.where(word == 1, field, 0)
+                c2 += tl.where(word == 2, field, 0)
+                c3 += tl.where(word == 3, field, 0)
+            elif tl.max(live.to(tl.int32), axis=0) > 0:  # top-p: few live entries once top-k has cut
+                for q in range(0, BLOCK, MASS_BLOCK):
+                    o = start + i + q + tl.arange(0, MASS_BLOCK)[None, :]  # [1, MB]: broadcasts to the bins
+                    xs = tl.load(base + o, mask=o < V, other=float("-inf")).to(tl.float32)
+                    ks = sortable_key(xs) >> SHIFT
+                    ls = (o < V) & (ks >= lo32) & (ks < hi32)
+                    bs = tl.where(ls, ((ks - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32), -1)
+                    w = tl.where(ls, tl.exp(xs * inv_t - m), 0.0).to(tl.float64)
+                    mass += tl.where(bins[:, None] == bs, w, 0.0)
+        count = tl.zeros([NBINS], tl.int32)
+        for f in tl.static_range(4):
+            count = tl.where(bins == f, tl.sum((c0 >> (8 * f)) & 255, axis=0), count)
+            count = tl.where(bins == f + 4, tl.sum((c1 >> (8 * f)) & 255, axis=0), count)
+            count = tl.where(bins == f + 8, tl.sum((c2 >> (8 * f)) & 255, axis=0), count)
+            count = tl.where(bins == f + 12, tl.sum((c3 >> (8 * f)) & 255, axis=0), count)
+        total = tl.where(phase == TOPK, count.to(tl.float64), tl.sum(mass, axis=1))
+        tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, total)

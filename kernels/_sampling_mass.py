@@ -1,0 +1,167 @@
+"""The per-split mass passes of chain verify sampling (launch 1 of the temperature class; the last pass
+of the filtered class), and the filtered class's launches up to that pass.
+
+Each program of a (row, vocabulary split) writes the split's ``m`` (max of ``z = x / T``) and the mass
+``sum exp(z - m)`` of its kept entries without the row's draft token; the last launch combines them.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._argmax import sortable_key
+from ._common import next_pow2
+from ._sampling_filter import BLOCK, _round_kernel, _stats_kernel, key_shift, num_rounds, row_key, row_state
+
+NUM_WARPS = 4
+
+
+@triton.jit
+def _temperature_kernel(
+    logits_ptr,
+    stride_b,
+    stride_j,
+    draft_ptr,
+    stride_draft,
+    temp_ptr,
+    gkey_ptr,
+    gidx_ptr,
+    m_ptr,
+    s_ptr,
+    V,
+    K,
+    K1,
+    n_splits,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Temperature class, per (row, split): argmax, ``m_split = max z`` and ``sum exp(z - m_split)`` over
+    the split without the row's draft token."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    b = row // K1
+    j = row % K1
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+    excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+    excl = tl.where(j < K, excl, -1)
+    base = logits_ptr + b * stride_b + j * stride_j
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
+    s_lane = tl.zeros([BLOCK], tl.float32)
+    start = sp.to(tl.int64) * SPLIT
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        key = tl.where(inb, sortable_key(x), -2147483648)
+        better = key > g_best
+        g_best = tl.where(better, key, g_best)
+        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+        z = tl.where(offs != excl, x * inv_t, float("-inf"))
+        m_new = tl.maximum(m_lane, z)
+        live = m_new > float("-inf")
+        s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
+        m_lane = m_new
+    m = tl.max(m_lane, axis=0)
+    out = row * n_splits + sp
+    gk = tl.max(g_best, axis=0)
+    tl.store(gkey_ptr + out, gk)
+    tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
+    tl.store(m_ptr + out, m)
+    tl.store(s_ptr + out, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0))
+
+
+@triton.jit
+def _kept_mass_kernel(
+    logits_ptr,
+    stride_b,
+    stride_j,
+    draft_ptr,
+    stride_draft,
+    temp_ptr,
+    topk_ptr,
+    topp_ptr,
+    minp_ptr,
+    kmin_ptr,
+    kmax_ptr,
+    gkey_ptr,
+    zmax_ptr,
+    state_ptr,
+    part_ptr,
+    m_ptr,
+    s_ptr,
+    cut_ptr,
+    r,
+    V,
+    K,
+    K1,
+    n_splits,
+    n_rows,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NS_P2: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
+    """Filtered class, per (row, split): the final cut-off (``r`` = number of rounds), then the kept mass
+    ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
+        r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
+        state_ptr, part_ptr, n_rows, NS_P2,
+    )  # fmt: skip
+    b = row // K1
+    j = row % K1
+    if sp == 0:
+        tl.store(cut_ptr + row, lo)
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+    min_p = tl.load(minp_ptr + b).to(tl.float32)
+    excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+    excl = tl.where(j < K, excl, -1)
+    base = logits_ptr + b * stride_b + j * stride_j
+    s_lane = tl.zeros([BLOCK], tl.float32)
+    start = sp.to(tl.int64) * SPLIT
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        w = tl.exp(x * inv_t - m)
+        kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)
+        s_lane += tl.where(kept, w, 0.0)
+    tl.store(m_ptr + row * n_splits + sp, m)
+    tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
+
+
+def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
+    """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
+    ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
+    B, K1, V = logits.shape
+    rows, dev = B * K1, logits.device
+    n_splits, split = layout
+    shift = key_shift(logits.dtype)
+    rounds = num_rounds(32 - shift)
+    kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
+    kmax = torch.empty_like(kmin)
+    state = torch.empty((rounds, rows, 8), dtype=torch.float64, device=dev)
+    part = torch.empty((rounds, rows, n_splits, 16), dtype=torch.float64, device=dev)
+    cut = torch.empty(rows, dtype=torch.int64, device=dev)
+    grid = (rows, n_splits)
+    head = (logits, logits.stride(0), logits.stride(1))
+    _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SPLIT=split,
+                        BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS)  # fmt: skip
+    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
+    ns_p2 = next_pow2(n_splits)
+    for r in range(rounds):
+        _round_kernel[grid](*head, *search, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
+                            SHIFT=shift, num_warps=NUM_WARPS)  # fmt: skip
+    _kept_mass_kernel[grid](
+        *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
+        m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
+        SHIFT=shift, num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return cut
