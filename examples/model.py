@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from stepgraph.envs import triton_interpret
-from stepgraph.examples.attention import decode_attention, fits
+from stepgraph.kernels.decode_attention import decode_attention, fits
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class ModelConfig:
     seed: int = 0
     #: "sdpa": gather the cache rows and run masked SDPA over the whole cache (any device);
     #: "triton": decode and verify forwards read the rows in place up to each request's length
-    #: (:mod:`stepgraph.examples.attention`), prefill keeps SDPA
+    #: (:mod:`stepgraph.kernels.decode_attention`), prefill keeps SDPA
     attention: str = "sdpa"
 
     def __post_init__(self) -> None:

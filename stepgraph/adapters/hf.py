@@ -10,11 +10,23 @@ different GEMM shapes, whose roundings differ; near-ties can then resolve differ
 What stepgraph guarantees there is that the step graph equals the eager step at the same padded shape
 bit for bit; the agreement rate with ``generate()`` is measured, not promised.
 
+Attention: ``attention="rows"`` hands the model an attention that reads the rows in place
+(:func:`stepgraph.kernels.decode_attention.decode_attention`, up to each request's position) for the
+decode and verify forwards; prefill and layers it cannot serve (sliding windows, soft-capping, more than
+64 query rows per KV head) gather the rows and run SDPA. Results match the gathering path to
+floating-point tolerance, not bit for bit. The model keeps that attention: used outside the adapter (its
+own ``generate()``), it runs SDPA. It needs a model that dispatches through transformers'
+``AttentionInterface`` and runs SDPA without attention soft-capping, on a device that runs Triton
+(:func:`rows_attention_refusal`). ``attention="gather"`` leaves the model's attention alone and hands
+each layer the rows' whole caches (a gather per layer and forward). ``attention="auto"`` (the default)
+picks ``"rows"`` where it applies, else ``"gather"``; ``HFCausalLM.attention`` says which.
+
 Needs the optional ``hf`` extra (``pip install 'stepgraph[hf]'``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import weakref
 from collections.abc import Sequence
@@ -22,26 +34,35 @@ from collections.abc import Sequence
 import torch
 
 from stepgraph.config import RunnerConfig
+from stepgraph.kernels._common import use_triton
+from stepgraph.kernels.decode_attention import decode_attention, fits
 from stepgraph.spec.generate import SpecDecoder
+
+ATTENTIONS = ("auto", "rows", "gather")
+ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers
+_ACTIVE: contextvars.ContextVar[RowCache | None] = contextvars.ContextVar("stepgraph_hf_cache", default=None)
 
 
 class RowCache:
-    """A static KV cache for an HF decoder: ``[layers, rows + 1, kv_heads, max_seq_len, head_dim]``.
+    """A static KV cache for an HF decoder: ``kv [layers, rows + 1, 2, kv_heads, max_seq_len, head_dim]``
+    (keys, values; :attr:`k` and :attr:`v` are views).
 
     Before each forward, :attr:`rows` (``[B]``) and :attr:`positions` (``[B, T]``) say where the new keys
-    and values go; ``update`` writes them there and returns the rows' whole caches. Row ``rows`` (the
-    last) is the scratch row for padded batch rows.
+    and values go; ``update`` writes them there and returns the rows' whole caches (``gather``), or the
+    layer's whole cache as views for the in-place attention (``rows``). Row ``rows`` (the last) is the
+    scratch row for padded batch rows.
     """
 
     is_compileable = False
 
-    def __init__(self, config, max_requests: int, max_seq_len: int, device, dtype) -> None:
+    def __init__(self, config, max_requests: int, max_seq_len: int, device, dtype, attention: str = "gather"):
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        shape = (config.num_hidden_layers, max_requests + 1, kv_heads, max_seq_len, head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        shape = (config.num_hidden_layers, max_requests + 1, 2, kv_heads, max_seq_len, head_dim)
+        self.kv = torch.zeros(shape, device=device, dtype=dtype)
+        self.k, self.v = self.kv[:, :, 0], self.kv[:, :, 1]
+        self.attention = attention
         self.scratch_row = max_requests
         self.rows: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
@@ -51,10 +72,65 @@ class RowCache:
         r = self.rows[:, None].expand(B, T)
         self.k[layer_idx][r, :, self.positions] = key_states.transpose(1, 2)
         self.v[layer_idx][r, :, self.positions] = value_states.transpose(1, 2)
+        if self.attention == "rows":
+            return self.k[layer_idx], self.v[layer_idx]  # [rows + 1, KVH, S, hd] views: read in place
         return self.k[layer_idx][self.rows], self.v[layer_idx][self.rows]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # positions are always passed explicitly
+
+
+def rows_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The ``attention="rows"`` attention (registered with transformers as ``stepgraph_rows``).
+
+    ``query [B, H, T, hd]``; ``key``/``value``: the layer's whole cache ``[rows + 1, KVH, S, hd]`` (views of
+    the active :class:`RowCache`). Returns ``([B, T, H, hd], None)``. Falls back to the gathered rows and
+    SDPA where the in-place kernel does not apply.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    cache = _ACTIVE.get()
+    if cache is None or cache.attention != "rows":  # the model used outside the adapter (its generate())
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    B, H, T, _ = query.shape
+    special = kwargs.get("sliding_window") or kwargs.get("softcap") or getattr(module, "sliding_window", None)
+    if special or not fits(H, key.shape[1], T) or scaling is None:
+        return sdpa_attention_forward(
+            module, query, key[cache.rows], value[cache.rows], attention_mask, dropout=dropout, scaling=scaling,
+            **kwargs,
+        )  # fmt: skip
+    out = decode_attention(query.transpose(1, 2), cache.kv[module.layer_idx], cache.rows, cache.positions, scaling)
+    return out, None
+
+
+def rows_attention_refusal(model) -> str | None:
+    """Why ``attention="rows"`` cannot serve ``model`` (``None`` when it can): it needs a model whose
+    attention dispatches through transformers' ``AttentionInterface`` and runs SDPA (the fallback runs
+    what the model ran), without attention soft-capping, on a device that runs Triton."""
+    config = model.config
+    param = next(model.parameters())
+    if not use_triton(param):
+        return f"Triton does not run on {param.device} here (on a CPU, TRITON_INTERPRET=1 runs its interpreter)"
+    if not getattr(model, "_supports_attention_backend", False):
+        return "its attention does not dispatch through transformers' AttentionInterface"
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in ("sdpa", ROWS_ATTENTION):
+        return f"the model runs {implementation!r} attention, not 'sdpa'"
+    if getattr(config, "attn_logit_softcapping", None):
+        return "the model soft-caps its attention logits"
+    return None
+
+
+def _use_rows_attention(model) -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ROWS_ATTENTION, rows_attention)
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(ROWS_ATTENTION)
+    else:
+        model.config._attn_implementation = ROWS_ATTENTION
 
 
 #: Families whose adapter logits are tested against ``model(...).logits`` and whose greedy output is
@@ -84,7 +160,13 @@ class HFCausalLM:
         At construction, for a model the adapter cannot drive (the message says what it needs).
     """
 
-    def __init__(self, model, *, max_requests: int, max_seq_len: int) -> None:
+    def __init__(self, model, *, max_requests: int, max_seq_len: int, attention: str = "auto") -> None:
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention={attention!r}: use one of {', '.join(ATTENTIONS)}")
+        refusal = rows_attention_refusal(model)
+        if attention == "rows" and refusal:
+            raise ValueError(f"attention='rows' cannot serve {type(model).__name__}: {refusal}; use 'gather' or 'auto'")
+        self.attention = "gather" if attention == "gather" or refusal else "rows"
         self.model = model.eval()
         self.config = model.config
         base = getattr(model, "base_model", None)
@@ -100,7 +182,9 @@ class HFCausalLM:
             )
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.cache = RowCache(model.config, max_requests, max_seq_len, self.device, self.dtype)
+        self.cache = RowCache(model.config, max_requests, max_seq_len, self.device, self.dtype, self.attention)
+        if self.attention == "rows":
+            _use_rows_attention(model)
         self.key_pos = torch.arange(max_seq_len, device=self.device)
         self._hidden: torch.Tensor | None = None
         self._head = model.get_output_embeddings()
@@ -130,11 +214,17 @@ class HFCausalLM:
         self.cache.rows, self.cache.positions = cache_rows, positions
         visible = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         mask = torch.zeros(visible.shape, device=self.device, dtype=self.dtype).masked_fill_(~visible, float("-inf"))
-        with torch.no_grad():
-            kwargs = {self._cache_kw: self.cache}
-            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs)
-            hidden, self._hidden = self._hidden, None
-            return out.logits, hidden
+        token = _ACTIVE.set(self.cache)
+        try:
+            with torch.no_grad():
+                kwargs = {self._cache_kw: self.cache}
+                out = self.model(
+                    input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True, **kwargs
+                )
+        finally:
+            _ACTIVE.reset(token)
+        hidden, self._hidden = self._hidden, None
+        return out.logits, hidden
 
 
 class _AsDraft:
@@ -157,12 +247,15 @@ def hf_spec_decoder(
     config: RunnerConfig | None = None,
     eos_token_id: int | Sequence[int] | None | str = "generation_config",
     seed: int = 0,
+    attention: str = "auto",
 ) -> SpecDecoder:
     """A :class:`SpecDecoder` over two HF causal LMs sharing a vocabulary (e.g. ``LlamaForCausalLM``).
 
     The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
     ``max_seq_len`` positions. ``eos_token_id``: by default the target's ``generation_config.eos_token_id``
     (an id or a list, where ``generate()`` stops too); an id or a list of ids; ``None`` never stops early.
+    ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"``
+    (module docstring).
 
     Raises
     ------
@@ -185,8 +278,9 @@ def hf_spec_decoder(
                     f"the target's generation_config.eos_token_id {eos_token_id} has ids outside the vocabulary "
                     f"[0, {tv}); pass eos_token_id=... (an id, a list, or None) to hf_spec_decoder"
                 )
-    target = HFCausalLM(target_model, max_requests=max_requests, max_seq_len=max_seq_len)
-    draft = HFCausalLM(draft_model, max_requests=max_requests, max_seq_len=max_seq_len)
+    size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention}
+    target = HFCausalLM(target_model, **size)
+    draft = HFCausalLM(draft_model, **size)
     return SpecDecoder(
         target,
         _AsDraft(draft),

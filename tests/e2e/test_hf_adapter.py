@@ -6,7 +6,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
-from stepgraph.adapters.hf import hf_spec_decoder  # noqa: E402
+from stepgraph.adapters.hf import HFCausalLM, hf_spec_decoder  # noqa: E402
 
 
 def llama(hidden, layers, heads, kv_heads, seed, vocab=256):
@@ -22,10 +22,15 @@ def llama(hidden, layers, heads, kv_heads, seed, vocab=256):
 PROMPTS = [[5, 17, 99, 3], [42, 7, 7, 8, 200, 31, 9], [1, 2]]
 
 
-@pytest.mark.parametrize("toggles", [Toggles.all(True), Toggles.all(False)], ids=["pieces-on", "plain"])
-def test_greedy_equals_hf_generate(toggles):
+@pytest.mark.parametrize(
+    "toggles,attention", [(Toggles.all(True), "auto"), (Toggles.all(False), "gather")], ids=["pieces-on", "plain"]
+)
+def test_greedy_equals_hf_generate(toggles, attention):
+    """In float32 the speculative output equals generate() token for token, with the rows read in place
+    (``auto`` picks ``rows`` for Llama) and with the gather."""
     target, draft = llama(64, 2, 4, 2, seed=0), llama(32, 1, 2, 1, seed=1)
-    dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, config=RunnerConfig(toggles=toggles))
+    cfg = RunnerConfig(toggles=toggles)
+    dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, config=cfg, attention=attention)
     out = dec.generate(PROMPTS, max_new_tokens=20)
     for prompt, got in zip(PROMPTS, out):
         ids = torch.tensor([prompt])
@@ -34,6 +39,49 @@ def test_greedy_equals_hf_generate(toggles):
         )
         assert got == ref[0, len(prompt) :].tolist()
     assert 1.0 <= dec.stats.mean_accept_len <= 4.0
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_rows_attention_matches_the_gather(family):
+    """attention="rows" reads cache rows in place (the Triton decode attention; prefill and long forwards
+    gather): logits match the gathering adapter to float32 tolerance over a prefill and verify-shaped
+    forwards at per-request positions, rows in any order."""
+    if family == "llama":
+        model = llama(64, 2, 4, 2, seed=3)
+    else:
+        torch.manual_seed(3)
+        cfg = transformers.Qwen2Config(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, attn_implementation="sdpa",
+        )  # fmt: skip
+        model = transformers.Qwen2ForCausalLM(cfg).float().eval()
+    lms = [HFCausalLM(model, max_requests=3, max_seq_len=64, attention=a) for a in ("gather", "rows")]
+    rows = torch.tensor([2, 0])
+    prompt = torch.randint(0, 256, (2, 9))
+    steps = [(prompt, torch.arange(9).expand(2, 9))]
+    for s in range(3):  # verify-shaped forwards: 4 tokens at different positions per request
+        start = torch.tensor([9 + 4 * s, 9 + 4 * s + 1])
+        steps.append((torch.randint(0, 256, (2, 4)), start[:, None] + torch.arange(4)))
+    for tokens, positions in steps:
+        (a, ha), (b, hb) = (lm(tokens, positions, rows) for lm in lms)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(hb, ha, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_choice():
+    llama_model = llama(32, 1, 2, 1, seed=0)
+    assert HFCausalLM(llama_model, max_requests=2, max_seq_len=32).attention == "rows"
+    torch.manual_seed(0)
+    cfg = transformers.Gemma2Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+    )  # fmt: skip
+    gemma2 = transformers.Gemma2ForCausalLM(cfg).eval()  # eager attention with soft-capping
+    assert HFCausalLM(gemma2, max_requests=2, max_seq_len=32).attention == "gather"
+    with pytest.raises(ValueError, match="cannot serve Gemma2ForCausalLM"):
+        HFCausalLM(gemma2, max_requests=2, max_seq_len=32, attention="rows")
+    with pytest.raises(ValueError, match="attention='paged'"):
+        HFCausalLM(llama_model, max_requests=2, max_seq_len=32, attention="paged")
 
 
 def test_target_as_its_own_draft_accepts_everything():

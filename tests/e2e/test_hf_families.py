@@ -55,10 +55,11 @@ def family(name: str, layers: int = 2, seed: int = 0):
 PROMPT = [5, 17, 99, 3, 42, 7]
 
 
+@pytest.mark.parametrize("attention", ["auto", "gather"])
 @pytest.mark.parametrize("name", TESTED_FAMILIES)
-def test_adapter_logits_are_the_models_own(name):
+def test_adapter_logits_are_the_models_own(name, attention):
     model = family(name)
-    lm = HFCausalLM(model, max_requests=2, max_seq_len=64)
+    lm = HFCausalLM(model, max_requests=2, max_seq_len=64, attention=attention)
     ids = torch.tensor([PROMPT])
     rows = torch.tensor([1])
     logits, hidden = lm(ids, torch.arange(len(PROMPT))[None], rows)  # prefill into cache row 1
@@ -75,7 +76,8 @@ def test_adapter_logits_are_the_models_own(name):
 def test_greedy_equals_generate(name):
     target, draft = family(name, seed=0), family(name, layers=1, seed=1)
     cfg = RunnerConfig(toggles=Toggles.all(True), progress=False)
-    dec = hf_spec_decoder(target, draft, max_requests=2, max_seq_len=64, num_draft_tokens=2, config=cfg)
+    size = {"max_requests": 2, "max_seq_len": 64}  # the gather: rows in place are covered by the logits test
+    dec = hf_spec_decoder(target, draft, **size, num_draft_tokens=2, config=cfg, attention="gather")
     prompts = [PROMPT, [9, 8]]
     out = dec.generate(prompts, max_new_tokens=10)
     for prompt, got in zip(prompts, out):

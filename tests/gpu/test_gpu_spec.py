@@ -55,7 +55,7 @@ def test_step_graph_greedy_equals_eager_bf16(attention):
 
 
 def test_decode_attention_compiled_matches_sdpa_on_the_gpu():
-    from stepgraph.examples.attention import decode_attention, reference_attention
+    from stepgraph.kernels.decode_attention import decode_attention, reference_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
     for dtype, tol in ((torch.bfloat16, 2e-2), (torch.float32, 1e-5)):

@@ -1,6 +1,7 @@
-"""Decode attention for the example model: reads each request's cache row in place, up to its length.
+"""Decode attention over row-indexed caches: reads each request's cache row in place, up to its length.
 
-The model's default attention gathers every request's whole cache row (``kv_cache[rows]``) and runs
+Used by the example model (``attention="triton"``) and the Hugging Face adapter (``attention="rows"``).
+A default attention gathers every request's whole cache row (``kv_cache[rows]``) and runs
 ``scaled_dot_product_attention`` over all ``max_seq_len`` positions under a mask, so a step costs what a
 decode at the full cache length costs. This kernel (flash-decoding with a fixed split of the sequence,
 so the grid does not depend on the lengths and the launch is graph-safe) reads keys and values through

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from stepgraph.examples.attention import decode_attention, fits, reference_attention
 from stepgraph.examples.model import build
+from stepgraph.kernels.decode_attention import decode_attention, fits, reference_attention
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
