@@ -24,7 +24,9 @@ it measured 5x slower (run 13): give one batch size per process when that baseli
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import torch
 from _timing import env_record, save
@@ -93,7 +95,11 @@ def main() -> None:
     ap.add_argument("--attention", default="gather", help="adapter attentions to run, comma-separated: gather,rows")
     ap.add_argument("--drafts", default="self,cheap", help="stepgraph drafts: self (the target), cheap (2 layers)")
     ap.add_argument("--baselines", default="static,default,assisted", help="HF paths to run (static is the base)")
+    ap.add_argument("--plot", nargs="+", metavar="JSON", help="only draw the plot of saved hf*.json files")
     args = ap.parse_args()
+    if args.plot:
+        plot([Path(p) for p in args.plot], Path(args.plot[-1]).with_suffix(".png"))
+        return
     baselines = set(filter(None, args.baselines.split(",")))
     target = target_model()
     draft = cheap_draft(target)
@@ -147,6 +153,36 @@ def main() -> None:
         record["results"][f"B={B}"] = res
         print(f"B={B}: " + ", ".join(f"{k}: {v['tokens_per_s']:.0f} tok/s" for k, v in res.items()), flush=True)
         save(args.out, "hf", record, table(record, args))  # after each batch size: a partial run keeps its rows
+    try:
+        plot([Path(args.out) / "hf.json"], Path(args.out) / "hf.png")
+    except ImportError:
+        print("matplotlib is not installed here: draw the plot with --plot elsewhere")
+
+
+def plot(paths: list[Path], out: Path) -> None:
+    """Tokens/s of every path per batch size, from one or more saved ``hf*.json`` (later files win)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results: dict[str, dict] = {}
+    for path in paths:
+        for b, res in json.loads(path.read_text())["results"].items():
+            results.setdefault(b, {}).update(res)
+    fig, axes = plt.subplots(1, len(results), figsize=(8.5 * len(results), 4.5), squeeze=False)
+    for ax, (b, res) in zip(axes[0], results.items()):
+        names = list(res)
+        colors = ["tab:green" if n.startswith("stepgraph") else "tab:gray" for n in names]
+        ax.barh(names, [res[n]["tokens_per_s"] for n in names], color=colors)
+        ax.set_xlabel("tokens / s")
+        ax.set_title(f"B = {b[2:]}")
+        ax.tick_params(axis="y", labelsize=7)
+    runs = ", ".join(sorted({p.parent.name for p in paths}))
+    fig.suptitle(f"Qwen2.5-0.5B-shaped target, bf16, greedy, 128 new tokens ({runs})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"saved {out}")
 
 
 def table(record: dict, args) -> str:
