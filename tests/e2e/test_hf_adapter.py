@@ -31,11 +31,11 @@ def test_greedy_equals_hf_generate(toggles, attention):
     target, draft = llama(64, 2, 4, 2, seed=0), llama(32, 1, 2, 1, seed=1)
     cfg = RunnerConfig(toggles=toggles)
     dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, config=cfg, attention=attention)
-    out = dec.generate(PROMPTS, max_new_tokens=20)
+    out = dec.generate(PROMPTS, max_new_tokens=14)
     for prompt, got in zip(PROMPTS, out):
         ids = torch.tensor([prompt])
         ref = target.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False, eos_token_id=None
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=14, do_sample=False, eos_token_id=None
         )
         assert got == ref[0, len(prompt) :].tolist()
     assert 1.0 <= dec.stats.mean_accept_len <= 4.0
@@ -87,7 +87,8 @@ def test_attention_choice():
 def test_target_as_its_own_draft_accepts_everything():
     target = llama(64, 2, 4, 2, seed=0)
     twin = llama(64, 2, 4, 2, seed=0)
-    dec = hf_spec_decoder(target, twin, max_requests=4, max_seq_len=96, config=RunnerConfig(toggles=Toggles.all(False)))
+    cfg = RunnerConfig(toggles=Toggles.all(False))
+    dec = hf_spec_decoder(target, twin, max_requests=4, max_seq_len=96, config=cfg, attention="gather")
     dec.generate(PROMPTS, max_new_tokens=17)
     assert dec.stats.mean_accept_len == pytest.approx(4.0)
 
