@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 from _timing import env_record, save
 
-from stepgraph import RunnerConfig, Sampling, Toggles
+from stepgraph import RunnerConfig, Sampling, SamplingParams, Toggles
 from stepgraph.examples.model import build
 from stepgraph.spec.generate import SpecDecoder
 
@@ -53,7 +53,7 @@ class Setup:
         g = torch.Generator().manual_seed(0)
         self.prompts = [torch.randint(0, 151936, (prompt,), generator=g).tolist() for _ in range(B)]
 
-    def decoder(self, name: str, toggles: Toggles, buckets=None, splice_stages=False) -> SpecDecoder:
+    def decoder(self, name: str, toggles: Toggles, buckets=None, splice_stages=False, sampling=None) -> SpecDecoder:
         cfg = RunnerConfig(toggles=toggles, progress=False, buckets=buckets or (self.B,))
         dec = SpecDecoder.for_example(
             self.target,
@@ -63,7 +63,8 @@ class Setup:
             config=cfg,
             splice_stages=splice_stages,
         )
-        slots = dec.admit(dec.make_requests(self.prompts, 64))  # resident: every step replays over them
+        requests = dec.make_requests(self.prompts, 64, sampling or SamplingParams())
+        slots = dec.admit(requests)  # resident: every step replays over them
         resident = Resident(dec, slots, {n: f.clone() for n, f in dec.step.relay.fields.items()})
         self.decoders[name] = resident
         return resident

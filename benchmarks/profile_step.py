@@ -11,6 +11,7 @@ are profiled with CPU and CUDA activity. Reported per mode:
 * the ten longest device gaps, with the kernels either side.
 
     python benchmarks/profile_step.py --out benchmarks/results/<dir> [--layers 28] [--batch 1]
+        [--sampling greedy|temperature|top_k_top_p]
 """
 
 from __future__ import annotations
@@ -24,10 +25,20 @@ from bench_step import Setup, restore
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from stepgraph import Sampling, Toggles
+from stepgraph import SamplingParams, Toggles
+
+SAMPLINGS = {  # --sampling: the requests' settings (the key's class follows them)
+    "greedy": SamplingParams(),
+    "temperature": SamplingParams(temperature=0.8),
+    "top_k_top_p": SamplingParams(temperature=0.8, top_k=50, top_p=0.9),
+}
 
 CATEGORIES = (  # first match wins; lower-case substrings of kernel names
-    ("stepgraph triton", ("_greedy_verify", "_argmax_partial", "_tail_", "_row_copy", "_sample_")),
+    (
+        "stepgraph triton",
+        ("_greedy_verify", "_argmax_partial", "_tail_", "_row_copy", "_stats_kernel", "_round_kernel")
+        + ("_kept_mass", "_finalize_kernel", "_temperature_kernel", "_relay", "_copy_in"),
+    ),
     ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "efficient", "softmax")),
     ("cache gather/scatter", ("index", "gather", "scatter", "put_")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "matmul", "sm90", "cublas")),
@@ -104,14 +115,14 @@ def analyse(prof, steps: int) -> dict:
     }
 
 
-def profile_mode(setup: Setup, name: str, toggles: Toggles, steps: int) -> dict:
-    dec = setup.decoder(name, toggles)
-    dec.step.run(dec.slots, Sampling.GREEDY)  # captures the key when graphs are on
+def profile_mode(setup: Setup, name: str, toggles: Toggles, steps: int, params: SamplingParams) -> dict:
+    dec = setup.decoder(name, toggles, sampling=params)
+    dec.step.run(dec.slots, params.sampling)  # captures the key when graphs are on
     runner = dec.step.runner
     B = setup.B
 
     def once():
-        dec.read_tokens(runner.run(None, Sampling.GREEDY, batch_size=B)["tokens"])
+        dec.read_tokens(runner.run(None, params.sampling, batch_size=B)["tokens"])
 
     restore(dec)
     for _ in range(5):
@@ -155,22 +166,26 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"])
+    ap.add_argument("--sampling", default="greedy", choices=list(SAMPLINGS))
     args = ap.parse_args()
+    params = SAMPLINGS[args.sampling]
     setup = Setup(args.batch, args.layers, max(args.batch, 8) + 1, attention=args.attention)
     record = {"env": env_record(), "layers": args.layers, "batch": args.batch, "modes": {}}
-    record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps)
-    record["modes"]["step graph"] = profile_mode(setup, "graph", Toggles.all(True), args.steps)
+    record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps, params)
+    record["modes"]["step graph"] = profile_mode(setup, "graph", Toggles.all(True), args.steps, params)
     env = record["env"]
     rows = [
         f"# Step profile, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}",
         "",
         f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K=3, B={args.batch}, "
-        f"{args.attention} attention, torch.profiler.",
+        f"{args.attention} attention, {args.sampling} sampling, torch.profiler.",
         "",
     ]
     for name, r in record["modes"].items():
         rows += table(name, r)
-    suffix = "" if args.attention == "sdpa" else f"_{args.attention}"
+    suffix = ("" if args.attention == "sdpa" else f"_{args.attention}") + (
+        "" if args.sampling == "greedy" else f"_{args.sampling}"
+    )
     record["attention"] = args.attention
     save(args.out, f"profile_{args.layers}l_b{args.batch}{suffix}", record, "\n".join(rows))
 
