@@ -6,6 +6,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
+from stepgraph.adapters import hf as hf_module  # noqa: E402
 from stepgraph.adapters.hf import HFCausalLM, hf_spec_decoder  # noqa: E402
 
 
@@ -42,7 +43,7 @@ def test_greedy_equals_hf_generate(toggles, attention):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_rows_attention_matches_the_gather(family):
+def test_rows_attention_matches_the_gather(family, monkeypatch):
     """attention="rows" reads cache rows in place (the Triton decode attention; prefill and long forwards
     gather): logits match the gathering adapter to float32 tolerance over a prefill and verify-shaped
     forwards at per-request positions, rows in any order."""
@@ -56,16 +57,19 @@ def test_rows_attention_matches_the_gather(family):
         )  # fmt: skip
         model = transformers.Qwen2ForCausalLM(cfg).float().eval()
     lms = [HFCausalLM(model, max_requests=3, max_seq_len=64, attention=a) for a in ("gather", "rows")]
+    in_place = []  # query tokens of each forward the in-place kernel served
+    kernel = hf_module.decode_attention
+    monkeypatch.setattr(hf_module, "decode_attention", lambda q, *a: in_place.append(q.shape[1]) or kernel(q, *a))
     rows = torch.tensor([2, 0])
-    prompt = torch.randint(0, 256, (2, 9))
-    steps = [(prompt, torch.arange(9).expand(2, 9))]
+    steps = [(torch.randint(0, 256, (2, 40)), torch.arange(40).expand(2, 40))]  # 2 x 40 query rows: SDPA
     for s in range(3):  # verify-shaped forwards: 4 tokens at different positions per request
-        start = torch.tensor([9 + 4 * s, 9 + 4 * s + 1])
+        start = torch.tensor([40 + 4 * s, 40 + 4 * s + 1])
         steps.append((torch.randint(0, 256, (2, 4)), start[:, None] + torch.arange(4)))
     for tokens, positions in steps:
         (a, ha), (b, hb) = (lm(tokens, positions, rows) for lm in lms)
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(hb, ha, rtol=1e-4, atol=1e-4)
+    assert in_place == [4] * 6  # two layers, three verify forwards; the long prefill fell back
 
 
 def test_attention_choice():
