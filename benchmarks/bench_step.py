@@ -37,10 +37,17 @@ class Setup:
     """Models + a decoder per mode, with B requests prefilled and the relay state snapshotted."""
 
     def __init__(
-        self, B: int, layers: int, max_requests: int, prompt: int = PROMPT, max_seq_len: int = 1024, attention="sdpa"
+        self,
+        B: int,
+        layers: int,
+        max_requests: int,
+        prompt: int = PROMPT,
+        max_seq_len: int = 1024,
+        attention="sdpa",
+        models=None,
     ) -> None:
         self.B = B
-        self.target, self.draft = build(
+        self.target, self.draft = models or build(
             "qwen3-0.6b",
             device="cuda",
             dtype=torch.bfloat16,
@@ -53,7 +60,9 @@ class Setup:
         g = torch.Generator().manual_seed(0)
         self.prompts = [torch.randint(0, 151936, (prompt,), generator=g).tolist() for _ in range(B)]
 
-    def decoder(self, name: str, toggles: Toggles, buckets=None, splice_stages=False, sampling=None) -> SpecDecoder:
+    def decoder(
+        self, name: str, toggles: Toggles, buckets=None, splice_stages=False, sampling=None, compile=False
+    ) -> SpecDecoder:
         cfg = RunnerConfig(toggles=toggles, progress=False, buckets=buckets or (self.B,))
         dec = SpecDecoder.for_example(
             self.target,
@@ -62,6 +71,7 @@ class Setup:
             max_batch=max(self.B, 8),
             config=cfg,
             splice_stages=splice_stages,
+            compile=compile,
         )
         requests = dec.make_requests(self.prompts, 64, sampling or SamplingParams())
         slots = dec.admit(requests)  # resident: every step replays over them
@@ -126,8 +136,9 @@ def mode_eager_fused(setup: Setup) -> float:
     return time_steps(once, dec)
 
 
-def mode_step_graph(setup: Setup) -> tuple[float, float, float]:
-    dec = setup.decoder("graph", Toggles.all(True))
+def mode_step_graph(setup: Setup, name: str = "graph", **decoder_kwargs) -> tuple[float, float, float]:
+    """Synchronous step (ms), device time of back-to-back replays (ms), capture of the key (ms)."""
+    dec = setup.decoder(name, Toggles.all(True), **decoder_kwargs)
     dec.step.run(dec.slots, Sampling.GREEDY)  # captures the key (on parked state) and replays
     runner = dec.step.runner
     assert runner.info()["captured_keys"], runner.info()

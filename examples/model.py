@@ -76,10 +76,12 @@ def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tens
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
-def _rope(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding as one complex multiply. x ``[B, T, H, hd]``, cis ``[B, T, 1, hd/2]`` complex."""
-    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    return torch.view_as_real(xc * cis).flatten(-2).to(x.dtype)
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding over interleaved pairs, in float32 (real arithmetic, which torch.compile fuses).
+    x ``[B, T, H, hd]``, cos/sin ``[B, T, 1, hd/2]``."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2).to(x.dtype)
 
 
 class _Init:
@@ -115,12 +117,12 @@ class _Layer:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
 
-    def __call__(self, x, cis, kv_cache, rows, positions, mask) -> torch.Tensor:
+    def __call__(self, x, rope, kv_cache, rows, positions, mask) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
         H, KVH = cfg.num_heads, cfg.num_kv_heads
         qkv = (_rms_norm(x, self.ln1) @ self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
-        qk = _rope(qkv[:, :, : H + KVH], cis)
+        qk = _rope(qkv[:, :, : H + KVH], *rope)
         kv = torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2)  # [B, T, 2, KVH, hd]
         kv_cache[rows[:, None].expand(B, T), :, :, positions] = kv  # into the rows at their positions
         if mask is None:  # read the rows in place, up to each query's position
@@ -137,28 +139,32 @@ class _Layer:
 
 
 class _Stack:
-    """Embedding-free decoder stack with its own static KV cache and rotary table."""
+    """Embedding-free decoder stack with its own static KV cache and rotary tables.
+
+    The cache is one tensor per layer, ``kv_caches[i]`` ``[max_requests + 1, 2, KVH, S, hd]``, not slices
+    of one tensor: torch.compile then writes the new keys and values in place (a write into a slice of a
+    larger input is compiled as a copy of the whole tensor).
+    """
 
     def __init__(self, cfg: ModelConfig, num_layers: int, init: _Init) -> None:
         self.cfg = cfg
         self.layers = [_Layer(cfg, init, cfg.residual_scale) for _ in range(num_layers)]
-        rows = cfg.max_requests + 1
-        shape = (num_layers, rows, 2, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
-        self.kv_cache = torch.zeros(shape, device=init.device, dtype=init.dtype)
+        shape = (cfg.max_requests + 1, 2, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
+        self.kv_caches = [torch.zeros(shape, device=init.device, dtype=init.dtype) for _ in range(num_layers)]
         half = torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim
         freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] / cfg.rope_theta**half
-        self.cis = torch.polar(torch.ones_like(freqs), freqs)  # [S, hd/2] complex64
+        self.cos, self.sin = freqs.cos(), freqs.sin()  # [S, hd/2]
         self.key_pos = torch.arange(cfg.max_seq_len, device=init.device)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        cis = self.cis[positions][:, :, None, :]
+        rope = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
         cfg = self.cfg
         if cfg.attention == "triton" and fits(cfg.num_heads, cfg.num_kv_heads, positions.shape[1]):
             mask = None  # decode attention: no mask, no gather
         else:
             mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cis, self.kv_cache[i], rows, positions, mask)
+        for layer, kv_cache in zip(self.layers, self.kv_caches):
+            x = layer(x, rope, kv_cache, rows, positions, mask)
         return x
 
 

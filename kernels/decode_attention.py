@@ -119,7 +119,28 @@ def decode_attention(
     q ``[B, T, H, hd]`` (last dimension contiguous), kv_cache ``[R, 2, KVH, S, hd]`` (keys, values; the new
     tokens already written), rows ``[B]`` int64 cache rows, positions ``[B, T]`` int64 (key ``j`` is
     visible to a query at position ``p`` when ``j <= p``). Returns ``[B, T, H, hd]`` in q's dtype.
+
+    Under ``torch.compile`` the call goes through the opaque operator ``torch.ops.stepgraph.decode_attention``:
+    the launch arithmetic (splits per request) would otherwise pin the batch size in the compiled graph.
     """
+    if torch.compiler.is_compiling():
+        return torch.ops.stepgraph.decode_attention(q, kv_cache, rows, positions, scale)
+    return _launch(q, kv_cache, rows, positions, scale)
+
+
+@torch.library.custom_op("stepgraph::decode_attention", mutates_args=())
+def _decode_attention_op(
+    q: torch.Tensor, kv_cache: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, scale: float
+) -> torch.Tensor:
+    return _launch(q, kv_cache, rows, positions, scale)
+
+
+@_decode_attention_op.register_fake
+def _(q, kv_cache, rows, positions, scale):
+    return q.new_empty(q.shape)
+
+
+def _launch(q, kv_cache, rows, positions, scale) -> torch.Tensor:
     B, T, H, HD = q.shape
     R, two, KVH, S, hd = kv_cache.shape
     if two != 2 or hd != HD or H % KVH or q.stride(-1) != 1 or kv_cache.stride(-1) != 1:

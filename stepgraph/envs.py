@@ -48,6 +48,11 @@ PIECES: dict[str, tuple[str, str]] = {
         "one_launch_copy",
         "the runner's copy-in: every input of a run and its padding in one launch (off: one copy per tensor)",
     ),
+    "STEPGRAPH_COMPILE": (
+        "compile_forwards",
+        "torch.compile (inductor's kernels, captured into the step graph) of the target and draft forwards of a "
+        "decoder built with compile=True (off: the forwards run as written)",
+    ),
     "STEPGRAPH_TP_BROADCAST": (
         "tp_broadcast",
         "one packed broadcast of the verify result across tensor-parallel ranks (off: one per field)",

@@ -19,6 +19,7 @@ import torch
 
 from stepgraph.buffers import KEEP, StaticBuffers
 from stepgraph.capture import Captured, Child, GraphBackend
+from stepgraph.compile import seconds_compiling
 from stepgraph.config import RunnerConfig
 from stepgraph.errors import CaptureError, RecaptureRefused, classify_capture_exception
 from stepgraph.graphs import frozen_gc
@@ -60,6 +61,7 @@ class KeyStats:
     pool_bytes: int = 0
     warmup_peak_bytes: int = 0
     capture_seconds: float = 0.0
+    compile_seconds: float = 0.0  # torch.compile during this key's warm-ups (stepgraph.compile)
     replays: int = 0
     eager_runs: int = 0
     padded_rows: int = 0
@@ -76,6 +78,7 @@ class KeyStats:
             "pool_bytes": self.pool_bytes,
             "warmup_peak_bytes": self.warmup_peak_bytes,
             "capture_ms": round(self.capture_seconds * 1e3, 3),
+            "compile_s": round(self.compile_seconds, 3),
             "replays": self.replays,
             "eager_runs": self.eager_runs,
             "padded_rows": self.padded_rows,
@@ -186,6 +189,7 @@ class KeyTable:
         """Warm up, check memory, vote, capture, vote again. Returns (vote, graph, failure)."""
         stats = self.stats(key)
         failure = None
+        compiling = seconds_compiling()
         try:
             peak = self.backend.warmup(fn, self.config.warmup_iters)
             stats.warmup_peak_bytes = peak
@@ -193,6 +197,7 @@ class KeyTable:
             vote = Vote.CAPTURE if self.guard.check(str(key), needed).allowed else Vote.REFUSE
         except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
             failure, vote = _failure_of(e), Vote.FAIL
+        stats.compile_seconds += seconds_compiling() - compiling
         vote = self._vote(vote)
         if vote is not Vote.CAPTURE:
             return vote, None, failure
@@ -218,12 +223,13 @@ class KeyTable:
         stats.capture_seconds = captured.seconds + sum(c.seconds for c in captured.children)
         self._captured.append(captured)
         log.info(
-            "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB)",
+            "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB%s)",
             self.name,
             stats.key,
             captured.seconds * 1e3,
             captured.pool_bytes / 2**20,
             stats.warmup_peak_bytes / 2**20,
+            f", torch.compile {stats.compile_seconds:.1f} s" if stats.compile_seconds else "",
         )
 
     def _record_failure(self, stats: KeyStats, cause: str, text: str) -> None:

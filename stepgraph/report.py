@@ -172,6 +172,14 @@ def print_report(info: dict, console: Console | None = None) -> None:
                 f"missing {warm['missing'] or 'none'}",
             )
         )
+    for forward, c in (info.get("compile") or {}).items():
+        rows.append(
+            (
+                f"torch.compile {forward}",
+                f"{c['backend']}: {c['compiles']} variants in {c['seconds']:.1f} s"
+                + (f"; {c['failures']} running uncompiled ({c['error']})" if c["failures"] else ""),
+            )
+        )
     toggles = info.get("toggles") or {}
     if toggles:
         rows.append(("toggles", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in toggles.items())))
@@ -188,7 +196,8 @@ def print_report(info: dict, console: Console | None = None) -> None:
     widest = max((len(name) for name in info.get("keys") or {}), default=3)
     keys.add_column("key", no_wrap=True, min_width=widest)
     keys.add_column("status", overflow="fold")
-    for col in ("pool", "peak", "ms", "replays", "eager", "pad"):
+    compiled = any(k.get("compile_s") for k in (info.get("keys") or {}).values())
+    for col in ("pool", "peak", "ms", *(("compile s",) if compiled else ()), "replays", "eager", "pad"):
         keys.add_column(col, justify="right", overflow="fold")
     keys.add_column("note", overflow="fold")
     for name, k in (info.get("keys") or {}).items():
@@ -201,6 +210,7 @@ def print_report(info: dict, console: Console | None = None) -> None:
             _mib(k.get("pool_bytes")),
             _mib(k.get("warmup_peak_bytes")),
             f"{k.get('capture_ms', 0):.1f}",
+            *((f"{k.get('compile_s', 0):.1f}",) if compiled else ()),
             str(k.get("replays")),
             str(k.get("eager_runs")),
             str(k.get("padded_rows")),

@@ -248,6 +248,7 @@ def hf_spec_decoder(
     eos_token_id: int | Sequence[int] | None | str = "generation_config",
     seed: int = 0,
     attention: str = "auto",
+    compile: bool | str = False,
 ) -> SpecDecoder:
     """A :class:`SpecDecoder` over two HF causal LMs sharing a vocabulary (e.g. ``LlamaForCausalLM``).
 
@@ -255,7 +256,8 @@ def hf_spec_decoder(
     ``max_seq_len`` positions. ``eos_token_id``: by default the target's ``generation_config.eos_token_id``
     (an id or a list, where ``generate()`` stops too); an id or a list of ids; ``None`` never stops early.
     ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"``
-    (module docstring).
+    (module docstring). ``compile``: torch.compile the step's target and draft forwards inside the step
+    graph (:class:`SpecDecoder`).
 
     Raises
     ------
@@ -296,4 +298,5 @@ def hf_spec_decoder(
         eos_token_id=eos_token_id,
         config=config,
         seed=seed,
+        compile=compile,
     )

@@ -54,6 +54,11 @@ def add_parser(sub) -> None:
         help="example model attention: masked SDPA over the whole cache, or Triton decode attention up to each length",
     )
     p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="EAGLE head, or a copy of the target")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the target and draft forwards (inductor) inside the step graph; both runs compile",
+    )
     p.add_argument("--batch", type=positive_int, default=4, help="requests decoded together (default 4)")
     p.add_argument("--k", type=positive_int, default=3, help="draft tokens per step (default 3)")
     p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per request (default 48)")
@@ -100,7 +105,7 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
     target, draft = build(args.preset, device=device, dtype=dtype, draft=args.draft, **_overrides(args))
     cfg = RunnerConfig(toggles=toggles if graphs else replace(toggles, step_graph=False), progress=not args.quiet)
     dec = SpecDecoder.for_example(
-        target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed
+        target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed, compile=args.compile
     )
     if graphs and dec.runner.graphs_available:
         dec.warmup(args.batch, _params(args).sampling)

@@ -58,6 +58,12 @@ class SpecDecoder:
         Tensor parallelism: rank 0's verify result is broadcast once per step (:mod:`stepgraph.spec.tp`).
     splice_stages:
         Build step graphs from spliced per-stage graphs (:mod:`stepgraph.splice`).
+    compile:
+        ``True``: the step's target and draft forwards go through ``torch.compile`` (inductor's kernels, no
+        CUDA graphs of their own), compiled during warm-up and captured into the step graph; a backend name
+        (``"aot_eager"``) picks another backend. Prefill runs the forwards as written. Compiled kernels
+        round differently: greedy output can differ from the uncompiled decoder's (``STEPGRAPH_COMPILE=0``
+        turns compiling off, so ``stepgraph bisect`` can name it). See :mod:`stepgraph.compile`.
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class SpecDecoder:
         seed: int = 0,
         tp: TensorParallel | None = None,
         splice_stages: bool = False,
+        compile: bool | str = False,
     ) -> None:
         self.target, self.draft = target, draft
         self.K = num_draft_tokens
@@ -109,6 +116,7 @@ class SpecDecoder:
             config=config,
             tp=tp,
             splice_stages=splice_stages,
+            compile=compile,
         )
         self.toggles = self.step.toggles
         self.slots = SlotAllocator(max_requests, self.step.relay)

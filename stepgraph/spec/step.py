@@ -21,6 +21,7 @@ from typing import Protocol
 import torch
 
 from stepgraph.buffers import Buffer
+from stepgraph.compile import CompiledForward, backend_name
 from stepgraph.config import RunnerConfig
 from stepgraph.keys import GraphKey, Sampling
 from stepgraph.outputs import StepOutputs
@@ -93,6 +94,10 @@ class ChainStep:
     splice_stages:
         Build each key's step graph from per-stage graphs (draft, verify, draft-extend) spliced as child
         nodes, with the input copies and the relay store captured around them (:mod:`stepgraph.splice`).
+    compile:
+        ``True`` (inductor) or a torch.compile backend name: the step's target and draft forwards run
+        compiled, with no CUDA graphs of their own, inside the step graph (:mod:`stepgraph.compile`);
+        ``STEPGRAPH_COMPILE=0`` turns it off.
     """
 
     def __init__(
@@ -111,12 +116,21 @@ class ChainStep:
         config: RunnerConfig | None = None,
         tp: TensorParallel | None = None,
         splice_stages: bool = False,
+        compile: bool | str = False,
     ) -> None:
         if num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
         self.config = config or RunnerConfig()
         self.toggles = self.config.toggles
         self.device = torch.device(device)
+        backend = backend_name(compile) if self.toggles.compile_forwards else None
+        self.compiled: dict[str, CompiledForward] = {}
+        if backend is not None:
+            self.compiled = {
+                "target": CompiledForward(target, name="target", backend=backend),
+                "draft": CompiledForward(draft, name="draft", backend=backend),
+            }
+            target, draft = self.compiled["target"], self.compiled["draft"]
         self.target, self.draft, self.tp = target, draft, tp
         if tp is not None and tp.packed is None:
             tp.packed = self.toggles.tp_broadcast  # STEPGRAPH_TP_BROADCAST: one packed broadcast, or one per field
@@ -230,7 +244,8 @@ class ChainStep:
         return self.runner.capture(keys)
 
     def info(self) -> dict:
-        return {**self.runner.info(), "num_draft_tokens": self.K}
+        compiled = {"compile": {n: f.info() for n, f in self.compiled.items()}} if self.compiled else {}
+        return {**self.runner.info(), "num_draft_tokens": self.K, **compiled}
 
     def update_weights(self, apply: Callable[[], None]) -> None:
         """Apply a weight update that moves tensors (new addresses): refused while graphs are live

@@ -74,7 +74,7 @@ def test_every_piece_combination_is_bitwise_identical():
     base = None
     for bits in itertools.product([False, True], repeat=len(names)):
         if sum(bits) not in (0, 1, len(names) - 1, len(names)):
-            continue  # all on/off, each alone, each off: 16 combinations of 128
+            continue  # all on/off, each alone, each off: 18 combinations of 256
         tog = Toggles(step_graph=True, **dict(zip(names, bits)))
         _, out, _ = decode(tog)
         base = base or out

@@ -91,7 +91,7 @@ def test_poisoned_padding_and_scratch_state_never_leak_into_real_rows():
         if f.dtype.is_floating_point:
             f[scratch].fill_(float("nan"))
             relay.work[name].fill_(float("nan"))
-    target.stack.kv_cache[:, target.cfg.scratch_row].fill_(float("nan"))  # and in the models' scratch cache row
-    draft.stack.kv_cache[:, target.cfg.scratch_row].fill_(float("nan"))
+    for cache in target.stack.kv_caches + draft.stack.kv_caches:  # and in the models' scratch cache row
+        cache[target.cfg.scratch_row].fill_(float("nan"))
     out = dec.generate(prompts, max_new_tokens=12)  # batch of 2 pads to 2; as one finishes, 1
     assert out == [greedy_reference(target, p, 12) for p in prompts]

@@ -1,0 +1,179 @@
+"""Model forwards compiled by torch.compile, run inside stepgraph's one step graph.
+
+``torch.compile(mode="reduce-overhead")`` gives fused kernels but wraps each compiled region in CUDA graphs
+of its own, with guards and copies around them. Here the forwards are compiled with inductor's kernels and
+no CUDA graphs (the default mode); stepgraph then captures those kernels, with the rest of the step, into
+the key's one graph. A :class:`CompiledForward` keeps that safe:
+
+* **Compiles happen in warm-up.** A call whose input signature (shapes, dtypes, devices) is new compiles;
+  the runner's eager warm-up runs each key before capturing it, so the capture meets only compiled
+  signatures. Inside a capture the forward runs under ``torch.compiler.set_stance("fail_on_recompile")``:
+  a compile there (which would sync the device) fails the capture, and the key runs eagerly.
+* **One compiled variant per batch class.** The batch dimension (dim 0 of every tensor argument) is marked
+  dynamic, so a batch size of 1 and one variant for every larger batch serve all keys of a call site
+  (torch specialises size 1); other dimensions stay static. Warm-up of many keys compiles a few times.
+* **A compile that fails is not fatal.** It is logged once and counted, and that signature runs the
+  forward as written: a key never holds a half-compiled graph.
+* **Compile time is counted apart from capture time.** Per forward (:meth:`CompiledForward.info`) and
+  process-wide (:func:`seconds_compiling`), which the key table reads around each key's warm-up.
+
+Bit-exactness holds within one setting: compiled kernels round differently from eager ones, so a compiled
+step graph equals the compiled eager step, not the uncompiled one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+log = logging.getLogger("stepgraph")
+
+#: torch.compile backends: ``True`` means inductor; a name picks another (``"aot_eager"`` to tell a
+#: compiler bug from a model bug).
+DEFAULT_BACKEND = "inductor"
+
+_seconds_compiling = 0.0
+
+
+def seconds_compiling() -> float:
+    """Seconds spent in calls that compiled, over every :class:`CompiledForward` of this process."""
+    return _seconds_compiling
+
+
+def backend_name(compile: bool | str) -> str | None:
+    """The torch.compile backend a ``compile=`` argument asks for (``None``: no compile).
+
+    Raises ValueError for anything but a bool or a non-empty backend name."""
+    if compile is True:
+        return DEFAULT_BACKEND
+    if compile is False or compile is None:
+        return None
+    if isinstance(compile, str) and compile:
+        return compile
+    raise ValueError(f"compile must be True, False or a torch.compile backend name such as 'inductor', got {compile!r}")
+
+
+def _signature(args: tuple) -> tuple:
+    """What decides a compiled variant: per tensor, its shape past the batch dimension, whether the batch
+    is 1, dtype and device; other arguments by value."""
+    return tuple(
+        (tuple(a.shape[1:]), a.shape[0] == 1 if a.dim() else None, a.dtype, a.device)
+        if isinstance(a, torch.Tensor)
+        else a
+        for a in args
+    )
+
+
+class CompiledForward:
+    """``forward(*tensors)`` compiled with ``torch.compile(backend)``, no CUDA graphs of its own.
+
+    Parameters
+    ----------
+    forward:
+        A graph-safe model forward whose tensor arguments all lead with the batch dimension (the
+        :class:`~stepgraph.spec.step.Target` and :class:`~stepgraph.spec.step.Draft` signatures).
+    name:
+        For logs and :meth:`info` (``"target"``, ``"draft"``).
+    backend:
+        A torch.compile backend name (``"inductor"``).
+    """
+
+    def __init__(self, forward: Callable, *, name: str, backend: str = DEFAULT_BACKEND) -> None:
+        if not hasattr(torch.compiler, "set_stance"):
+            raise RuntimeError(f"compile=True needs torch >= 2.6, this is {torch.__version__}: upgrade or leave it off")
+        self.forward, self.name, self.backend = forward, name, backend
+        options = {"triton.cudagraphs": False} if backend == "inductor" else None
+        self._compiled = torch.compile(forward, backend=backend, options=options, dynamic=None)
+        self._ready: set[tuple] = set()
+        self._failed: set[tuple] = set()
+        self.compiles = 0
+        self.failures = 0
+        self.seconds = 0.0
+        self.error: str | None = None
+
+    def __getattr__(self, name: str) -> Any:  # model facts (hidden_size, ...) pass through
+        if name == "forward":
+            raise AttributeError(name)
+        return getattr(self.forward, name)
+
+    def __call__(self, *args):
+        sig = _signature(args)
+        if sig in self._ready:
+            if _capturing():
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    return self._compiled(*args)
+            return self._compiled(*args)
+        if sig in self._failed:
+            return self.forward(*args)
+        if _capturing():
+            raise RuntimeError(
+                f"{self.name}: torch.compile would compile a new input signature inside a CUDA graph capture; "
+                "run the key eagerly first (the runner's warm-up does)"
+            )
+        return self._compile(sig, args)
+
+    def _compile(self, sig: tuple, args: tuple):
+        global _seconds_compiling
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] > 1:
+                torch._dynamo.maybe_mark_dynamic(a, 0)
+        t0 = time.perf_counter()
+        try:
+            with _compile_settings():
+                out = self._compiled(*args)
+        except Exception as e:  # noqa: BLE001 - the forward as written still works; say why once
+            self.failures += 1
+            self._failed.add(sig)
+            if self.error is None:
+                self.error = f"{type(e).__name__}: {e}"[:500]
+                log.warning("%s: torch.compile failed, running it uncompiled: %s", self.name, self.error)
+            return self.forward(*args)
+        finally:
+            spent = time.perf_counter() - t0
+            self.seconds += spent
+            _seconds_compiling += spent
+        self.compiles += 1
+        self._ready.add(sig)
+        log.info("%s: compiled for %s in %.1f s (%s)", self.name, _describe(args), spent, self.backend)
+        return out
+
+    def info(self) -> dict:
+        """``backend``, ``compiles`` (signatures compiled), ``failures`` (signatures running uncompiled),
+        ``seconds`` (spent in calls that compiled) and the first ``error``."""
+        return {
+            "backend": self.backend,
+            "compiles": self.compiles,
+            "failures": self.failures,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+@contextlib.contextmanager
+def _compile_settings():
+    """While compiling: the batch dimension is the only dynamic one (no automatic dynamic shapes), room
+    for a variant per call site and key, and the sync check off (compiling may read the device; the
+    runner's warm-up runs the key again under the check)."""
+    sync_mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
+    if sync_mode:
+        torch.cuda.set_sync_debug_mode(0)
+    try:
+        limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, **{limit: 64}):
+            yield
+    finally:
+        if sync_mode:
+            torch.cuda.set_sync_debug_mode(sync_mode)
+
+
+def _describe(args: tuple) -> str:
+    return ", ".join(str(list(a.shape)) for a in args if isinstance(a, torch.Tensor))
