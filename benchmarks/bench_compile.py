@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 from _timing import env_record, save
-from bench_step import K, PROMPT, Setup, mode_compile, mode_step_graph
+from bench_step import PROMPT, K, Setup, mode_compile, mode_step_graph
 
-from stepgraph import RunnerConfig, Toggles
+from stepgraph import RunnerConfig
 from stepgraph.examples.model import build, greedy_reference
 from stepgraph.spec.generate import SpecDecoder
 
