@@ -181,7 +181,9 @@ def main() -> None:
                 + ", ".join(f"{k} {v:.1f}" for k, v in w["compile_s"].items())
             )
     table = "\n".join(lines) + "\n"
-    name = f"compile_{args.layers}l"
+    name = f"compile_{args.layers}l" + (
+        "" if args.attention == "sdpa,triton" else "_" + args.attention.replace(",", "_")
+    )
     _plot(record, args.out, name)
     save(args.out, name, record, table)
 
