@@ -63,7 +63,9 @@ def agreement(models, compile: bool, prompts: list[list[int]], new_tokens: int) 
 
 
 def warmup_keys(models) -> dict:
-    """Warm-up of keys 1..8 (greedy) with compile: total seconds, compile and capture per key."""
+    """Warm-up of keys 1..8 (greedy) with compile, as in a new process (torch's in-memory compile caches
+    reset; its on-disk caches stay warm): total seconds, compile and capture per key."""
+    torch._dynamo.reset()
     target, draft = models
     dec = SpecDecoder.for_example(target, draft, max_batch=8, compile=True, config=RunnerConfig(progress=False))
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ are profiled with CPU and CUDA activity. Reported per mode:
 * the ten longest device gaps, with the kernels either side.
 
     python benchmarks/profile_step.py --out benchmarks/results/<dir> [--layers 28] [--batch 1]
-        [--sampling greedy|temperature|top_k_top_p]
+        [--sampling greedy|temperature|top_k_top_p] [--attention sdpa|triton] [--compile] [--no-eager]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ CATEGORIES = (  # first match wins; lower-case substrings of kernel names
         + ("_kept_mass", "_finalize_kernel", "_temperature_kernel", "_relay", "_copy_in"),
     ),
     ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "efficient", "softmax")),
+    ("inductor fused (compile=True)", ("triton_poi", "triton_red", "triton_per", "triton_tem")),
     ("cache gather/scatter", ("index", "gather", "scatter", "put_")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "matmul", "sm90", "cublas")),
     ("memcpy/memset", ("memcpy", "memset")),
@@ -115,8 +116,10 @@ def analyse(prof, steps: int) -> dict:
     }
 
 
-def profile_mode(setup: Setup, name: str, toggles: Toggles, steps: int, params: SamplingParams) -> dict:
-    dec = setup.decoder(name, toggles, sampling=params)
+def profile_mode(
+    setup: Setup, name: str, toggles: Toggles, steps: int, params: SamplingParams, compile: bool = False
+) -> dict:
+    dec = setup.decoder(name, toggles, sampling=params, compile=compile)
     dec.step.run(dec.slots, params.sampling)  # captures the key when graphs are on
     runner = dec.step.runner
     B = setup.B
@@ -167,12 +170,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"])
     ap.add_argument("--sampling", default="greedy", choices=list(SAMPLINGS))
+    ap.add_argument("--compile", action="store_true", help="also the step graph with compile=True")
+    ap.add_argument("--no-eager", action="store_true", help="skip the eager mode")
     args = ap.parse_args()
     params = SAMPLINGS[args.sampling]
     setup = Setup(args.batch, args.layers, max(args.batch, 8) + 1, attention=args.attention)
     record = {"env": env_record(), "layers": args.layers, "batch": args.batch, "modes": {}}
-    record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps, params)
+    if not args.no_eager:
+        record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps, params)
     record["modes"]["step graph"] = profile_mode(setup, "graph", Toggles.all(True), args.steps, params)
+    if args.compile:
+        record["modes"]["step graph, compile=True"] = profile_mode(
+            setup, "compiled", Toggles.all(True), args.steps, params, compile=True
+        )
     env = record["env"]
     rows = [
         f"# Step profile, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}",
@@ -183,8 +193,10 @@ def main() -> None:
     ]
     for name, r in record["modes"].items():
         rows += table(name, r)
-    suffix = ("" if args.attention == "sdpa" else f"_{args.attention}") + (
-        "" if args.sampling == "greedy" else f"_{args.sampling}"
+    suffix = (
+        ("" if args.attention == "sdpa" else f"_{args.attention}")
+        + ("" if args.sampling == "greedy" else f"_{args.sampling}")
+        + ("_compile" if args.compile else "")
     )
     record["attention"] = args.attention
     save(args.out, f"profile_{args.layers}l_b{args.batch}{suffix}", record, "\n".join(rows))
