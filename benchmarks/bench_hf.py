@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--attention", default="gather", help="adapter attentions to run, comma-separated: gather,rows")
     ap.add_argument("--drafts", default="self,cheap", help="stepgraph drafts: self (the target), cheap (2 layers)")
     ap.add_argument("--baselines", default="static,default,assisted", help="HF paths to run (static is the base)")
+    ap.add_argument("--compile", default="off", help="stepgraph runs without and/or with compile=True: off,on")
     ap.add_argument("--plot", nargs="+", metavar="JSON", help="only draw the plot of saved hf*.json files")
     args = ap.parse_args()
     if args.plot:
@@ -128,12 +129,18 @@ def main() -> None:
         if B == 1 and "assisted" in baselines:
             hf("HF assisted generation (2-layer draft)", assistant_model=draft)
         drafts = {"self": ("target as its own draft", target), "cheap": ("2-layer draft", draft)}
-        runs = [(a, *drafts[d]) for d in args.drafts.split(",") for a in args.attention.split(",")]
-        for attention, name, d in runs:
+        runs = [
+            (a, c == "on", *drafts[d])
+            for d in args.drafts.split(",")
+            for a in args.attention.split(",")
+            for c in args.compile.split(",")
+        ]
+        for attention, compile, name, d in runs:
             tag = f"stepgraph, {name}" + (f", attention={attention}" if attention != "gather" else "")
+            tag += ", compile=True" if compile else ""
             cfg = RunnerConfig(progress=False)
             size = {"max_requests": B, "max_seq_len": args.prompt + args.tokens + 16}
-            dec = hf_spec_decoder(target, d, **size, config=cfg, attention=attention)
+            dec = hf_spec_decoder(target, d, **size, config=cfg, attention=attention, compile=compile)
             _, warm_s = timed(lambda: dec.warmup(B))
             dec.generate(prompts, max_new_tokens=args.tokens)  # untimed: first-use costs
             dec.stats = type(dec.stats)()
@@ -145,6 +152,7 @@ def main() -> None:
                 "mean_accept_len": dec.stats.mean_accept_len,
                 "agreement_with_static_generate": agreement(out, ref) if ref is not None else float("nan"),
                 "captured_keys": dec.info()["captured_keys"],
+                "compile": dec.info().get("compile"),
             }
             dec.release()
         base = res.get("HF generate(static cache, compiled)", next(iter(res.values())))["tokens_per_s"]

@@ -82,28 +82,27 @@ def _decode_attn_combine(
     acc_ptr, ml_ptr, o_ptr, so_b, so_t, so_h,
     T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr, NSPLIT: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
+    pid = tl.program_id(0)  # request * KVH + kv head
+    r = tl.program_id(1)  # one live query row per program: B * KVH programs alone leave the GPU idle
     b = pid // KVH
-    kvh = pid % KVH
-    r = tl.arange(0, M)
-    live = r < G * T
     t = r % T
-    h = kvh * G + r // T
+    h = (pid % KVH) * G + r // T
     d = tl.arange(0, HD)
-    m = tl.full([M], float("-inf"), tl.float32)
-    for s in range(NSPLIT):
-        m = tl.maximum(m, tl.load(ml_ptr + ((pid * NSPLIT + s) * M + r) * 2))
+    first = pid * NSPLIT * M + r  # split 0's row; split s is s * M further
+    m = tl.load(ml_ptr + first * 2)
+    for s in range(1, NSPLIT):
+        m = tl.maximum(m, tl.load(ml_ptr + (first + s * M) * 2))
     m_ref = tl.where(m == float("-inf"), 0.0, m)
-    l_sum = tl.zeros([M], tl.float32)
-    acc = tl.zeros([M, HD], tl.float32)
-    for s in range(NSPLIT):
-        off = (pid * NSPLIT + s) * M + r
+    w = tl.exp(tl.load(ml_ptr + first * 2) - m_ref)
+    l_sum = tl.load(ml_ptr + first * 2 + 1) * w
+    acc = tl.load(acc_ptr + first * HD + d) * w
+    for s in range(1, NSPLIT):
+        off = first + s * M
         w = tl.exp(tl.load(ml_ptr + off * 2) - m_ref)
         l_sum += tl.load(ml_ptr + off * 2 + 1) * w
-        acc += tl.load(acc_ptr + off[:, None] * HD + d[None, :]) * w[:, None]
-    out = acc / tl.where(l_sum > 0, l_sum, 1.0)[:, None]
-    dst = o_ptr + b * so_b + t[:, None] * so_t + h[:, None] * so_h + d[None, :]
-    tl.store(dst, out.to(o_ptr.dtype.element_ty), mask=live[:, None])
+        acc += tl.load(acc_ptr + off * HD + d) * w
+    out = acc / tl.where(l_sum > 0, l_sum, 1.0)
+    tl.store(o_ptr + b * so_b + t * so_t + h * so_h + d, out.to(o_ptr.dtype.element_ty))
 
 
 def fits(num_heads: int, num_kv_heads: int, tokens: int) -> bool:
@@ -163,7 +162,7 @@ def _launch(q, kv_cache, rows, positions, scale) -> torch.Tensor:
         S, q.stride(0), q.stride(1), q.stride(2), *kv_cache.stride()[:4], scale,
         T=T, KVH=KVH, G=G, HD=HD, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee,
     )  # fmt: skip
-    _decode_attn_combine[(B * KVH,)](
+    _decode_attn_combine[(B * KVH, G * T)](
         acc, ml, out, out.stride(0), out.stride(1), out.stride(2), T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit
     )
     return out

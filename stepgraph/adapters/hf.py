@@ -44,8 +44,9 @@ _ACTIVE: contextvars.ContextVar[RowCache | None] = contextvars.ContextVar("stepg
 
 
 class RowCache:
-    """A static KV cache for an HF decoder: ``kv [layers, rows + 1, 2, kv_heads, max_seq_len, head_dim]``
-    (keys, values; :attr:`k` and :attr:`v` are views).
+    """A static KV cache for an HF decoder: per layer, ``kv[layer]`` ``[rows + 1, 2, kv_heads, max_seq_len,
+    head_dim]`` (keys, values). One tensor per layer, not slices of one: under ``compile=True`` the new keys
+    and values are then written in place (a write into a slice of a larger tensor compiles to a copy of it).
 
     Before each forward, :attr:`rows` (``[B]``) and :attr:`positions` (``[B, T]``) say where the new keys
     and values go; ``update`` writes them there and returns the rows' whole caches (``gather``), or the
@@ -59,9 +60,8 @@ class RowCache:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        shape = (config.num_hidden_layers, max_requests + 1, 2, kv_heads, max_seq_len, head_dim)
-        self.kv = torch.zeros(shape, device=device, dtype=dtype)
-        self.k, self.v = self.kv[:, :, 0], self.kv[:, :, 1]
+        shape = (max_requests + 1, 2, kv_heads, max_seq_len, head_dim)
+        self.kv = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.attention = attention
         self.scratch_row = max_requests
         self.rows: torch.Tensor | None = None
@@ -69,12 +69,13 @@ class RowCache:
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         B, _, T, _ = key_states.shape  # [B, KVH, T, hd]
-        r = self.rows[:, None].expand(B, T)
-        self.k[layer_idx][r, :, self.positions] = key_states.transpose(1, 2)
-        self.v[layer_idx][r, :, self.positions] = value_states.transpose(1, 2)
+        kv = self.kv[layer_idx]
+        new = torch.stack([key_states, value_states], 1).permute(0, 3, 1, 2, 4)  # [B, T, 2, KVH, hd]
+        kv[self.rows[:, None].expand(B, T), :, :, self.positions] = new
         if self.attention == "rows":
-            return self.k[layer_idx], self.v[layer_idx]  # [rows + 1, KVH, S, hd] views: read in place
-        return self.k[layer_idx][self.rows], self.v[layer_idx][self.rows]
+            return kv[:, 0], kv[:, 1]  # [rows + 1, KVH, S, hd] views: read in place
+        cached = kv[self.rows]
+        return cached[:, 0], cached[:, 1]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # positions are always passed explicitly

@@ -1,0 +1,104 @@
+"""compile=True on the CPU: compiled forwards in the decoder, variants per batch class, compile time per key,
+a failing compile falling back, the toggle, and bad arguments. (Capture with compile: tests/gpu.)"""
+
+import logging
+
+import pytest
+import torch
+from rich.console import Console
+
+from stepgraph import RunnerConfig, StepGraphRunner, Toggles
+from stepgraph.buffers import Buffer
+from stepgraph.compile import CompiledForward, backend_name
+from stepgraph.examples.model import build, greedy_reference
+from stepgraph.report import print_report
+from stepgraph.spec.generate import SpecDecoder
+from tests.helpers import SimulatedBackend
+
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [1, 2, 3, 4]]
+COMPILE_ONLY = Toggles.all(False).with_piece("compile_forwards", True)  # torch pieces: no interpreter needed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def decoder(compile, toggles=COMPILE_ONLY, layers=1):
+    target, draft = build("tiny", num_layers=layers)
+    cfg = RunnerConfig(toggles=toggles, progress=False)
+    return SpecDecoder.for_example(target, draft, max_batch=4, config=cfg, compile=compile), target
+
+
+def test_compiled_decoder_equals_the_targets_greedy_and_compiles_per_batch_class():
+    dec, target = decoder("aot_eager")
+    lengths = [16, 4, 8]  # the batch shrinks to one request
+    out = dec.generate(PROMPTS, max_new_tokens=lengths)
+    assert out == [greedy_reference(target, p, n) for p, n in zip(PROMPTS, lengths)]
+    info = dec.info()["compile"]
+    # the target runs at T = K + 1, the draft at T = 1 and K + 1; each once for a batch of 1 and once for
+    # every larger batch (the batch dimension is dynamic): requests finishing shrink the batch to 1
+    assert info["target"]["compiles"] == 2 and info["draft"]["compiles"] == 4
+    assert info["target"]["failures"] == info["draft"]["failures"] == 0
+    assert info["target"]["seconds"] > 0
+    dec.generate(PROMPTS[:2], max_new_tokens=6)  # another batch size: nothing new to compile
+    assert dec.info()["compile"]["target"]["compiles"] == 2
+    console = Console(record=True, width=200)
+    print_report(dec.info(), console=console)
+    assert "torch.compile target" in console.export_text()
+
+
+def test_inductor_on_the_cpu_matches_the_uncompiled_target():
+    """Real inductor kernels (C++ on the CPU): fp32 greedy output equals the uncompiled target's here."""
+    dec, target = decoder(True)
+    out = dec.generate(PROMPTS[:2], max_new_tokens=6)
+    assert out == [greedy_reference(target, p, 6) for p in PROMPTS[:2]]
+    assert dec.info()["compile"]["target"]["backend"] == "inductor"
+
+
+@torch._dynamo.register_backend(name="stepgraph_test_broken")
+def _broken_backend(gm, example_inputs):
+    raise RuntimeError("this backend cannot compile anything")
+
+
+def test_a_failing_compile_runs_the_forward_as_written_and_says_so_once(caplog):
+    dec, target = decoder("stepgraph_test_broken")
+    with caplog.at_level(logging.WARNING, logger="stepgraph"):
+        out = dec.generate(PROMPTS, max_new_tokens=8)
+    assert out == [greedy_reference(target, p, 8) for p in PROMPTS]
+    info = dec.info()["compile"]["target"]
+    assert info["compiles"] == 0 and info["failures"] >= 1 and "cannot compile anything" in info["error"]
+    warnings = [r for r in caplog.records if "torch.compile failed" in r.getMessage() and "target" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_the_toggle_turns_compiling_off():
+    dec, _ = decoder(True, toggles=Toggles.all(False))
+    assert dec.step.compiled == {} and "compile" not in dec.info()
+    assert not isinstance(dec.step.target, CompiledForward)
+
+
+@pytest.mark.parametrize("bad", [1, "", 2.0])
+def test_bad_compile_arguments_are_named(bad):
+    with pytest.raises(ValueError, match="compile must be True, False or a torch.compile backend"):
+        decoder(bad)
+    assert backend_name(True) == "inductor" and backend_name(False) is None
+
+
+def test_compile_time_is_counted_in_the_warm_up_of_the_key_that_compiled():
+    fwd = CompiledForward(lambda x: x * 2 + 1, name="scale", backend="aot_eager")
+    runner = StepGraphRunner(
+        lambda buf, bs, sampling: {"y": fwd(buf["x"])},
+        {"x": Buffer((8,), torch.float32)},
+        device="cpu",
+        config=RunnerConfig(toggles=Toggles(), buckets=(1, 4, 8), progress=False),
+        backend=SimulatedBackend(),
+    )
+    for n in (1, 3, 8):
+        assert torch.equal(runner.run({"x": torch.ones(n)})["y"], torch.full((n,), 3.0))
+    keys = runner.info()["keys"]
+    assert keys["bs=1/greedy"]["compile_s"] > 0 and keys["bs=4/greedy"]["compile_s"] > 0
+    assert keys["bs=8/greedy"]["compile_s"] == 0  # the batch-of-many variant already compiled
+    assert fwd.compiles == 2
