@@ -98,6 +98,9 @@ def main() -> None:
         _plot(json.loads(Path(args.plot).read_text()), str(Path(args.plot).parent), Path(args.plot).stem)
         return
     batches = [int(b) for b in args.batches.split(",")]
+    name = f"compile_{args.layers}l" + (
+        "" if args.attention == "sdpa,triton" else "_" + args.attention.replace(",", "_")
+    )
     record = {"env": env_record(), "layers": args.layers, "K": K, "prompt_len": PROMPT, "results": {}}
     rows = [
         "| attention | B | kernels | step graph (ms) | device (ms) | device / floor | compiled vs eager kernels (device) "
@@ -144,19 +147,27 @@ def main() -> None:
             per["batches"][B] = res
             print(rows[-2], rows[-1], sep="\n", flush=True)
             del setup
+        save(args.out, name, record, _table(record, rows))  # a run cut short keeps its rows
         if not args.no_agreement:
             per["agreement"] = {label: agreement(models, c, prompts, 48) for label, c in MODES}
         if not args.no_warmup:
             per["warmup_1_8"] = warmup_keys(models)
+        save(args.out, name, record, _table(record, rows))
         del models
         torch.cuda.empty_cache()
+    _plot(record, args.out, name)
+    save(args.out, name, record, _table(record, rows))
+
+
+def _table(record: dict, rows: list[str]) -> str:
     env = record["env"]
     lines = [
         f"# Compiled model inside the step graph, {env['date']}, {env['gpu']}, torch {env['torch']}, "
         f"triton {env['triton']}",
         "",
-        f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K={K}, cache 1024, prompt {PROMPT}, "
-        "greedy. Device time: back-to-back replays of the key's step graph. Floor: weights read per step at 4.3 TB/s.",
+        f"Example model at the Qwen3-0.6B shape ({record['layers']} layers), bf16, K={K}, cache 1024, prompt "
+        f"{PROMPT}, greedy. Device time: back-to-back replays of the key's step graph. Floor: weights read per "
+        "step at 4.3 TB/s.",
         "",
         *rows,
         "",
@@ -182,12 +193,7 @@ def main() -> None:
                 f"  Warm-up of keys 1..8 with compile: {w['seconds']:.1f} s; compile per key (s): "
                 + ", ".join(f"{k} {v:.1f}" for k, v in w["compile_s"].items())
             )
-    table = "\n".join(lines) + "\n"
-    name = f"compile_{args.layers}l" + (
-        "" if args.attention == "sdpa,triton" else "_" + args.attention.replace(",", "_")
-    )
-    _plot(record, args.out, name)
-    save(args.out, name, record, table)
+    return "\n".join(lines) + "\n"
 
 
 def _plot(record: dict, out: str, name: str) -> None:
@@ -211,7 +217,8 @@ def _plot(record: dict, out: str, name: str) -> None:
         ax.set_xticks(list(x), [f"B={b}" for b in batches])
         ax.set_ylabel("step device time (ms)")
         ax.set_title(f"attention: {attention}")
-        ax.legend(fontsize=8)
+        ax.set_ylim(0, 1.35 * max(per["batches"][b][m]["device_ms"] for b in batches for m, _ in MODES))
+        ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"{record['layers']}-layer example model, step graph: eager kernels vs compile=True")
     fig.tight_layout()
     Path(out).mkdir(parents=True, exist_ok=True)
