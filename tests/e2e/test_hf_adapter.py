@@ -100,3 +100,16 @@ def test_target_as_its_own_draft_accepts_everything():
 def test_vocabularies_must_match():
     with pytest.raises(ValueError, match="vocabularies differ"):
         hf_spec_decoder(llama(32, 1, 2, 1, 0, vocab=256), llama(32, 1, 2, 1, 1, vocab=300))
+
+
+def test_compiled_forwards_give_the_uncompiled_output():
+    """compile= reaches the HF forwards (the adapter's cache writes and gather trace through torch.compile);
+    the aot_eager backend keeps eager kernels, so the output is the uncompiled decoder's exactly."""
+    target, draft = llama(64, 2, 4, 2, seed=0), llama(32, 1, 2, 1, seed=1)
+    cfg = RunnerConfig(toggles=Toggles.all(False).with_piece("compile_forwards", True))
+    size = {"max_requests": 4, "max_seq_len": 96, "config": cfg, "attention": "gather"}
+    plain = hf_spec_decoder(target, draft, **size).generate(PROMPTS, max_new_tokens=8)
+    dec = hf_spec_decoder(target, draft, **size, compile="aot_eager")
+    assert dec.generate(PROMPTS, max_new_tokens=8) == plain
+    info = dec.info()["compile"]
+    assert info["target"]["compiles"] >= 1 and info["target"]["failures"] == info["draft"]["failures"] == 0
