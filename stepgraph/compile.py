@@ -118,7 +118,6 @@ class CompiledForward:
         return self._compile(sig, args)
 
     def _compile(self, sig: tuple, args: tuple):
-        global _seconds_compiling
         for a in args:
             if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] > 1:
                 torch._dynamo.maybe_mark_dynamic(a, 0)
@@ -127,20 +126,26 @@ class CompiledForward:
             with _compile_settings():
                 out = self._compiled(*args)
         except Exception as e:  # noqa: BLE001 - the forward as written still works; say why once
+            self._spent(t0)
             self.failures += 1
             self._failed.add(sig)
             if self.error is None:
                 self.error = f"{type(e).__name__}: {e}"[:500]
                 log.warning("%s: torch.compile failed, running it uncompiled: %s", self.name, self.error)
             return self.forward(*args)
-        finally:
-            spent = time.perf_counter() - t0
-            self.seconds += spent
-            _seconds_compiling += spent
+        spent = self._spent(t0)
         self.compiles += 1
         self._ready.add(sig)
         log.info("%s: compiled for %s in %.1f s (%s)", self.name, _describe(args), spent, self.backend)
         return out
+
+    def _spent(self, t0: float) -> float:
+        """Add the seconds since ``t0`` to this forward's and the process's compile time; return them."""
+        global _seconds_compiling
+        spent = time.perf_counter() - t0
+        self.seconds += spent
+        _seconds_compiling += spent
+        return spent
 
     def info(self) -> dict:
         """``backend``, ``compiles`` (signatures compiled), ``failures`` (signatures running uncompiled),
@@ -161,8 +166,8 @@ def _capturing() -> bool:
 @contextlib.contextmanager
 def _compile_settings():
     """While compiling: the batch dimension is the only dynamic one (no automatic dynamic shapes), room
-    for a variant per call site and key, and the sync check off (compiling may read the device; the
-    runner's warm-up runs the key again under the check)."""
+    for a variant per call site and key, and the sync check off (compiling may read the device; with the
+    default two warm-up runs per key, the runner's last one runs the compiled key under the check)."""
     sync_mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
     if sync_mode:
         torch.cuda.set_sync_debug_mode(0)
