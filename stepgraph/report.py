@@ -168,8 +168,9 @@ def print_report(info: dict, console: Console | None = None) -> None:
         rows.append(
             (
                 "warm-up",
-                f"sizes 1..{len(warm['batch_sizes'])} in {warm['seconds'] * 1e3:.1f} ms; "
-                f"missing {warm['missing'] or 'none'}",
+                f"sizes 1..{len(warm['batch_sizes'])} in {warm['seconds'] * 1e3:.1f} ms"
+                + (f" ({warm['compile_seconds']:.1f} s torch.compile)" if warm.get("compile_seconds") else "")
+                + f"; missing {warm['missing'] or 'none'}",
             )
         )
     for forward, c in (info.get("compile") or {}).items():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from stepgraph.compile import seconds_compiling
 from stepgraph.keys import Sampling
 
 if TYPE_CHECKING:
@@ -23,12 +24,14 @@ log = logging.getLogger("stepgraph")
 
 @dataclass
 class WarmupReport:
-    """What a warm-up did: sizes run, keys captured, sizes still without a graph, seconds."""
+    """What a warm-up did: sizes run, keys captured, sizes still without a graph, seconds (of which
+    ``compile_seconds`` in torch.compile, :mod:`stepgraph.compile`)."""
 
     batch_sizes: list[int]
     captured_keys: list[str]
     missing: list[int]
     seconds: float
+    compile_seconds: float = 0.0
 
     def as_dict(self) -> dict:
         return {
@@ -36,6 +39,7 @@ class WarmupReport:
             "captured_keys": self.captured_keys,
             "missing": self.missing,
             "seconds": round(self.seconds, 4),
+            "compile_seconds": round(self.compile_seconds, 4),
         }
 
 
@@ -46,7 +50,7 @@ def warm_up(
     make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None,
 ) -> WarmupReport:
     """See :meth:`StepGraphRunner.warmup`."""
-    t0 = time.perf_counter()
+    t0, compiling = time.perf_counter(), seconds_compiling()
     sampling = runner.config.default_sampling if sampling is None else Sampling.parse(sampling)
     n = min(runner.config.max_warmup_batch, runner.buckets.largest, max_running_requests or math.inf)
     sizes = list(range(1, int(n) + 1))
@@ -74,13 +78,14 @@ def warm_up(
                     log.warning(
                         "%s: warm-up: batch size %d still has no graph (key %s: %s)", runner.name, k, key, status
                     )
-    seconds = time.perf_counter() - t0
+    seconds, compiled = time.perf_counter() - t0, seconds_compiling() - compiling
     captured = sorted({str(key) for key in keys.values() if runner.stats(key).captured is not None})
     log.info(
-        "%s: warm-up of batch sizes 1..%d took %.1f ms; captured keys: %s",
+        "%s: warm-up of batch sizes 1..%d took %.1f ms%s; captured keys: %s",
         runner.name,
         len(sizes),
         seconds * 1e3,
+        f" ({compiled:.1f} s of it in torch.compile)" if compiled else "",
         ", ".join(captured) or "none",
     )
-    return WarmupReport(sizes, captured, missing, seconds)
+    return WarmupReport(sizes, captured, missing, seconds, compiled)

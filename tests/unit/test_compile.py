@@ -96,6 +96,8 @@ def test_compile_time_is_counted_in_the_warm_up_of_the_key_that_compiled():
         config=RunnerConfig(toggles=Toggles(), buckets=(1, 4, 8), progress=False),
         backend=SimulatedBackend(),
     )
+    report = runner.warmup(2, make_inputs=lambda k: {"x": torch.ones(k)})  # keys 1 and 4: both compile
+    assert report.compile_seconds > 0 and report.as_dict()["compile_seconds"] > 0
     for n in (1, 3, 8):
         assert torch.equal(runner.run({"x": torch.ones(n)})["y"], torch.full((n,), 3.0))
     keys = runner.info()["keys"]
