@@ -123,7 +123,8 @@ class ChainStep:
         self.config = config or RunnerConfig()
         self.toggles = self.config.toggles
         self.device = torch.device(device)
-        backend = backend_name(compile) if self.toggles.compile_forwards else None
+        backend = backend_name(compile)  # validated even when STEPGRAPH_COMPILE=0 turns it off
+        backend = backend if self.toggles.compile_forwards else None
         self.compiled: dict[str, CompiledForward] = {}
         if backend is not None:
             self.compiled = {

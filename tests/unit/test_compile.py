@@ -82,8 +82,9 @@ def test_the_toggle_turns_compiling_off():
 
 @pytest.mark.parametrize("bad", [1, "", 2.0])
 def test_bad_compile_arguments_are_named(bad):
-    with pytest.raises(ValueError, match="compile must be True, False or a torch.compile backend"):
-        decoder(bad)
+    for toggles in (COMPILE_ONLY, Toggles.all(False)):  # named even where the toggle turns compiling off
+        with pytest.raises(ValueError, match="compile must be True, False or a torch.compile backend"):
+            decoder(bad, toggles=toggles)
     assert backend_name(True) == "inductor" and backend_name(False) is None
 
 
