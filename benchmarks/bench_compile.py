@@ -6,9 +6,11 @@ rows in place) and batch size, all in one run:
 
 * the step graph over the model's eager kernels, and with ``compile=True`` (inductor's kernels, no CUDA
   graphs of torch's own): synchronous step, device time (back-to-back replays), capture ms and compile s;
+* ``--matmul torch,triton``: the layers' projections through cuBLAS or stepgraph's skinny matmul kernel;
 * the memory floor of the step: the weights it must read (the target once over K + 1 tokens, the draft
   head and the LM head K times) at 4.3 TB/s;
-* ``torch.compile(mode="reduce-overhead")`` on the eager step (batch 1; ``--no-reduce-overhead`` skips it);
+* ``torch.compile(mode="reduce-overhead")`` on the eager step of the same model (batch 1;
+  ``--no-reduce-overhead`` skips it);
 * greedy agreement with the target's own greedy decoding (uncompiled, one token per forward), for the
   step graph with and without compile;
 * the warm-up of keys 1..8 with compile (compile and capture seconds).
@@ -88,6 +90,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest")
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--attention", default="sdpa,triton")
+    ap.add_argument("--matmul", default="torch", help="torch,triton: the layers' projections (skinny_matmul)")
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--no-reduce-overhead", action="store_true")
     ap.add_argument("--no-agreement", action="store_true")
@@ -98,8 +101,10 @@ def main() -> None:
         _plot(json.loads(Path(args.plot).read_text()), str(Path(args.plot).parent), Path(args.plot).stem)
         return
     batches = [int(b) for b in args.batches.split(",")]
-    name = f"compile_{args.layers}l" + (
-        "" if args.attention == "sdpa,triton" else "_" + args.attention.replace(",", "_")
+    name = (
+        f"compile_{args.layers}l"
+        + ("" if args.attention == "sdpa,triton" else "_" + args.attention.replace(",", "_"))
+        + ("" if args.matmul == "torch" else "_mm_" + args.matmul.replace(",", "_"))
     )
     record = {"env": env_record(), "layers": args.layers, "K": K, "prompt_len": PROMPT, "results": {}}
     rows = [
@@ -109,19 +114,22 @@ def main() -> None:
     ]
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 151936, (n,), generator=g).tolist() for n in (12, 40, 77, 128)]
-    for attention in args.attention.split(","):
+    variants = [(a, m) for a in args.attention.split(",") for m in args.matmul.split(",")]
+    for attention, matmul in variants:
         models = build(
             "qwen3-0.6b",
             device="cuda",
             dtype=torch.bfloat16,
             num_layers=args.layers,
-            max_requests=max(batches) + 1,
+            max_requests=max(*batches, 8) + 1,  # the decoders serve up to max(B, 8)
             attention=attention,
+            matmul=matmul,
         )
         floor = floor_ms(*models)
-        per = record["results"][attention] = {"floor_ms": floor, "batches": {}}
+        variant = attention if matmul == "torch" else f"{attention}, {matmul} matmul"
+        per = record["results"][variant] = {"floor_ms": floor, "batches": {}}
         for B in batches:
-            setup = Setup(B, args.layers, max(batches) + 1, attention=attention, models=models)
+            setup = Setup(B, args.layers, max(*batches, 8) + 1, attention=attention, models=models)
             res = {}
             for label, compile in MODES:
                 t0 = time.perf_counter()
@@ -139,10 +147,10 @@ def main() -> None:
             for label, _ in MODES:
                 r = res[label]
                 rows.append(
-                    f"| {attention} | {B} | {label} | {r['step_ms']:.3f} | {r['device_ms']:.3f} | "
+                    f"| {variant} | {B} | {label} | {r['step_ms']:.3f} | {r['device_ms']:.3f} | "
                     f"{r['device_ms'] / floor:.2f}x | {speedup:.2f}x | {r['capture_ms']:.1f} | {r['compile_s']:.1f} |"
                 )
-            if B == 1 and attention == "sdpa" and not args.no_reduce_overhead:
+            if B == 1 and not args.no_reduce_overhead:
                 res["reduce_overhead"] = mode_compile(setup)
             per["batches"][B] = res
             print(rows[-2], rows[-1], sep="\n", flush=True)

@@ -17,8 +17,9 @@ Reported: tokens/s, stepgraph's mean accepted length, agreement of every greedy 
     python benchmarks/bench_hf.py --out benchmarks/results/<dir> [--batches 1,8] [--tokens 128]
         [--attention gather,rows] [--drafts self,cheap] [--baselines static,default,assisted]
 
-The static compiled path recompiles for a new batch size, and after another size in the same process
-it measured 5x slower (run 13): give one batch size per process when that baseline matters.
+The static compiled path recompiles for a new batch size; after another size in the same process it
+hit dynamo's recompile limit and ran 5-7x slower (runs 13, 15), so torch's compile caches are reset
+before each batch size's static run.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def main() -> None:
             res[tag] = {"tokens_per_s": B * args.tokens / t, "seconds": t, "first_call_extra_s": first - t}
             return [row[args.prompt :].tolist() for row in out]
 
+        torch._dynamo.reset()  # a fresh start for HF's compiled forward at this batch size
         ref = (
             hf("HF generate(static cache, compiled)", cache_implementation="static") if "static" in baselines else None
         )

@@ -20,6 +20,7 @@ from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, 
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
 from stepgraph.kernels.input_copy import InputCopyPlan, StaticCopy, input_copy_ref
 from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
+from stepgraph.kernels.skinny_matmul import plan, skinny_matmul
 
 BW = 4.3e12  # bytes/s, measured device-to-device copy on this H200 (KINDS.md)
 K, V, D = 3, 151936, 1024
@@ -202,12 +203,58 @@ def bench_relay(rows: list, record: dict) -> None:
         )
 
 
+#: the example model's projections at the Qwen3-0.6B shape: (name, K, N)
+PROJECTIONS = (("qkv", 1024, 4096), ("o", 2048, 1024), ("gate_up", 1024, 6144), ("down", 3072, 1024))
+
+
+def bench_matmul(rows: list, record: dict) -> None:
+    """Skinny products against cuBLAS (both weight layouts); every instance reads its own weights, so the
+    twenty in one graph do not hit the L2 cache. Config sweep at 4 rows (B = 1, K = 3)."""
+    copies = 20
+    for name, k, n in PROJECTIONS:
+        ws = [torch.randn(k, n, device=dev).bfloat16() / k**0.5 for _ in range(copies)]
+        wts = [w.t().contiguous() for w in ws]
+        floor = floor_us(k * n * 2)
+
+        def per(fn, rep=200):
+            it = itertools.cycle(range(copies))
+            return per_instance_us(lambda: fn(next(it)), copies=copies, rep=rep)
+
+        for m in (1, 4, 8, 16, 32, 64):
+            x = torch.randn(m, k, device=dev).bfloat16()
+            res = {
+                "torch_mm": per(lambda i: x @ ws[i]),
+                "torch_linear": per(lambda i: torch.nn.functional.linear(x, wts[i])),
+                "skinny": per(lambda i: skinny_matmul(x, ws[i])),
+                "plan": plan(n, k),
+                "floor": floor,
+            }
+            record[f"matmul {name} M={m}"] = res
+            best_torch = min(res["torch_mm"], res["torch_linear"])
+            rows.append(
+                f"| matmul {name} [{m}, {k}] @ [{k}, {n}] | {res['torch_mm']:.2f} | linear {res['torch_linear']:.2f} | "
+                f"{res['skinny']:.2f} | - | {floor:.2f} | {res['skinny'] / best_torch:.3f} | {res['skinny'] / floor:.2f} |"
+            )
+        x = torch.randn(4, k, device=dev).bfloat16()
+        sweep = {}
+        for bn, bk, splits, stages in itertools.product((16, 32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (3, 4)):
+            if k // splits < bk:
+                continue
+            cfg = {"block_n": bn, "block_k": bk, "splits": splits, "num_stages": stages, "num_warps": 4}
+            sweep[f"{bn}/{bk}/{splits}/{stages}"] = per(lambda i, cfg=cfg: skinny_matmul(x, ws[i], config=cfg), rep=50)
+        best = min(sweep, key=sweep.get)
+        record[f"matmul_sweep {name}"] = sweep
+        rows.append(f"| matmul {name} M=4 best of sweep (block_n/block_k/splits/stages) | - | - | - | "
+                    f"{sweep[best]:.2f} ({best}) | {floor:.2f} | - | {sweep[best] / floor:.2f} |")  # fmt: skip
+
+
 BENCHES = {
     "greedy_verify": bench_greedy,
     "tail": bench_tail,
     "sampling": bench_sampling,
     "copy": bench_copies,
     "relay": bench_relay,
+    "matmul": bench_matmul,
 }
 
 

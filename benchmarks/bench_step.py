@@ -45,6 +45,7 @@ class Setup:
         max_seq_len: int = 1024,
         attention="sdpa",
         models=None,
+        matmul="torch",
     ) -> None:
         self.B = B
         self.target, self.draft = models or build(
@@ -55,6 +56,7 @@ class Setup:
             max_requests=max_requests,
             max_seq_len=max_seq_len,
             attention=attention,
+            matmul=matmul,
         )
         self.decoders = {}
         g = torch.Generator().manual_seed(0)

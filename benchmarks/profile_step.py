@@ -42,7 +42,7 @@ CATEGORIES = (  # first match wins; lower-case substrings of kernel names
     ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "efficient", "softmax")),
     ("inductor fused (compile=True)", ("triton_poi", "triton_red", "triton_per", "triton_tem")),
     ("cache gather/scatter", ("index", "gather", "scatter", "put_")),
-    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "matmul", "sm90", "cublas")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "matmul", "sm90", "cublas", "_skinny_mm")),
     ("memcpy/memset", ("memcpy", "memset")),
 )
 
@@ -81,11 +81,13 @@ def analyse(prof, steps: int) -> dict:
         ),
         key=lambda e: e.time_range.start,
     )
+    calls: dict[str, int] = defaultdict(int)
     by_kernel: dict[str, float] = defaultdict(float)
     by_cat: dict[str, float] = defaultdict(float)
     for k in kernels:
         d = k.time_range.end - k.time_range.start
         by_kernel[k.name] += d
+        calls[k.name] += 1
         by_cat[category(k.name)] += d
     # device work belongs to the step window its launch fell in; a window spans launch to host read
     wall = sum(e - s for s, e in windows)
@@ -110,6 +112,8 @@ def analyse(prof, steps: int) -> dict:
         "kernels_per_step": len(kernels) / n,
         "by_category_us_per_step": {c: v / n for c, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
         "top_kernels_us_per_step": [(name[:90], v / n) for name, v in top],
+        "top_kernels_calls_per_step": [(name[:90], calls[name] / n) for name, _ in top],
+        "memcpy_memset_calls_per_step": {k[:60]: c / n for k, c in calls.items() if category(k) == "memcpy/memset"},
         "host_api_us_per_step": {k: v / n for k, v in sorted(host.items(), key=lambda kv: -kv[1])[:8]},
         "largest_gaps_us": [(round(g, 1), a[:50], b[:50]) for g, a, b in gaps[:10]],
         "gaps_over_5us_per_step": sum(g for g, _, _ in gaps if g > 5) / n,
@@ -153,8 +157,12 @@ def table(name: str, r: dict) -> list[str]:
     ]
     busy = sum(r["by_category_us_per_step"].values()) or 1.0
     rows += [f"| {c} | {v:.1f} | {v / busy:.1%} |" for c, v in r["by_category_us_per_step"].items()]
-    rows += ["", "| kernel | us / step |", "| --- | --- |"]
-    rows += [f"| `{k}` | {v:.1f} |" for k, v in r["top_kernels_us_per_step"]]
+    rows += ["", "| kernel | us / step | calls / step |", "| --- | --- | --- |"]
+    rows += [
+        f"| `{k}` | {v:.1f} | {c:.0f} |"
+        for (k, v), (_, c) in zip(r["top_kernels_us_per_step"], r["top_kernels_calls_per_step"], strict=True)
+    ]
+    rows += [f"| `{k}` | - | {c:.1f} |" for k, c in r["memcpy_memset_calls_per_step"].items()]
     rows += ["", "| host API call | us / step |", "| --- | --- |"]
     rows += [f"| {k} | {v:.1f} |" for k, v in r["host_api_us_per_step"].items()]
     rows += ["", "| largest device gaps (us) | before | after |", "| --- | --- | --- |"]
@@ -170,11 +178,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--attention", default="sdpa", choices=["sdpa", "triton"])
     ap.add_argument("--sampling", default="greedy", choices=list(SAMPLINGS))
+    ap.add_argument("--matmul", default="torch", choices=["torch", "triton"])
     ap.add_argument("--compile", action="store_true", help="also the step graph with compile=True")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager mode")
     args = ap.parse_args()
     params = SAMPLINGS[args.sampling]
-    setup = Setup(args.batch, args.layers, max(args.batch, 8) + 1, attention=args.attention)
+    setup = Setup(args.batch, args.layers, max(args.batch, 8) + 1, attention=args.attention, matmul=args.matmul)
     record = {"env": env_record(), "layers": args.layers, "batch": args.batch, "modes": {}}
     if not args.no_eager:
         record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps, params)
@@ -188,7 +197,7 @@ def main() -> None:
         f"# Step profile, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}",
         "",
         f"Example model at the Qwen3-0.6B shape ({args.layers} layers), bf16, K=3, B={args.batch}, "
-        f"{args.attention} attention, {args.sampling} sampling, torch.profiler.",
+        f"{args.attention} attention, {args.matmul} matmul, {args.sampling} sampling, torch.profiler.",
         "",
     ]
     for name, r in record["modes"].items():
@@ -196,6 +205,7 @@ def main() -> None:
     suffix = (
         ("" if args.attention == "sdpa" else f"_{args.attention}")
         + ("" if args.sampling == "greedy" else f"_{args.sampling}")
+        + ("" if args.matmul == "torch" else f"_mm_{args.matmul}")
         + ("_compile" if args.compile else "")
     )
     record["attention"] = args.attention

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from stepgraph.envs import triton_interpret
 from stepgraph.kernels.decode_attention import decode_attention, fits
+from stepgraph.kernels.skinny_matmul import skinny_matmul
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,18 @@ class ModelConfig:
     #: "triton": decode and verify forwards read the rows in place up to each request's length
     #: (:mod:`stepgraph.kernels.decode_attention`), prefill keeps SDPA
     attention: str = "sdpa"
+    #: "torch": the layers' projections through torch.mm / torch.addmm;
+    #: "triton": the MLP's down projection (the longest reduction) through
+    #: :func:`stepgraph.kernels.skinny_matmul`, made for the few rows of decode and verify forwards, where
+    #: cuBLAS splits the reduction and adds a second kernel; on the other projections cuBLAS was as fast
+    #: or faster on the H200 (benchmarks/results, run 15). Prefill's many rows still go to torch.
+    matmul: str = "torch"
 
     def __post_init__(self) -> None:
         if self.attention not in ("sdpa", "triton"):
             raise ValueError(f"attention must be 'sdpa' or 'triton', got {self.attention!r}")
+        if self.matmul not in ("torch", "triton"):
+            raise ValueError(f"matmul must be 'torch' or 'triton', got {self.matmul!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
@@ -84,6 +93,17 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2).to(x.dtype)
 
 
+def _project(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, *, skinny: bool = False):
+    """``x @ w (+ residual)`` over the last dimension of x ``[..., K]``; returns ``[..., N]``."""
+    x2 = x.reshape(-1, x.shape[-1])
+    r2 = None if residual is None else residual.reshape(-1, w.shape[1])
+    if skinny:
+        out = skinny_matmul(x2, w, r2)
+    else:
+        out = x2 @ w if r2 is None else torch.addmm(r2, x2, w)  # residual add in the GEMM
+    return out.view(*x.shape[:-1], w.shape[1])
+
+
 class _Init:
     def __init__(self, seed: int, device, dtype) -> None:
         dev = torch.device(device)
@@ -121,7 +141,7 @@ class _Layer:
         cfg = self.cfg
         B, T, _ = x.shape
         H, KVH = cfg.num_heads, cfg.num_kv_heads
-        qkv = (_rms_norm(x, self.ln1) @ self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
+        qkv = _project(_rms_norm(x, self.ln1), self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
         qk = _rope(qkv[:, :, : H + KVH], *rope)
         kv = torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2)  # [B, T, 2, KVH, hd]
         kv_cache[rows[:, None].expand(B, T), :, :, positions] = kv  # into the rows at their positions
@@ -132,10 +152,9 @@ class _Layer:
             q = qk[:, :, :H].transpose(1, 2)
             attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
             attn = attn.transpose(1, 2).reshape(B * T, -1)
-        x = torch.addmm(x.view(B * T, -1), attn, self.wo).view(B, T, -1)
-        gate, up = (_rms_norm(x, self.ln2) @ self.w_gate_up).chunk(2, dim=-1)
-        act = (F.silu(gate) * up).view(B * T, -1)
-        return torch.addmm(x.view(B * T, -1), act, self.w_down).view(B, T, -1)  # residual add in the GEMM
+        x = _project(attn, self.wo, x).view(B, T, -1)
+        gate, up = _project(_rms_norm(x, self.ln2), self.w_gate_up).chunk(2, dim=-1)
+        return _project(F.silu(gate) * up, self.w_down, x, skinny=cfg.matmul == "triton")
 
 
 class _Stack:

@@ -23,6 +23,7 @@ from stepgraph.kernels.relay import (
     relay_store,
     relay_store_ref,
 )
+from stepgraph.kernels.skinny_matmul import skinny_matmul, skinny_matmul_ref
 
 __all__ = [
     "KERNELS",
@@ -49,4 +50,6 @@ __all__ = [
     "relay_store",
     "relay_store_ref",
     "sampling_probs",
+    "skinny_matmul",
+    "skinny_matmul_ref",
 ]

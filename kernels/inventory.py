@@ -90,6 +90,15 @@ KERNELS: tuple[KernelEntry, ...] = (
         benchmark="benchmarks/bench_kernels.py --only copy",
         piece="STEPGRAPH_ONE_LAUNCH_COPY",
     ),
+    KernelEntry(
+        name="skinny_matmul",
+        launcher="stepgraph.kernels.skinny_matmul.skinny_matmul",
+        reference="stepgraph.kernels.skinny_matmul.skinny_matmul_ref",
+        launches="1, or 2 when the reduction is split (partial sums, then their fixed-order sum)",
+        test="tests/kernels/test_skinny_matmul.py",
+        benchmark="benchmarks/bench_kernels.py --only matmul",
+        piece="example model: ModelConfig(matmul='triton')",
+    ),
 )
 
 

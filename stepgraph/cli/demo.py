@@ -53,6 +53,12 @@ def add_parser(sub) -> None:
         choices=["sdpa", "triton"],
         help="example model attention: masked SDPA over the whole cache, or Triton decode attention up to each length",
     )
+    p.add_argument(
+        "--matmul",
+        default="torch",
+        choices=["torch", "triton"],
+        help="example model's MLP down projection: cuBLAS, or the Triton skinny matmul (few rows per step)",
+    )
     p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="EAGLE head, or a copy of the target")
     p.add_argument(
         "--compile",
@@ -95,6 +101,7 @@ def _overrides(args) -> dict:
         o["vocab_size"] = args.vocab
     o["max_requests"] = max(args.batch, 1)
     o["attention"] = args.attention
+    o["matmul"] = args.matmul
     return o
 
 

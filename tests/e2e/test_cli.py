@@ -93,9 +93,11 @@ def test_layers_and_vocab_overrides_are_applied(tmp_path, capsys):
 
 def test_demo_compile_flag_compiles_the_forwards(tmp_path):
     path = tmp_path / "demo.json"
-    assert main(["demo", "--compile", "--layers", "1", "--max-new-tokens", "4", "--batch", "2",
-                 "--json", str(path), "--quiet"]) == 0  # fmt: skip
-    compiled = json.loads(path.read_text())["runners"][0]["compile"]
+    assert main(["demo", "--compile", "--matmul", "triton", "--layers", "1", "--max-new-tokens", "4",
+                 "--batch", "2", "--json", str(path), "--quiet"]) == 0  # fmt: skip
+    data = json.loads(path.read_text())
+    assert data["args"]["matmul"] == "triton"
+    compiled = data["runners"][0]["compile"]
     assert compiled["target"]["compiles"] >= 1 and compiled["target"]["failures"] == 0
     assert compiled["target"]["backend"] == "inductor"
 

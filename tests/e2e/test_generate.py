@@ -29,6 +29,15 @@ def test_greedy_speculation_equals_plain_greedy(k):
     assert len(hist) > 1  # the batch shrank as requests finished: keys changed
 
 
+def test_greedy_speculation_with_the_skinny_matmul_equals_plain_greedy():
+    """The example model's projections through the Triton skinny matmul (interpreter here)."""
+    target, dr = build("tiny", num_layers=1, matmul="triton")
+    dec = SpecDecoder.for_example(target, dr, max_batch=3, config=RunnerConfig(toggles=Toggles.all(True)))
+    lengths = [5, 9, 3]
+    out = dec.generate(prompts(3), max_new_tokens=lengths)
+    assert out == [greedy_reference(target, p, m) for p, m in zip(prompts(3), lengths)]
+
+
 def test_eos_stops_a_request_and_is_kept():
     dec, target = decoder(max_batch=4)
     ref = greedy_reference(target, prompts()[0], 20)

@@ -22,9 +22,9 @@ def decode(models, toggles, *, compile=True, max_batch=4):
     return dec, dec.generate(PROMPTS, max_new_tokens=[20, 12, 16, 9])
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "triton"])
-def test_compiled_step_graph_equals_compiled_eager_step(attention):
-    models = build("tiny", device="cuda", dtype=torch.bfloat16, attention=attention)
+@pytest.mark.parametrize("attention,matmul", [("sdpa", "torch"), ("triton", "torch"), ("triton", "triton")])
+def test_compiled_step_graph_equals_compiled_eager_step(attention, matmul):
+    models = build("tiny", device="cuda", dtype=torch.bfloat16, attention=attention, matmul=matmul)
     dec, out = decode(models, Toggles.all(True))
     _, eager = decode(models, replace(Toggles.all(True), step_graph=False))
     assert out == eager
@@ -35,8 +35,9 @@ def test_compiled_step_graph_equals_compiled_eager_step(attention):
     assert any(k["compile_s"] > 0 for k in info["keys"].values())  # compiled in a key's warm-up
 
 
-def test_compiled_greedy_agrees_with_the_targets_own_greedy_in_fp32():
-    models = build("tiny", device="cuda", dtype=torch.float32, attention="triton")
+@pytest.mark.parametrize("matmul", ["torch", "triton"])
+def test_compiled_greedy_agrees_with_the_targets_own_greedy_in_fp32(matmul):
+    models = build("tiny", device="cuda", dtype=torch.float32, attention="triton", matmul=matmul)
     dec, out = decode(models, Toggles.all(True))
     ref = [greedy_reference(models[0], p, len(o)) for p, o in zip(PROMPTS, out)]
     same = sum(a == b for o, r in zip(out, ref) for a, b in zip(o, r)) / sum(len(o) for o in out)

@@ -58,6 +58,18 @@ def test_inductor_on_the_cpu_matches_the_uncompiled_target():
     assert dec.info()["compile"]["target"]["backend"] == "inductor"
 
 
+def test_the_skinny_matmul_compiles_as_one_opaque_operator():
+    """matmul="triton": the projections stay ``torch.ops.stepgraph.skinny_matmul`` calls in the compiled
+    forwards (no recompile when the batch grows), and the output equals the target's greedy decoding."""
+    target, draft = build("tiny", num_layers=1, matmul="triton")
+    cfg = RunnerConfig(toggles=COMPILE_ONLY, progress=False)
+    dec = SpecDecoder.for_example(target, draft, max_batch=4, config=cfg, compile="aot_eager")
+    out = dec.generate(PROMPTS, max_new_tokens=[6, 3, 4])
+    assert out == [greedy_reference(target, p, n) for p, n in zip(PROMPTS, [6, 3, 4])]
+    info = dec.info()["compile"]
+    assert info["target"]["compiles"] == 2 and info["target"]["failures"] == 0
+
+
 @torch._dynamo.register_backend(name="stepgraph_test_broken")
 def _broken_backend(gm, example_inputs):
     raise RuntimeError("this backend cannot compile anything")
