@@ -11,15 +11,30 @@ device Triton does not run on) that input falls back to ``copy_`` + ``fill_`` wi
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 import torch
-import triton
-import triton.language as tl
 
 from . import _row_copy as rc
 from ._common import check, use_triton
-from ._row_copy import _word_ptr
+from ._copy_in_kernel import (
+    ACTIVE,
+    BLOCK,
+    COLS,
+    DST,
+    DST_STRIDE,
+    FILL,
+    FLAGS,
+    HAS_FILL,
+    HEADER,
+    ROW_BYTES,
+    SRC,
+    SRC_STRIDE,
+    _copy_in_kernel,
+    _word,
+)
 
 # Host buffers in rotation; one is reused only after the copy that read it finished. With an overlapped
 # loop two steps are in flight, so a ring of 2 made the host wait for a copy still queued behind them (a
@@ -28,21 +43,6 @@ from ._row_copy import _word_ptr
 STAGING_RING = 16
 GROUP = 4
 ALIGN = 16
-BLOCK = 256  # words per iteration of a row
-# table layout (int64 words): a header, then one entry per destination
-HEADER = 8  # n, padded, generation
-COLS = 8
-ACTIVE, SRC, DST, ROW_BYTES, SRC_STRIDE, DST_STRIDE, FILL, FLAGS = range(COLS)
-WORD_MASK, HAS_FILL = 15, 16  # FLAGS: word bytes | has-fill bit
-# the same layout for the kernel (Triton reads globals only as constexpr)
-_HEADER, _COLS, _HAS_FILL, _WORD_MASK = (
-    tl.constexpr(HEADER),
-    tl.constexpr(COLS),
-    tl.constexpr(HAS_FILL),
-    tl.constexpr(WORD_MASK),
-)
-_ACTIVE, _SRC, _DST, _ROW_BYTES = tl.constexpr(ACTIVE), tl.constexpr(SRC), tl.constexpr(DST), tl.constexpr(ROW_BYTES)
-_SRC_STRIDE, _DST_STRIDE, _FILL, _FLAGS = (tl.constexpr(c) for c in (SRC_STRIDE, DST_STRIDE, FILL, FLAGS))
 
 
 def input_copy_ref(
@@ -80,85 +80,44 @@ def input_copy(
     plan(list(range(len(dsts))), list(srcs), num_rows, padded_rows)
 
 
-@triton.jit
-def _copy_row(src_addr, dst_addr, r, copy, row_bytes, src_stride, dst_stride, fill,
-              WORD: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
-    """Row ``r``: ``dst = src`` when ``copy``, else the fill pattern, in words of ``WORD`` bytes."""
-    row_words = row_bytes // WORD
-    src = _word_ptr(src_addr, WORD) + r * (src_stride // WORD)
-    dst = _word_ptr(dst_addr, WORD) + r * (dst_stride // WORD)
-    limit = tl.where(copy, row_words, 0)
-    for start in range(0, row_words, BLOCK):
-        offs = start + tl.arange(0, BLOCK).to(tl.int64)
-        vals = tl.load(src + offs, mask=offs < limit, other=0)
-        if WORD == 8:
-            fill_word = fill.to(vals.dtype, bitcast=True)
-        else:
-            shift = ((offs * WORD) % 8) * 8
-            fill_word = ((fill >> shift) & ((1 << (8 * WORD)) - 1)).to(vals.dtype)
-        tl.store(dst + offs, tl.where(copy, vals, fill_word), mask=offs < row_words)
-
-
-@triton.jit
-def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
-    """Program (field ``f``, row ``r``) of a copy-in described by the table at ``table_addr``. Header:
-    ``n``, ``padded``, ``generation``; a field takes part when its entry carries the header's generation,
-    so fields not given keep their rows and nothing is reset per call."""
-    f = tl.program_id(0)
-    r = tl.program_id(1).to(tl.int64)
-    head = table_addr.to(tl.pointer_type(tl.int64))
-    if r < tl.load(head + 1):
-        entry = head + _HEADER + f * _COLS
-        if tl.load(entry + _ACTIVE) == tl.load(head + 2):
-            copy = r < tl.load(head)
-            flags = tl.load(entry + _FLAGS)
-            if copy | ((flags & _HAS_FILL) != 0):
-                word = flags & _WORD_MASK
-                src = tl.load(entry + _SRC)
-                dst = tl.load(entry + _DST)
-                row_bytes = tl.load(entry + _ROW_BYTES)
-                src_stride = tl.load(entry + _SRC_STRIDE)
-                dst_stride = tl.load(entry + _DST_STRIDE)
-                fill = tl.load(entry + _FILL)
-                if word == 8:
-                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 8, BLOCK)
-                elif word == 4:
-                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 4, BLOCK)
-                elif word == 2:
-                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 2, BLOCK)
-                else:
-                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 1, BLOCK)
-
-
-def _word(*values: int) -> int:
-    """The largest of 8, 4, 2, 1 that divides every value (addresses, strides, sizes in bytes)."""
-    w = 8
-    for v in values:
-        low = v & -v
-        if low and low < w:
-            w = low
-    return w
+# writes the per-call columns of one table entry (generation, source address, source stride, flags)
+_ENTRY = struct.Struct("<qqqq")
+_HEAD = struct.Struct("<qqq")  # the header: n, padded, generation
+assert (ACTIVE, SRC, SRC_STRIDE, FLAGS) == (0, 1, 2, 3)
 
 
 class InputCopyPlan:
     """Copy-in for a fixed set of destination buffers: everything known at declaration is computed once.
 
     ``plan(indices, srcs, n, padded)`` copies ``srcs[j][:n]`` into destination ``indices[j]`` and fills its
-    rows ``[n, padded)`` with its pad, for every given source in **one** kernel launch. The kernel reads
-    the rows of host sources in place from a ring of ``STAGING_RING`` host buffers (pinned on CUDA), and its
-    table from there too on the CPU; on CUDA a graph per ring buffer uploads the table and launches the
-    kernel (one replay). A call only writes each source's address and stride (and copies host rows) into
-    the ring buffer. A ring buffer is reused once the copy that read it has completed. Where the kernel
-    cannot apply (a row that is not one contiguous run of bytes, elements wider than 8 bytes, a device
-    Triton does not run on) that source falls back to ``copy_`` + ``fill_`` with identical bytes.
+    rows ``[n, padded)`` with its pad, for every given source in **one** kernel launch. The same in two
+    halves: :meth:`stage` checks ``{name or index: source}`` and writes each source's address and stride
+    (and host rows) into the next ring buffer, in one pass with one lookup per source, and returns the
+    batch size; :meth:`commit` then sets the padded size and launches. The kernel reads the rows of host
+    sources in place from a ring of ``STAGING_RING`` host buffers (pinned on CUDA), and its table from
+    there too on the CPU; on CUDA a graph per ring buffer uploads the table and launches the kernel (one
+    replay). A ring buffer is reused once the copy that read it has completed. Where the kernel cannot
+    apply (a row that is not one contiguous run of bytes, elements wider than 8 bytes, a device Triton does
+    not run on) that source falls back to ``copy_`` + ``fill_`` with identical bytes.
 
-    ``staged``: host sources travel through the ring (default on CUDA; on the CPU, tests ask for it).
+    ``names``: the destinations' names, accepted by :meth:`stage` beside their indices. ``explain(key,
+    src)``: raises the error for a source that does not fit its destination (unknown key, not a tensor,
+    dtype, shape). ``staged``: host sources travel through the ring (default on CUDA; on the CPU, tests
+    ask for it).
     """
 
     def __init__(
-        self, dsts: Sequence[torch.Tensor], pads: Sequence, *, use_kernel: bool = True, staged: bool | None = None
+        self,
+        dsts: Sequence[torch.Tensor],
+        pads: Sequence,
+        *,
+        names: Sequence[str] | None = None,
+        explain: Callable[[object, object], NoReturn] | None = None,
+        use_kernel: bool = True,
+        staged: bool | None = None,
     ) -> None:
         check(len(dsts) == len(pads), "one pad (or None) per destination")
+        check(names is None or len(names) == len(dsts), "one name per destination")
         self.dsts = list(dsts)
         self.pads = list(pads)
         self.use_kernel = bool(dsts) and use_kernel and use_triton(dsts[0])
@@ -166,104 +125,178 @@ class InputCopyPlan:
         self.launches = 0  # kernel launches made (for tests and benchmarks)
         self._device = dsts[0].device if dsts else torch.device("cpu")
         self._cuda = self._device.type == "cuda"
+        self._device_index = self._device.index if self._cuda else -1
         self.staged = self._cuda or bool(staged)  # a kernel on CUDA reads host rows from pinned memory only
-        # per destination, fixed: row bytes, row shape and contiguous strides (fast source check), word
-        self._row_bytes = [rc.row_bytes(d) for d in self.dsts]
-        self._row_strides = [_contiguous_strides(d.shape[1:]) for d in self.dsts]
-        self._dst_word = [
-            _word(d.data_ptr(), d.stride(0) * d.element_size(), b) for d, b in zip(self.dsts, self._row_bytes)
-        ]
+        self._explain = explain or self._explain_source
         self._max_rows = max((d.shape[0] for d in self.dsts), default=0)
-        self._fill_flag = [0 if pad is None else HAS_FILL for pad in self.pads]
-        self._esize = [d.element_size() for d in self.dsts]
-        self._flat = [ok and d.dim() == 1 for ok, d in zip(self.kernel_ok, self.dsts)]
-        self._host_offset: list[int] = []  # per destination: where its host rows go in a ring buffer
-        self._table_bytes = (HEADER + COLS * len(self.dsts)) * 8
-        offset = _aligned(self._table_bytes)
-        for d, b in zip(self.dsts, self._row_bytes):
-            self._host_offset.append(offset)
-            offset += _aligned(d.shape[0] * b)
+        table_bytes = (HEADER + COLS * len(self.dsts)) * 8
+        self._table_bytes = table_bytes
+        # per destination, fixed: everything a call needs about it, in one tuple behind one lookup
+        self._fields: dict[object, tuple] = {}
+        offset = _aligned(table_bytes)
+        for i, d in enumerate(self.dsts):
+            row_bytes = rc.row_bytes(d)
+            field = (
+                i, d.dtype, d.shape[1:], d.dim(), (HEADER + COLS * i) * 8,  # index, checks, entry byte offset
+                _contiguous_strides(d.shape[1:]) if self.kernel_ok[i] else None,  # None: never the kernel
+                row_bytes, d.element_size(), offset,  # host rows go at this offset of a ring buffer
+                _word(d.data_ptr(), d.stride(0) * d.element_size(), row_bytes),
+                0 if self.pads[i] is None else HAS_FILL,
+            )  # fmt: skip
+            self._fields[i] = field
+            if names is not None:
+                self._fields[names[i]] = field
+            offset += _aligned(d.shape[0] * row_bytes)
         self._ring_bytes = offset
         self._ring: list[torch.Tensor] = []  # made on the first kernel call
-        self._tables: list[memoryview] = []
+        self._tables: list[memoryview] = []  # int64 view of each ring buffer (header and fixed entries)
+        self._raw: list[memoryview] = []  # byte view of each ring buffer (per-call entry columns)
+        self._bases: list[int] = []  # each ring buffer's address
         self._graphs: list[torch.cuda.CUDAGraph | None] = []
         self._device_tables: list[torch.Tensor] = []  # CUDA: where each graph uploads its ring buffer's table
         self._events: list[torch.cuda.Event | None] = []  # one per group of ring buffers
         self._turn = 0
         self._generation = 0
+        self._pending: tuple | None = None  # a staged copy: (slot, generation, batch, kernel sources, fallback)
 
-    def __call__(
-        self, indices: Sequence[int], srcs: Sequence[torch.Tensor], n: int, padded: int, *, checked: bool = False
-    ) -> None:
+    def __call__(self, indices: Sequence[int], srcs: Sequence[torch.Tensor], n: int, padded: int) -> None:
         """Copy ``srcs[j][:n]`` into destination ``indices[j]`` and pad its rows ``[n, padded)``.
 
-        ``checked``: the caller validated dtypes and shapes (the runner's inputs): skip those checks here.
         CUDA graph: call it outside a capture (it writes host memory the copy reads later, and replays a
         graph of its own).
         """
         check(len(indices) == len(srcs), "one source per destination index")
-        if not checked:
-            for i, src in zip(indices, srcs, strict=True):
-                dst = self.dsts[i]
-                check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
-                check(src.shape[1:] == dst.shape[1:], f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")
-                check(
-                    src.shape[0] >= n and dst.shape[0] >= padded, f"need {n} source rows and {padded} destination rows"
+        check(padded <= self._max_rows, f"need {padded} destination rows, the destinations have {self._max_rows}")
+        self.stage(dict(zip(indices, srcs, strict=True)), n)
+        self.commit(padded)
+
+    def stage(self, sources: Mapping[object, torch.Tensor], n: int | None = None) -> int:
+        """Check ``sources`` (``{name or index: tensor (B, *row)}``) and stage their copy; return ``B``.
+
+        With ``n`` given, each source needs at least ``n`` rows and ``n`` rows are copied; without it, all
+        sources must have the same number of rows, 1 to the destinations' rows. Nothing reaches the
+        destinations until :meth:`commit`; a new :meth:`stage` drops a staged copy never committed.
+
+        Raises
+        ------
+        ValueError / TypeError
+            Naming the source and what to change (the ``explain`` given at construction for unknown keys,
+            types, dtypes and shapes; here for devices and batch sizes).
+        """
+        if self._pending is not None:
+            self.abandon()
+        kernel = self.use_kernel
+        slot = gen = raw = base = None
+        if kernel:
+            if not self._ring:
+                self._make_ring()
+            slot = self._turn % STAGING_RING
+            self._turn += 1
+            group, place = divmod(slot, GROUP)
+            if place == 0 and self._events[group] is not None:
+                self._events[group].synchronize()  # the copies that last read this group's buffers are done
+            self._generation += 1
+            gen, raw, base = self._generation, self._raw[slot], self._bases[slot]
+        self._pending = (slot, gen, None, 0, [])
+        fields, explain, staged, device_index = self._fields, self._explain, self.staged, self._device_index
+        fallback, batch, direct = [], n, 0
+        for key, src in sources.items():
+            f = fields.get(key)
+            if f is None:
+                explain(key, src)
+            i, dtype, rows, dims, entry, strides, row_bytes, esize, host_offset, word, fill = f
+            try:
+                shape = src.shape
+                bad = (
+                    src.dtype != dtype
+                    or len(shape) != dims
+                    or (dims == 2 and shape[1] != rows[0])  # the common case, without slicing
+                    or (dims > 2 and shape[1:] != rows)
                 )
-        if not self.use_kernel:
-            input_copy_ref(srcs, [self.dsts[i] for i in indices], n, padded, [self.pads[i] for i in indices])
-            return
-        if not self._ring:
-            self._make_ring()
-        slot = self._turn % STAGING_RING
-        self._turn += 1
-        group, last_of_group = divmod(slot, GROUP)
-        if last_of_group == 0 and self._events[group] is not None:
-            self._events[group].synchronize()  # the copies that last read this group's buffers are done
-        self._generation += 1
-        gen, table, base = self._generation, self._tables[slot], self._ring[slot].data_ptr()
-        table[0], table[1], table[2] = n, padded, gen
-        fallback = []
-        for i, src in zip(indices, srcs, strict=True):
-            if not (self._flat[i] or self._kernel_can_read(i, src)):  # 1-D buffers: every row is one element
+            except AttributeError:
+                bad = True
+            if bad:
+                explain(key, src)
+            m = shape[0]
+            if n is not None:
+                if m < n:
+                    raise ValueError(f"input {key!r} has {m} rows; {n} are to be copied")
+            elif batch is None:
+                batch = m
+            elif m != batch:
+                raise ValueError(f"inputs disagree on the batch size: {key!r} has {m} rows, others {batch}")
+            device = src.get_device()
+            if device != device_index and device != -1:
+                raise ValueError(
+                    f"input {key!r} is on {src.device}; the buffers are on {self._device} (move it, or pass it on "
+                    "the CPU)"
+                )
+            if not kernel or strides is None:
                 fallback.append((i, src))
                 continue
-            if self.staged and src.is_cpu:  # host rows travel in the ring buffer
-                rows = src if src.is_contiguous() else src[:n].contiguous()
-                src_addr, src_stride = base + self._host_offset[i], self._row_bytes[i]
-                ctypes.memmove(src_addr, rows.data_ptr(), n * src_stride)
+            if staged and device == -1:  # host rows travel in the ring buffer, read there by the kernel
+                count = m if n is None else n
+                rows_src = src if src.is_contiguous() else src[:count].contiguous()
+                addr, stride = base + host_offset, row_bytes
+                ctypes.memmove(addr, rows_src.data_ptr(), count * row_bytes)
             else:
-                src_addr, src_stride = src.data_ptr(), src.stride(0) * self._esize[i]
-            word = self._dst_word[i]
-            if (src_addr | src_stride) & (word - 1):  # a source less aligned than its destination
-                word = min(word, _word(src_addr, src_stride))
-            e = HEADER + COLS * i
-            table[e + ACTIVE], table[e + SRC], table[e + SRC_STRIDE], table[e + FLAGS] = (
-                gen, src_addr, src_stride, word | self._fill_flag[i],
-            )  # fmt: skip
-        if len(fallback) < len(srcs):
+                st = src.stride()
+                odd = dims > 1 and st[-1] != 1 or dims > 2 and st[1:] != strides  # fast checks, then the rule
+                if odd and not src[0].is_contiguous():
+                    fallback.append((i, src))  # rows that are not one run of bytes
+                    continue
+                addr, stride = src.data_ptr(), st[0] * esize
+            if (addr | stride) & (word - 1):  # a source less aligned than its destination
+                word = min(word, _word(addr, stride))
+            _ENTRY.pack_into(raw, entry, gen, addr, stride, word | fill)
+            direct += 1
+        if batch is None:
+            raise ValueError("no inputs given; pass at least one tensor or give batch_size explicitly")
+        if n is None and batch < 1:
+            raise ValueError("empty batch: inputs have 0 rows; skip the step instead of running it")
+        if batch > self._max_rows:
+            raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self._max_rows}")
+        self._pending = (slot, gen, batch, direct, fallback)
+        return batch
+
+    def commit(self, padded: int) -> None:
+        """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one replay (or launch) for the
+        kernel's sources, ``copy_`` + ``fill_`` for the rest. Nothing staged: nothing to do."""
+        if self._pending is None:
+            return
+        slot, gen, n, direct, fallback = self._pending
+        self._pending = None
+        check(n is not None, "commit() after a stage() that failed")
+        if direct:
+            _HEAD.pack_into(self._raw[slot], 0, n, padded, gen)
             if self._cuda:
                 self._graphs[slot].replay()
             else:
-                _copy_in_kernel[(len(self.dsts), padded)](base, BLOCK=BLOCK)
+                _copy_in_kernel[(len(self.dsts), padded)](self._ring[slot].data_ptr(), BLOCK=BLOCK)
             self.launches += 1
-        if self._cuda and last_of_group == GROUP - 1:
-            self._events[group].record()  # after this group's last copy (or its skipped launch)
+        self._close(slot)
         if fallback:
-            input_copy_ref(
-                [s for _, s in fallback],
-                [self.dsts[i] for i, _ in fallback],
-                n,
-                padded,
-                [self.pads[i] for i, _ in fallback],
-            )
+            dsts, pads = [self.dsts[i] for i, _ in fallback], [self.pads[i] for i, _ in fallback]
+            input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
 
-    def _kernel_can_read(self, i: int, src: torch.Tensor) -> bool:
-        """Each row of ``src`` is one run of bytes (contiguous row strides, checked fast, or any strides
-        that amount to it) and destination ``i`` suits the kernel."""
-        if not self.kernel_ok[i]:
-            return False
-        return src.dim() == 1 or src.stride()[1:] == self._row_strides[i] or src[0].is_contiguous()
+    def abandon(self) -> None:
+        """Drop a staged copy (its entries carry a generation no header will name)."""
+        if self._pending is not None:
+            slot = self._pending[0]
+            self._pending = None
+            self._close(slot)
+
+    def _close(self, slot: int | None) -> None:
+        if self._cuda and slot is not None and slot % GROUP == GROUP - 1:
+            self._events[slot // GROUP].record()  # after this group's last copy (or its skipped launch)
+
+    def _explain_source(self, key: object, src: object) -> NoReturn:
+        f = self._fields.get(key)
+        check(f is not None, f"no destination {key!r}")
+        check(isinstance(src, torch.Tensor), f"source {key!r} must be a torch.Tensor, got {type(src).__name__}")
+        dst = self.dsts[f[0]]
+        check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
+        raise ValueError(f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")
 
     def _make_ring(self) -> None:
         """The ring buffers with every destination's fixed entries written once, and on CUDA one captured
@@ -271,14 +304,17 @@ class InputCopyPlan:
         self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
         for _ in range(STAGING_RING):
             buf = torch.zeros(self._ring_bytes, dtype=torch.uint8, pin_memory=self._cuda)
-            table = memoryview(buf.numpy()).cast("q")
+            raw = memoryview(buf.numpy())
+            table = raw.cast("q")
             for i, (d, pad) in enumerate(zip(self.dsts, self.pads)):
                 e = HEADER + COLS * i
-                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._row_bytes[i]
+                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._fields[i][6]
                 table[e + DST_STRIDE] = d.stride(0) * d.element_size()
                 table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
             self._ring.append(buf)
             self._tables.append(table)
+            self._raw.append(raw)
+            self._bases.append(buf.data_ptr())
             self._graphs.append(self._capture(buf) if self._cuda else None)
 
     def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:

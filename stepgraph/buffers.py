@@ -12,6 +12,7 @@ import math
 import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 
@@ -113,12 +114,11 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         self._copy = InputCopyPlan(
             [self.tensors[n] for n in self.specs],
             [spec.pad if spec.pad is not KEEP else None for spec in self.specs.values()],
+            names=list(self.specs),
+            explain=self._explain,
             use_kernel=one_launch_copy,
             staged=staged_copy,
         )
-        self._index = {name: i for i, name in enumerate(self.specs)}
-        self._rows = {n: (s.dtype, torch.Size(s.shape[1:]), len(s.shape)) for n, s in self.specs.items()}
-        self._device_index = self.device.index if self.device.type == "cuda" else -1
         self.reset()
 
     # Mapping interface -------------------------------------------------------------------------
@@ -149,7 +149,7 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             t.fill_(0 if pad is KEEP else pad)
 
     def check_inputs(self, inputs: Mapping[str, torch.Tensor]) -> int:
-        """Validate ``inputs`` against the declarations; return their (common) batch size.
+        """Validate ``inputs`` against the declarations; return their (common) batch size. Copies nothing.
 
         Raises
         ------
@@ -157,36 +157,12 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             Naming the buffer and what to change: unknown name, shape, dtype, device, empty or
             inconsistent batch.
         """
-        batch = None
-        rows, device_index = self._rows, self._device_index
-        for name, src in inputs.items():
-            want = rows.get(name)  # (dtype, row shape, dims): one lookup, then cheap comparisons
-            if (
-                want is None
-                or not isinstance(src, torch.Tensor)
-                or src.dtype != want[0]
-                or src.dim() != want[2]
-                or (want[2] > 1 and src.shape[1:] != want[1])
-            ):
-                self._explain(name, src)
-            d = src.get_device()
-            if d != device_index and d != -1:
-                where = f"the buffers are on {self.device}"
-                raise ValueError(f"input {name!r} is on {src.device}; {where} (move it, or pass it on the CPU)")
-            n = src.shape[0]
-            if batch is None:
-                batch = n
-            elif n != batch:
-                raise ValueError(f"inputs disagree on the batch size: {name!r} has {n} rows, others {batch}")
-        if batch is None:
-            raise ValueError("no inputs given; pass at least one tensor or give batch_size explicitly")
-        if batch < 1:
-            raise ValueError("empty batch: inputs have 0 rows; skip the step instead of running it")
-        if batch > self.max_batch:
-            raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self.max_batch}")
-        return batch
+        try:
+            return self._copy.stage(inputs)
+        finally:
+            self._copy.abandon()
 
-    def _explain(self, name: str, src: object) -> None:
+    def _explain(self, name: str, src: object) -> NoReturn:
         """Raise the error that says what is wrong with input ``name`` (called once a check failed)."""
         spec = self.specs.get(name)
         if spec is None:
@@ -198,45 +174,52 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         want = ("B", *spec.shape[1:])
         raise ValueError(f"input {name!r} has shape {tuple(src.shape)}; expected {want} with B <= {self.max_batch}")
 
-    def batch_size(self, inputs: Mapping[str, torch.Tensor], batch_size: int | None = None) -> int:
-        """The real batch size of a run: the inputs' (checked, see :meth:`check_inputs`), or ``batch_size``
-        when the inputs are already in the buffers (both given: they must agree).
+    def stage(self, inputs: Mapping[str, torch.Tensor], batch_size: int | None = None) -> int:
+        """The real batch size of a run, with its input copy staged for :meth:`commit`.
+
+        ``inputs`` (``{name: (B, *row)}``) are checked and their copy prepared in one pass (see
+        :meth:`check_inputs`); without inputs (already in the buffers) ``batch_size`` is the batch. Both
+        given: they must agree.
 
         Raises
         ------
         ValueError / TypeError
-            For an empty or oversize batch, a disagreement, or neither given.
+            For bad inputs, an empty or oversize batch, a disagreement, or neither given.
         """
-        real = self.check_inputs(inputs) if inputs else None
+        real = self._copy.stage(inputs) if inputs else None
         if batch_size is not None:
+            problem = None
             if batch_size < 1:
-                raise ValueError(f"empty batch: batch_size must be >= 1, got {batch_size}")
-            if real is not None and real != batch_size:
-                raise ValueError(f"batch_size={batch_size} but the inputs have {real} rows")
-            if batch_size > self.max_batch:
-                raise ValueError(f"batch of {batch_size} exceeds the buffers' batch size {self.max_batch}")
+                problem = f"empty batch: batch_size must be >= 1, got {batch_size}"
+            elif real is not None and real != batch_size:
+                problem = f"batch_size={batch_size} but the inputs have {real} rows"
+            elif batch_size > self.max_batch:
+                problem = f"batch of {batch_size} exceeds the buffers' batch size {self.max_batch}"
+            if problem:
+                self._copy.abandon()
+                raise ValueError(problem)
             real = batch_size
         if real is None:
             raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
         return real
 
-    def copy_in(
-        self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int, *, checked: bool = False
-    ) -> None:
+    def commit(self, padded_batch: int) -> None:
+        """Copy the inputs :meth:`stage` staged into rows ``[0, B)`` and pad rows ``[B, padded_batch)``, in
+        one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing."""
+        self._copy.commit(padded_batch)
+
+    def copy_in(self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int) -> None:
         """Copy ``inputs`` into rows ``[0, batch_size)`` and pad rows ``[batch_size, padded_batch)``.
 
         Buffers not named in ``inputs`` are left untouched (step state). All copies and pad fills go
         in one kernel launch, which reads host inputs from pinned memory in place; see
-        :class:`stepgraph.kernels.input_copy.InputCopyPlan`. ``checked``: :meth:`check_inputs` already
-        passed (the runner's path), so dtypes and shapes are not checked again.
+        :class:`stepgraph.kernels.input_copy.InputCopyPlan`.
         """
         if padded_batch > self.max_batch or padded_batch < batch_size:
             raise ValueError(f"padded batch {padded_batch} must be in [{batch_size}, {self.max_batch}]")
         if inputs:
-            index = self._index
-            self._copy(
-                [index[name] for name in inputs], list(inputs.values()), batch_size, padded_batch, checked=checked
-            )
+            self._copy.stage(inputs, batch_size)
+            self._copy.commit(padded_batch)
 
     def pad_rows(self, names: list[str], start: int, end: int) -> None:
         """Fill rows ``[start, end)`` of the named buffers with their pad values (``KEEP``: untouched)."""

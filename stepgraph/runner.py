@@ -235,46 +235,36 @@ class StepGraphRunner:
         if type(sampling) is not Sampling:
             sampling = Sampling.parse(sampling)
         with self._lock:
-            if copy_outputs:
-                return self._run(inputs or {}, sampling, batch_size, copy_outputs)
-            if inputs:  # new inputs: checked, then the fast path when the key is captured
-                real = self.buffers.batch_size(inputs, batch_size)
-                fast = self._replay_cache.get((real, sampling))
+            if inputs:  # new inputs: checked and staged in one pass, copied by the key's copy-in below
+                real = self.buffers.stage(inputs, batch_size)
+                fast = None if copy_outputs else self._replay_cache.get((real, sampling))
                 if fast is None:
-                    return self._run(inputs, sampling, real, copy_outputs, checked=True)
-                self.buffers.copy_in(inputs, real, fast[0].key.batch_size, checked=True)
+                    return self._run(sampling, real, copy_outputs)
+                self.buffers.commit(fast[0].key.batch_size)
             else:  # steady state: inputs already in place
-                fast = self._replay_cache.get((batch_size, sampling))
+                fast = None if copy_outputs else self._replay_cache.get((batch_size, sampling))
                 if fast is None:
-                    return self._run({}, sampling, batch_size, copy_outputs)
+                    return self._run(sampling, self.buffers.stage({}, batch_size), copy_outputs)
             stats, views, real = fast
             self._count(real, stats)
             stats.captured.replay()
             stats.replays += 1
             return StepOutputs(views, self, self._generation)
 
-    def _run(
-        self,
-        inputs: Mapping[str, torch.Tensor],
-        sampling: Sampling,
-        batch_size: int | None,
-        copy_outputs: bool,
-        *,
-        checked: bool = False,
-    ) -> StepOutputs:
-        real = batch_size if checked else self.buffers.batch_size(inputs, batch_size)
+    def _run(self, sampling: Sampling, real: int, copy_outputs: bool) -> StepOutputs:
+        """Every run but the replay fast path; inputs (if any) are staged, committed here."""
         self._poison_handed_out()
         padded = self.buckets.pad(real)
         if padded is None:  # larger than the largest bucket: eager at its own size, counted
             self._count(real, None)
             self.counters.oversize_runs += 1
-            self.buffers.copy_in(inputs, real, real, checked=True)
+            self.buffers.commit(real)
             return self._hand_out(self._call_step(real, sampling), real, copy_outputs)
         key = GraphKey(padded, sampling)
         stats = self.table.stats(key)
         if self.table.should_capture(stats):
-            self.table.capture(key, self.buffers, self._call_step)
-        self.buffers.copy_in(inputs, real, padded, checked=True)
+            self.table.capture(key, self.buffers, self._call_step)  # the staged copy lands after it
+        self.buffers.commit(padded)
         self._count(real, stats)
         if stats.captured is None:
             stats.eager_runs += 1

@@ -1,0 +1,90 @@
+"""The copy-in kernel and its table layout (see :mod:`stepgraph.kernels.input_copy` for the plan that
+fills the table).
+
+One program per (destination, row): row ``r`` of a destination is a copy of its source row when
+``r < n``, its pad pattern when ``n <= r < padded``; words of 8, 4, 2 or 1 bytes as the addresses allow.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._row_copy import _word_ptr
+
+BLOCK = 256  # words per iteration of a row
+# table layout (int64 words): a header, then one entry per destination
+HEADER = 8  # n, padded, generation
+COLS = 8
+# the columns a call writes come first (one struct write), then those fixed at declaration
+ACTIVE, SRC, SRC_STRIDE, FLAGS, DST, ROW_BYTES, DST_STRIDE, FILL = range(COLS)
+WORD_MASK, HAS_FILL = 15, 16  # FLAGS: word bytes | has-fill bit
+# the same layout for the kernel (Triton reads globals only as constexpr)
+_HEADER, _COLS, _HAS_FILL, _WORD_MASK = (
+    tl.constexpr(HEADER),
+    tl.constexpr(COLS),
+    tl.constexpr(HAS_FILL),
+    tl.constexpr(WORD_MASK),
+)
+_ACTIVE, _SRC, _DST, _ROW_BYTES = tl.constexpr(ACTIVE), tl.constexpr(SRC), tl.constexpr(DST), tl.constexpr(ROW_BYTES)
+_SRC_STRIDE, _DST_STRIDE, _FILL, _FLAGS = (tl.constexpr(c) for c in (SRC_STRIDE, DST_STRIDE, FILL, FLAGS))
+
+
+@triton.jit
+def _copy_row(src_addr, dst_addr, r, copy, row_bytes, src_stride, dst_stride, fill,
+              WORD: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+    """Row ``r``: ``dst = src`` when ``copy``, else the fill pattern, in words of ``WORD`` bytes."""
+    row_words = row_bytes // WORD
+    src = _word_ptr(src_addr, WORD) + r * (src_stride // WORD)
+    dst = _word_ptr(dst_addr, WORD) + r * (dst_stride // WORD)
+    limit = tl.where(copy, row_words, 0)
+    for start in range(0, row_words, BLOCK):
+        offs = start + tl.arange(0, BLOCK).to(tl.int64)
+        vals = tl.load(src + offs, mask=offs < limit, other=0)
+        if WORD == 8:
+            fill_word = fill.to(vals.dtype, bitcast=True)
+        else:
+            shift = ((offs * WORD) % 8) * 8
+            fill_word = ((fill >> shift) & ((1 << (8 * WORD)) - 1)).to(vals.dtype)
+        tl.store(dst + offs, tl.where(copy, vals, fill_word), mask=offs < row_words)
+
+
+@triton.jit
+def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
+    """Program (field ``f``, row ``r``) of a copy-in described by the table at ``table_addr``. Header:
+    ``n``, ``padded``, ``generation``; a field takes part when its entry carries the header's generation,
+    so fields not given keep their rows and nothing is reset per call."""
+    f = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    head = table_addr.to(tl.pointer_type(tl.int64))
+    if r < tl.load(head + 1):
+        entry = head + _HEADER + f * _COLS
+        if tl.load(entry + _ACTIVE) == tl.load(head + 2):
+            copy = r < tl.load(head)
+            flags = tl.load(entry + _FLAGS)
+            if copy | ((flags & _HAS_FILL) != 0):
+                word = flags & _WORD_MASK
+                src = tl.load(entry + _SRC)
+                dst = tl.load(entry + _DST)
+                row_bytes = tl.load(entry + _ROW_BYTES)
+                src_stride = tl.load(entry + _SRC_STRIDE)
+                dst_stride = tl.load(entry + _DST_STRIDE)
+                fill = tl.load(entry + _FILL)
+                if word == 8:
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 8, BLOCK)
+                elif word == 4:
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 4, BLOCK)
+                elif word == 2:
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 2, BLOCK)
+                else:
+                    _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 1, BLOCK)
+
+
+def _word(*values: int) -> int:
+    """The largest of 8, 4, 2, 1 that divides every value (addresses, strides, sizes in bytes)."""
+    w = 8
+    for v in values:
+        low = v & -v
+        if low and low < w:
+            w = low
+    return w
