@@ -80,6 +80,16 @@ def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
                     _copy_row(src, dst, r, copy, row_bytes, src_stride, dst_stride, fill, 1, BLOCK)
 
 
+@triton.jit
+def _fetch_table_kernel(host_addr, device_addr, words, WORDS: tl.constexpr):
+    """One program: ``words`` int64 words of a table in pinned host memory into device memory (a kernel
+    node where a graph would otherwise hold a memcpy node)."""
+    src = host_addr.to(tl.pointer_type(tl.int64))
+    dst = device_addr.to(tl.pointer_type(tl.int64))
+    i = tl.arange(0, WORDS)
+    tl.store(dst + i, tl.load(src + i, mask=i < words), mask=i < words)
+
+
 def _word(*values: int) -> int:
     """The largest of 8, 4, 2, 1 that divides every value (addresses, strides, sizes in bytes)."""
     w = 8
