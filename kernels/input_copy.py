@@ -321,8 +321,8 @@ class InputCopyPlan:
 
     def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:
         """One graph: the table's upload by a one-program kernel (a few hundred bytes; every copy program
-        reading the table from host memory over the bus measured 20-40 us, and a memcpy node made the graph's
-        launch cost 4-5 us more host time than two kernel nodes, run 17) and the kernel on the uploaded copy.
+        reading the table from host memory over the bus measured 20-40 us, and with a memcpy node a run with
+        new inputs took 4-5 us more host time, run 17) and the kernel on the uploaded copy.
         Host rows are read in place."""
         device_table = torch.zeros(self._table_bytes, dtype=torch.uint8, device=self._device)
         self._device_tables.append(device_table)
