@@ -172,12 +172,15 @@ class InputCopyPlan:
         self.stage(dict(zip(indices, srcs, strict=True)), n)
         self.commit(padded)
 
-    def stage(self, sources: Mapping[object, torch.Tensor], n: int | None = None) -> int:
+    def stage(self, sources: Mapping[object, torch.Tensor], n: int | None = None, *, write: bool = True) -> int:
         """Check ``sources`` (``{name or index: tensor (B, *row)}``) and stage their copy; return ``B``.
 
         With ``n`` given, each source needs at least ``n`` rows and ``n`` rows are copied; without it, all
         sources must have the same number of rows, 1 to the destinations' rows. Nothing reaches the
         destinations until :meth:`commit`; a new :meth:`stage` drops a staged copy never committed.
+        ``write=False`` only checks (no ring buffer is taken, nothing waits on the device). Sources the
+        kernel reads in place (device tensors; host tensors when not staged) must stay alive until
+        :meth:`commit` has queued the copy.
 
         Raises
         ------
@@ -187,7 +190,7 @@ class InputCopyPlan:
         """
         if self._pending is not None:
             self.abandon()
-        kernel = self.use_kernel
+        kernel = self.use_kernel and write
         slot = gen = raw = base = None
         if kernel:
             if not self._ring:
@@ -199,7 +202,17 @@ class InputCopyPlan:
                 self._events[group].synchronize()  # the copies that last read this group's buffers are done
             self._generation += 1
             gen, raw, base = self._generation, self._raw[slot], self._bases[slot]
-        self._pending = (slot, gen, None, 0, [])
+        try:
+            batch, direct, fallback = self._write(sources, n, kernel, gen, raw, base)
+        except BaseException:
+            self._close(slot)  # nothing staged: the entries written carry a generation no header will name
+            raise
+        self._pending = (slot, gen, batch, direct, fallback)
+        return batch
+
+    def _write(self, sources, n, kernel, gen, raw, base) -> tuple[int, int, list]:
+        """:meth:`stage`'s pass over the sources: checks, table entries and host rows; returns (batch,
+        sources the kernel copies, sources left to ``copy_`` + ``fill_``)."""
         fields, explain, staged, device_index = self._fields, self._explain, self.staged, self._device_index
         fallback, batch, direct = [], n, 0
         for key, src in sources.items():
@@ -258,8 +271,7 @@ class InputCopyPlan:
             raise ValueError("empty batch: inputs have 0 rows; skip the step instead of running it")
         if batch > self._max_rows:
             raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self._max_rows}")
-        self._pending = (slot, gen, batch, direct, fallback)
-        return batch
+        return batch, direct, fallback
 
     def commit(self, padded: int) -> None:
         """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one replay (or launch) for the
@@ -268,7 +280,6 @@ class InputCopyPlan:
             return
         slot, gen, n, direct, fallback = self._pending
         self._pending = None
-        check(n is not None, "commit() after a stage() that failed")
         if direct:
             _HEAD.pack_into(self._raw[slot], 0, n, padded, gen)
             if self._cuda:

@@ -158,7 +158,7 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             inconsistent batch.
         """
         try:
-            return self._copy.stage(inputs)
+            return self._copy.stage(inputs, write=False)
         finally:
             self._copy.abandon()
 

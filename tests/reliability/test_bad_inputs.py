@@ -34,6 +34,20 @@ def test_runner_rejects_bad_inputs(inputs, match):
         runner().run(inputs)
 
 
+def test_a_run_refused_for_its_second_input_leaves_the_first_uncopied():
+    r = StepGraphRunner(
+        lambda buf, bs, s: {"y": buf["x"].sum(-1) + buf["n"]},
+        {"x": Buffer((4, 3), torch.float32), "n": Buffer((4,), torch.int64)},
+        device="cpu",
+        config=RunnerConfig(toggles=Toggles(), buckets=(2,), progress=False),
+    )
+    assert r.run({"x": torch.ones(2, 3), "n": torch.zeros(2, dtype=torch.int64)})["y"].tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match="'n'"):
+        r.run({"x": torch.full((2, 3), 5.0), "n": torch.zeros(2, dtype=torch.int32)})
+    assert r.run(batch_size=2)["y"].tolist() == [3.0, 3.0]  # x kept its rows: nothing half-copied
+    assert r.run({"n": torch.arange(2)})["y"].tolist() == [3.0, 4.0]
+
+
 def test_batch_above_largest_bucket_runs_eagerly_and_is_counted():
     r = runner()
     out = r.run({"x": torch.ones(3, 3)})  # buckets (1, 2); the buffers hold 4

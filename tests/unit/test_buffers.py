@@ -157,3 +157,26 @@ def test_copy_in_misaligned_sources_use_narrower_words():
     x = base[1:31].view(6, 5)  # starts 2 bytes off an 8-byte boundary
     b.copy_in({"x": x, "y": torch.arange(6)}, 6, 6)
     assert torch.equal(b["x"], x) and torch.equal(b["y"], torch.arange(6))
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_failed_or_dropped_stage_copies_nothing_and_the_next_copy_is_right(staged):
+    """Nothing half-done: a call whose second input is bad copies none of its inputs, a staged copy that
+    is never committed never lands, and many of both (more than the ring holds) leave the ring working."""
+    from stepgraph.kernels.input_copy import STAGING_RING
+
+    b = StaticBuffers(specs(), "cpu", one_launch_copy=True, staged_copy=staged)
+    b.copy_in(inputs(4), 4, 6)
+    before = {n: as_bytes(t).clone() for n, t in b.tensors.items()}
+    bad = {"tokens": torch.arange(3) + 50, "lens": torch.zeros(3, dtype=torch.int64)}  # lens: wrong dtype
+    for _ in range(STAGING_RING + 3):
+        with pytest.raises(TypeError, match="lens"):
+            b.stage(bad)
+        b.stage({"tokens": torch.arange(3) + 70})  # staged, then dropped by the next stage
+    assert all(torch.equal(as_bytes(t), before[n]) for n, t in b.tensors.items())
+    assert b.check_inputs({"tokens": torch.arange(2)}) == 2  # checks only
+    h16 = torch.full((2, 1), 3.0).half()  # a source the copy reads at commit: alive until then
+    b.stage({"h16": h16})
+    b.commit(3)
+    assert b["h16"][:2].eq(3.0).all() and b["h16"][2].eq(-2.5).all()
+    assert torch.equal(as_bytes(b["tokens"]), before["tokens"])  # not given: untouched
