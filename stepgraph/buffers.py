@@ -208,6 +208,10 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing."""
         self._copy.commit(padded_batch)
 
+    def abandon(self) -> None:
+        """Drop the copy :meth:`stage` staged (if any): it will not land."""
+        self._copy.abandon()
+
     def copy_in(self, inputs: Mapping[str, torch.Tensor], batch_size: int, padded_batch: int) -> None:
         """Copy ``inputs`` into rows ``[0, batch_size)`` and pad rows ``[batch_size, padded_batch)``.
 

@@ -239,7 +239,11 @@ class StepGraphRunner:
                 real = self.buffers.stage(inputs, batch_size)
                 fast = None if copy_outputs else self._replay_cache.get((real, sampling))
                 if fast is None:
-                    return self._run(sampling, real, copy_outputs)
+                    try:
+                        return self._run(sampling, real, copy_outputs)
+                    except BaseException:
+                        self.buffers.abandon()  # a raise before the copy: it never lands later
+                        raise
                 self.buffers.commit(fast[0].key.batch_size)
             else:  # steady state: inputs already in place
                 fast = None if copy_outputs else self._replay_cache.get((batch_size, sampling))

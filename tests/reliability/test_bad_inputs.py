@@ -48,6 +48,23 @@ def test_a_run_refused_for_its_second_input_leaves_the_first_uncopied():
     assert r.run({"n": torch.arange(2)})["y"].tolist() == [3.0, 4.0]
 
 
+def test_inputs_of_a_run_that_raised_in_its_capture_never_land_later():
+    from stepgraph.errors import CaptureError
+    from tests.helpers import SimulatedBackend
+
+    r = StepGraphRunner(
+        lambda buf, bs, s: {"y": buf["x"].sum(-1)},
+        {"x": Buffer((4, 3), torch.float32)},
+        device="cpu",
+        backend=SimulatedBackend(fail=RuntimeError("boom")),
+        config=RunnerConfig(buckets=(2,), progress=False, on_capture_error="raise"),
+    )
+    with pytest.raises(CaptureError):
+        r.run({"x": torch.full((2, 3), 7.0)})
+    out = r.run(batch_size=2)  # the key now runs eagerly, over the buffers as they were
+    assert out["y"].tolist() == [0.0, 0.0] and r.buffers["x"].abs().sum() == 0  # never the 7s
+
+
 def test_batch_above_largest_bucket_runs_eagerly_and_is_counted():
     r = runner()
     out = r.run({"x": torch.ones(3, 3)})  # buckets (1, 2); the buffers hold 4
