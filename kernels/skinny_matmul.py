@@ -1,11 +1,13 @@
 """Matrix products with few rows: ``x @ w (+ residual)`` for the decode and verify forwards.
 
-A decode step multiplies a handful of token rows (``B x (K + 1)``) by each weight matrix. cuBLAS picks
-tiles made for larger products there and reads the weights at about a third of the H200's bandwidth; the
-step's projections then take about 60% of a compiled step. This kernel is built for the skinny case: every
-program owns a strip of output columns and a slice of the reduction, streams its part of the weights once
-with the whole (padded) row block in registers, and, when the reduction is split, a second kernel sums
-the slices in a fixed order, adds the residual and rounds once.
+A decode step multiplies a handful of token rows (``B x (K + 1)``) by each weight matrix: 1-3 µs of
+weights to read on an H200, for which cuBLAS takes 5-8 µs, mostly the fixed cost of a small kernel. This
+kernel is built for the skinny case: every program owns a strip of output columns and a slice of the
+reduction, streams its part of the weights once with the whole (padded) row block in registers, and,
+when the reduction is split, a second kernel sums the slices in a fixed order, adds the residual and
+rounds once. On the H200 (run 15) it beat cuBLAS where cuBLAS splits the reduction itself (a long
+reduction into few columns: 6.8 against 7.9 µs for ``[4, 3072] @ [3072, 1024]``), tied on
+``[4, 2048] @ [2048, 1024]`` and lost by about 1 µs on wide outputs (``[4, 1024] @ [1024, 4096]``).
 
 The split is chosen from ``(N, K)`` only, never from the number of rows, and rows never mix: a row's
 result is the same bits whatever the batch around it (batch invariant). Results match ``torch.mm`` to
