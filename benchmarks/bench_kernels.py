@@ -92,19 +92,23 @@ def bench_tail(rows: list, record: dict) -> None:
         )
 
 
-#: sampled-verify settings: (name, temperature, top_k, top_p, min_p, filtered); targets from ANCHORS.md
+#: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords); targets from ANCHORS.md.
+#: A request with 1 <= top_k <= 256 is in the small top-k class; the general filtered class is timed too.
+TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
 SAMPLING_CASES = (
-    ("temperature", 0.8, 0, 1.0, 0.0, False),
-    ("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0.0, True),
-    ("top-p 0.9", 0.8, 0, 0.9, 0.0, True),
-    ("min-p 0.1", 0.8, 0, 1.0, 0.1, True),
+    ("temperature", 0.8, 0, 1.0, 0.0, TEMPERATURE),
+    ("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0.0, SMALL_TOP_K),
+    ("top-k 50 + top-p 0.9, general class", 0.8, 50, 0.9, 0.0, FILTERED),
+    ("top-k 20 + min-p 0.1", 0.8, 20, 1.0, 0.1, SMALL_TOP_K),
+    ("top-p 0.9", 0.8, 0, 0.9, 0.0, FILTERED),
+    ("min-p 0.1", 0.8, 0, 1.0, 0.1, FILTERED),
 )
 SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,
                        ("top-k 50 + top-p 0.9", 8): 60.0, ("top-k 50 + top-p 0.9", 64): 400.0}  # fmt: skip
 
 
 def bench_sampling(rows: list, record: dict) -> None:
-    for B, (name, temp, k, p, min_p, filtered) in itertools.product(BATCHES, SAMPLING_CASES):
+    for B, (name, temp, k, p, min_p, mode) in itertools.product(BATCHES, SAMPLING_CASES):
         x = torch.randn(B, K + 1, V, device=dev).bfloat16()
         d = torch.argmax(x, -1)[:, :K].contiguous()
         T = torch.full((B,), temp, device=dev)
@@ -113,9 +117,10 @@ def bench_sampling(rows: list, record: dict) -> None:
         mp = torch.full((B,), min_p, device=dev)
         seed = torch.arange(B, device=dev, dtype=torch.int64)
         off = torch.zeros(B, device=dev, dtype=torch.int64)
-        kw = {"filtered": filtered, "min_p": mp}
+        kw = {**mode, "min_p": mp}
+        ref_kw = {"filtered": mode.get("filtered", True), "min_p": mp}
         res = {
-            "torch": per_instance_us(lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, **kw), copies=5),
+            "torch": per_instance_us(lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, **ref_kw), copies=5),
             "kernel": per_instance_us(lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, **kw), copies=5),
             "floor": floor_us(x.numel() * 2),
             "target": SAMPLING_TARGETS_US.get((name, B)),

@@ -48,14 +48,25 @@ def _temperature_kernel(
     excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
     excl = tl.where(j < K, excl, -1)
     base = logits_ptr + b * stride_b + j * stride_j
+    gk, gi, m, s = split_softmax(base, sp.to(tl.int64) * SPLIT, V, excl, inv_t, SPLIT, BLOCK)
+    out = row * n_splits + sp
+    tl.store(gkey_ptr + out, gk)
+    tl.store(gidx_ptr + out, gi)
+    tl.store(m_ptr + out, m)
+    tl.store(s_ptr + out, s)
+
+
+@triton.jit
+def split_softmax(base, start, V, excl, inv_t, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, m = max z, sum exp(z - m))``
+    with ``z = x * inv_t``; the mass leaves out entry ``excl``."""
     g_best = tl.full([BLOCK], -2147483648, tl.int32)
     g_idx = tl.zeros([BLOCK], tl.int32)
     m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
     s_lane = tl.zeros([BLOCK], tl.float32)
-    start = sp.to(tl.int64) * SPLIT
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
-        inb = offs < V
+        inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
         key = tl.where(inb, sortable_key(x), -2147483648)
         better = key > g_best
@@ -67,12 +78,9 @@ def _temperature_kernel(
         s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
         m_lane = m_new
     m = tl.max(m_lane, axis=0)
-    out = row * n_splits + sp
     gk = tl.max(g_best, axis=0)
-    tl.store(gkey_ptr + out, gk)
-    tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
-    tl.store(m_ptr + out, m)
-    tl.store(s_ptr + out, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0))
+    gi = tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0)
+    return gk, gi, m, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
 
 
 @triton.jit
@@ -128,7 +136,7 @@ def _kept_mass_kernel(
     start = sp.to(tl.int64) * SPLIT
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
-        inb = offs < V
+        inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
         w = tl.exp(x * inv_t - m)
         kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)

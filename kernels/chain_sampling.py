@@ -22,6 +22,8 @@ Launches, each over (row, vocabulary split) except the last:
   without the row's draft token;
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split;
+* small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the radix select
+  and candidate list of :mod:`._sampling_topk`: 4 launches for bfloat16 logits, 6 otherwise;
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
   sample from the split masses and scans that split for the token.
 """
@@ -36,6 +38,7 @@ from ._argmax import reduce_keys
 from ._common import check, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
+from ._sampling_topk import TOP_K_MAX, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
     chain_verify_sampling_ref,
@@ -53,6 +56,7 @@ __all__ = [
     "filter_cut_keys_ref",
     "sampling_probs",
     "sortable_keys",
+    "TOP_K_MAX",
 ]
 
 MAX_SPLITS = 32
@@ -228,12 +232,18 @@ def _check(logits, draft_tokens, temperature, top_k, top_p, min_p, seed, offset,
 
 
 def filter_cut_keys(
-    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    *,
+    small_top_k: bool = False,
 ) -> torch.Tensor:
     """The kernels' top-k/top-p cut-off of every row, ``[B, K+1]`` int64 in :func:`sortable_keys`' domain:
     a row keeps the logits whose key is ``>=`` its cut (before min-p). Meaningful for sampled rows with
     regular logits (``T > 0``, no NaN or ``+inf``, not all ``-inf``). For tests and debugging; equals
-    :func:`filter_cut_keys_ref` on such rows."""
+    :func:`filter_cut_keys_ref` on such rows. ``small_top_k``: the small top-k class's kernels (rows with
+    ``1 <= top_k <= TOP_K_MAX``)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     check(use_triton(logits), f"filter_cut_keys runs the Triton kernels; {dev} cannot run them")
@@ -242,7 +252,8 @@ def filter_cut_keys(
     gk = [torch.empty((rows, layout[0]), dtype=torch.int32, device=dev) for _ in range(2)]
     drafts = torch.zeros((B, max(K1 - 1, 1)), dtype=torch.int64, device=dev)
     min_p = torch.zeros(B, dtype=torch.float32, device=dev)
-    return filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
+    mass = topk_mass if small_top_k else filtered_mass
+    return mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
 
 
 def chain_verify_sampling(
@@ -256,6 +267,7 @@ def chain_verify_sampling(
     *,
     min_p: torch.Tensor | None = None,
     filtered: bool = True,
+    small_top_k: bool = False,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = False,
     with_select: bool = False,
@@ -279,8 +291,13 @@ def chain_verify_sampling(
     filtered:
         ``False`` when no row uses top-k, top-p or min-p (the temperature class: two launches; the
         filters are then ignored).
+    small_top_k:
+        With ``filtered``: every sampled row either has ``1 <= top_k <= TOP_K_MAX`` (any top-p and
+        min-p) or no filter at all (the small top-k class, :class:`stepgraph.Sampling`). A row with top-p
+        or min-p but no such top-k breaks this promise and is sampled without its filters.
 
-    Launches: 2 (temperature class); 3 + 8 rounds for bfloat16 logits, 3 + 16 otherwise (filtered).
+    Launches: 2 (temperature class); 5 for bfloat16 logits, 7 otherwise (small top-k class); 3 + 8 rounds
+    for bfloat16 logits, 3 + 16 otherwise (filtered).
     CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
@@ -328,8 +345,8 @@ def chain_verify_sampling(
     gkey, gidx = (torch.empty((rows, n_splits), dtype=torch.int32, device=dev) for _ in range(2))
     head = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
     if filtered:
-        layout = (n_splits, split)
-        cut = filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx)
+        mass = topk_mass if small_top_k else filtered_mass
+        cut = mass(logits, drafts, temperature, top_k, top_p, min_p, (n_splits, split), m_part, s_part, gkey, gidx)
     else:
         cut = gkey  # unused
         _temperature_kernel[(rows, n_splits)](

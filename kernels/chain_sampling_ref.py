@@ -159,10 +159,12 @@ def chain_verify_sampling_ref(
     *,
     min_p: torch.Tensor | None = None,
     filtered: bool = True,
+    small_top_k: bool = False,
     seq_lens: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> SampledVerifyOutput:
     """Plain torch implementation of the same rule (materialised ``q``, torch RNG). Graph-safe.
+    ``small_top_k`` is accepted for parity with the kernels and changes nothing: every filter applies.
 
     Randomness comes from torch's generator (``generator`` or the default one, which a CUDA graph
     advances on every replay), not from ``seed``; ``offset`` is still advanced by one for parity.

@@ -27,16 +27,25 @@ def check_int64(name: str, value: object) -> int:
     return int(value)
 
 
+#: The largest top-k of the ``TOP_K`` class (the kernels' candidate list holds this many entries).
+SMALL_TOP_K_MAX = 256
+
+
 class Sampling(enum.IntEnum):
     """Sampling class of a batch, ordered from least to most general.
 
     A batch that mixes classes uses the most general one present: its graph handles every less general
     request exactly (a temperature-0 row inside a TEMPERATURE batch gives the greedy result).
+
+    ``TOP_K``: a top-k of 1 to :data:`SMALL_TOP_K_MAX`, with or without top-p and min-p (its kernels look
+    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: any other filter (top-p or min-p
+    without such a top-k, or a larger top-k).
     """
 
     GREEDY = 0
     TEMPERATURE = 1
-    TOP_K_TOP_P = 2
+    TOP_K = 2
+    TOP_K_TOP_P = 3
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -76,7 +85,8 @@ class SamplingParams:
 
     ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
     ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
-    probable one). Any filter puts the request in the ``TOP_K_TOP_P`` class.
+    probable one). A top-k of 1 to 256 puts the request in the ``TOP_K`` class (top-p and min-p may come
+    with it); any other filter in the ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
     """
 
@@ -108,6 +118,8 @@ class SamplingParams:
     def sampling(self) -> Sampling:
         if self.temperature == 0.0:
             return Sampling.GREEDY
+        if 1 <= self.top_k <= SMALL_TOP_K_MAX:
+            return Sampling.TOP_K
         if self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0:
             return Sampling.TOP_K_TOP_P
         return Sampling.TEMPERATURE

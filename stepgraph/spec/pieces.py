@@ -14,6 +14,7 @@ from stepgraph.config import Toggles
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, draft_extend_tail_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
+from stepgraph.keys import Sampling
 from stepgraph.spec.general_verify import chain_tree, tree_verify_sampling
 
 
@@ -77,14 +78,15 @@ class Pieces:
         logits: torch.Tensor,
         drafts: torch.Tensor,
         state: dict[str, torch.Tensor],
-        filtered: bool,
+        sampling: Sampling,
         out_bonus: torch.Tensor,
         out_seq_lens: torch.Tensor,
     ) -> VerifyResult:
         """Sampled chain acceptance (shapes as :meth:`greedy_verify`) with each request's temperature,
-        top-k, top-p, seed and offset from the relay ``state`` (fields ``[B]``); ``filtered``: apply
-        top-k/top-p."""
+        top-k, top-p, seed and offset from the relay ``state`` (fields ``[B]``); ``sampling``: the batch's
+        class (TEMPERATURE ignores the filters; TOP_K and TOP_K_TOP_P apply them)."""
         args = (state["temperature"], state["top_k"], state["top_p"])
+        filtered = sampling in (Sampling.TOP_K, Sampling.TOP_K_TOP_P)
         seq = state["seq_len"]
         if self.t.lean_sampled_verify and self.t.two_launch_sampling:
             r = chain_verify_sampling(
@@ -95,6 +97,7 @@ class Pieces:
                 state["offset"],
                 min_p=state["min_p"],
                 filtered=filtered,
+                small_top_k=sampling is Sampling.TOP_K,
                 seq_lens=seq,
                 with_select=True,
                 out={"bonus": out_bonus, "new_seq_lens": out_seq_lens},

@@ -72,6 +72,7 @@ class Prefill:
             seed,
             offset,
             min_p=torch.tensor([p.min_p], dtype=torch.float32, device=dev),
-            filtered=p.sampling is Sampling.TOP_K_TOP_P,
+            filtered=p.sampling in (Sampling.TOP_K, Sampling.TOP_K_TOP_P),
+            small_top_k=p.sampling is Sampling.TOP_K,
         )
         return out.bonus

@@ -194,8 +194,7 @@ class ChainStep:
         if sampling is Sampling.GREEDY:
             v = self.pieces.greedy_verify(logits, d.drafts, st["seq_len"], out["token"], out["seq_len"])
         else:
-            filtered = sampling is Sampling.TOP_K_TOP_P
-            v = self.pieces.sampled_verify(logits, d.drafts, st, filtered, out["token"], out["seq_len"])
+            v = self.pieces.sampled_verify(logits, d.drafts, st, sampling, out["token"], out["seq_len"])
         if self.tp is not None:
             self.tp.broadcast([v.tokens, v.extend_tokens, v.num_accepted, v.select, out["token"], out["seq_len"]])
         return Verified(d, v, hidden, positions, out)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from stepgraph.kernels import _sampling_topk
 from stepgraph.kernels.chain_sampling import (
     chain_verify_sampling,
     filter_cut_keys,
@@ -130,9 +131,13 @@ def _sampling_inputs(B, K, V, T=1.0, k=0, p=1.0, seed0=0):
     )
 
 
-@pytest.mark.parametrize("filtered,k,p", [(False, 0, 1.0), (True, 3, 1.0), (True, 0, 0.7), (True, 4, 0.8)])
-def test_sampling_distribution_matches_target(filtered, k, p):
-    """First emitted token ~ q_0 and the chain outcomes ~ the exact target-only law (TV distance)."""
+@pytest.mark.parametrize(
+    "filtered,k,p,small", [(False, 0, 1.0, False), (True, 3, 1.0, False), (True, 0, 0.7, False), (True, 4, 0.8, False),
+                           (True, 3, 1.0, True), (True, 4, 0.8, True)],
+)  # fmt: skip
+def test_sampling_distribution_matches_target(filtered, k, p, small):
+    """First emitted token ~ q_0 and the chain outcomes ~ the exact target-only law (TV distance); the
+    general filtered class and the small top-k class."""
     torch.manual_seed(1)
     V, K, B = 6, 2, 200_000
     logits1 = torch.randn(1, K + 1, V, device="cuda") * 1.5
@@ -140,7 +145,7 @@ def test_sampling_distribution_matches_target(filtered, k, p):
     logits = logits1.expand(B, K + 1, V).contiguous()
     drafts = drafts1.expand(B, K).contiguous()
     T, tk, tp, seed, off = _sampling_inputs(B, K, V, 1.0, k, p)
-    out = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered)
+    out = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered, small_top_k=small)
     q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], filtered=filtered)[0].double()  # [K+1, V]
     d = drafts1[0].tolist()
     exact = {}
@@ -179,6 +184,48 @@ def test_filter_cut_equals_reference_at_full_vocabulary(dtype):
     assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
 
 
+@pytest.mark.parametrize("digit", [8, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_small_top_k_cut_equals_reference_at_full_vocabulary(dtype, digit, monkeypatch):
+    """The small top-k class's cut equals the reference's on 64 rows of V = 151,936 per dtype: top-k 1 to
+    256 with top-p off, tight and loose, ties (rounded logits), rows whose ties at the k-th value overflow
+    the candidate list, -inf entries, peaked and flat rows; 8-bit and 4-bit radix digits."""
+    monkeypatch.setattr(_sampling_topk, "RADIX8_MAX_ROWS", 10**6 if digit == 8 else 0)
+    torch.manual_seed(8)
+    B, K1, V = 16, 4, 151936
+    scale = torch.tensor([0.5, 2.0, 8.0, 1.0] * 4, device="cuda").view(B, 1, 1)
+    x = torch.randn(B, K1, V, device="cuda") * scale
+    x[::3] = torch.round(x[::3] * 4) / 4
+    x[2, :, 5000:9000] = 3.0  # thousands of ties at the k-th value
+    x[1, 2, :1000] = float("-inf")
+    x = x.to(dtype)
+    T = torch.rand(B, device="cuda") + 0.2
+    k = torch.tensor([1, 50, 256, 20] * 4, device="cuda")
+    p = torch.tensor([1.0, 0.9, 0.5, 0.95, 0.3, 1.0, 0.99, 0.8] * 2, device="cuda")
+    assert torch.equal(filter_cut_keys(x, T, k, p, small_top_k=True), filter_cut_keys_ref(x, T, k, p))
+
+
+def test_small_top_k_class_draws_what_the_filtered_class_draws():
+    """Same seeds, same tokens at full vocabulary: both classes end in the same launch."""
+    torch.manual_seed(9)
+    B, K, V = 16, 3, 151936
+    logits = (torch.randn(B, K + 1, V, device="cuda") * 2).bfloat16()
+    logits[3, :, 1000:2000] = 7.0
+    drafts = torch.topk(logits[:, :K].float(), 2, -1).indices[..., 1].contiguous()
+    T, tk, tp, seed, _ = _sampling_inputs(B, K, V, 0.8, 50, 0.9)
+    tk[::4], tp[::4], T[1::4] = 0, 1.0, 0.0  # temperature-only and greedy rows
+    mp = torch.full((B,), 0.02, device="cuda")
+    mp[::4] = 0.0
+    runs = []
+    for small in (False, True):
+        off = torch.zeros(B, device="cuda", dtype=torch.int64)
+        runs.append(torch.stack([
+            chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, min_p=mp, small_top_k=small).tokens
+            for _ in range(8)
+        ]))  # fmt: skip
+    assert torch.equal(runs[0], runs[1])
+
+
 @pytest.mark.parametrize("min_p", [0.05, 0.3])
 def test_min_p_distribution_matches_target(min_p):
     torch.manual_seed(4)
@@ -200,20 +247,21 @@ def test_min_p_distribution_matches_target(min_p):
     assert 0.5 * (counts.cpu() / B - law).abs().sum().item() < 0.01
 
 
-def test_sampling_graph_replay_draws_fresh_and_seeds_reproduce():
+@pytest.mark.parametrize("small", [False, True])
+def test_sampling_graph_replay_draws_fresh_and_seeds_reproduce(small):
     B, K, V = 64, 3, 32000
     logits = torch.randn(B, K + 1, V, device="cuda", dtype=torch.bfloat16)
     drafts = torch.argmax(logits, -1)[:, :K].contiguous()
     T, tk, tp, seed, off = _sampling_inputs(B, K, V, 1.5, 50, 0.95)
-    g, out = _graph(lambda: chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=True))
+    g, out = _graph(lambda: chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, small_top_k=small))
     seen = []
     for _ in range(3):
         g.replay()
         seen.append(out.tokens.clone())
     assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
     off.zero_()
-    a = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), filtered=True).tokens
-    b = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), filtered=True).tokens
+    a = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), small_top_k=small).tokens
+    b = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), small_top_k=small).tokens
     assert torch.equal(a, b)
 
 
@@ -223,8 +271,8 @@ def test_sampling_greedy_rows_equal_greedy_verify():
     drafts = torch.argmax(logits, -1)[:, :K].clone()
     drafts[::3, 0] += 1
     T, tk, tp, seed, off = _sampling_inputs(B, K, V, 0.0, 0, 1.0)
-    for filtered in (False, True):
-        s = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered)
+    for filtered, small in ((False, False), (True, False), (True, True)):
+        s = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered, small_top_k=small)
         g = greedy_chain_verify_ref(logits, drafts)
         assert torch.equal(s.num_accepted, g.num_accepted) and torch.equal(s.bonus, g.bonus)
 

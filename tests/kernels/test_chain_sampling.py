@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from stepgraph.kernels import _sampling_topk
 from stepgraph.kernels.chain_sampling import (
     chain_verify_sampling,
     chain_verify_sampling_ref,
@@ -181,3 +182,71 @@ def test_bad_inputs():
         chain_verify_sampling(logits, d, T, tk, tp, seed[:1], off)
     with pytest.raises(ValueError, match="draft_tokens"):
         chain_verify_sampling(logits, d[:, :1], T, tk, tp, seed, off)
+
+
+@pytest.mark.parametrize("dtype,digit", [(torch.float32, 8), (torch.bfloat16, 8), (torch.bfloat16, 4)])
+def test_small_top_k_cut_equals_reference(dtype, digit, monkeypatch):
+    """The small top-k class (radix select, candidate list): the cut of every row with 1 <= top_k <= 256
+    equals the reference's, with ties at the k-th value past the list's capacity (they are then counted,
+    not listed), top_k >= V, rounded (tied) logits and -inf entries; 8-bit and 4-bit radix digits."""
+    monkeypatch.setattr(_sampling_topk, "RADIX8_MAX_ROWS", 10**6 if digit == 8 else 0)
+    torch.manual_seed(6)
+    B, K1, V = 6, 2, 900
+    x = torch.randn(B, K1, V, device=DEV) * torch.tensor([0.3, 1.0, 4.0] * 2, device=DEV).view(B, 1, 1)
+    x[::2] = torch.round(x[::2] * 2) / 2
+    x[0, 0, 100:700] = 2.0  # 600 ties at the k-th value
+    x[1, 1, :300] = float("-inf")
+    x = x.to(dtype)
+    T = torch.rand(B, device=DEV) + 0.2
+    k = torch.tensor([50, 1, 256, 7, 200, 256], device=DEV)
+    p = torch.tensor([0.9, 1.0, 0.5, 0.95, 0.2, 1.0], device=DEV)
+    got = filter_cut_keys(x, T, k, p, small_top_k=True)
+    assert torch.equal(got, filter_cut_keys_ref(x, T, k, p))
+    small = torch.randn(2, 1, 40, device=DEV).to(dtype)  # top_k >= V: every entry is a candidate
+    one = torch.ones(2, device=DEV)
+    k, p = torch.tensor([256, 40], device=DEV), torch.tensor([0.8, 1.0], device=DEV)
+    assert torch.equal(filter_cut_keys(small, one, k, p, small_top_k=True), filter_cut_keys_ref(small, one, k, p))
+
+
+def test_small_top_k_class_samples_like_the_filtered_class():
+    """Same seeds, same tokens: the small top-k class and the general filtered class share the last
+    launch, so equal cuts and split masses give equal draws. Rows mix greedy, temperature only, top-k with
+    top-p and min-p, a draft inside the kept set, and ties past the candidate list's capacity."""
+    torch.manual_seed(7)
+    B, K, V = 6, 3, 600
+    logits = (torch.randn(B, K + 1, V, device=DEV) * 2).bfloat16()
+    logits[4, :, 200:500] = 6.0  # hundreds of ties at the top-k cut (the max is above them)
+    drafts = torch.topk(logits[:, :K].float(), 3, -1).indices[..., 1].contiguous()  # kept, not the argmax
+    drafts[4] = 300  # an unlisted tie
+    T = torch.tensor([0.0, 0.9, 0.7, 1.2, 1.0, 0.8], device=DEV)
+    k = torch.tensor([0, 0, 5, 40, 10, 256], device=DEV)
+    p = torch.tensor([1.0, 1.0, 0.9, 1.0, 0.95, 0.6], device=DEV)
+    mp = torch.tensor([0.0, 0.0, 0.0, 0.2, 0.0, 0.05], device=DEV)
+    seed = torch.arange(B, device=DEV) + 11
+    outs = []
+    for small in (False, True):
+        off = torch.zeros(B, dtype=torch.int64, device=DEV)
+        draws = []
+        for _ in range(3):
+            r = chain_verify_sampling(logits, drafts, T, k, p, seed, off, min_p=mp, filtered=True, small_top_k=small)
+            draws.append(r.tokens)
+        outs.append(torch.stack(draws))
+    assert torch.equal(outs[0], outs[1])
+    assert len({tuple(t.flatten().tolist()) for t in outs[1]}) > 1
+
+
+def test_small_top_k_class_emits_the_target_distribution():
+    torch.manual_seed(1)
+    k, p = 2, 0.8
+    V, K = 5, 1
+    B = 4000 if HAS_CUDA else 100
+    logits1 = (torch.randn(1, K + 1, V, device=DEV) * 1.5).bfloat16()
+    drafts1 = torch.tensor([[2]], device=DEV)
+    T, tk, tp, seed, off = params(B, 1.0, k, p)
+    out = chain_verify_sampling(
+        logits1.expand(B, -1, -1).contiguous(), drafts1.expand(B, -1).contiguous(), T, tk, tp, seed, off,
+        filtered=True, small_top_k=True,
+    )  # fmt: skip
+    q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], filtered=True)[0].double()
+    law = exact_law(q, drafts1[0].tolist())
+    assert tv_distance(out, law, B) < 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5

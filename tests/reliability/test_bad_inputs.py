@@ -223,7 +223,7 @@ def test_buffer_shape_that_is_not_a_tuple_of_ints(shape):
 
 @pytest.mark.parametrize("sampling", [None, 7, 1.5, True])
 def test_run_with_a_sampling_that_is_not_a_class(sampling):
-    with pytest.raises(ValueError, match="greedy, temperature, top_k_top_p"):
+    with pytest.raises(ValueError, match="greedy, temperature, top_k, top_k_top_p"):
         runner().run({"x": torch.zeros(1, 3)}, sampling)
 
 

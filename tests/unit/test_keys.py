@@ -8,6 +8,8 @@ from stepgraph.keys import Buckets, GraphKey, Sampling, SamplingParams, pad_wast
 def test_sampling_order_and_most_general():
     assert Sampling.most_general([Sampling.GREEDY, Sampling.TOP_K_TOP_P, Sampling.TEMPERATURE]) is Sampling.TOP_K_TOP_P
     assert Sampling.most_general([Sampling.GREEDY, Sampling.TEMPERATURE]) is Sampling.TEMPERATURE
+    assert Sampling.most_general([Sampling.TOP_K, Sampling.TEMPERATURE]) is Sampling.TOP_K
+    assert Sampling.most_general([Sampling.TOP_K, Sampling.TOP_K_TOP_P]) is Sampling.TOP_K_TOP_P
     assert Sampling.most_general([]) is Sampling.GREEDY
 
 
@@ -16,6 +18,8 @@ def test_sampling_order_and_most_general():
     [
         ("greedy", Sampling.GREEDY),
         ("top-k-top-p", Sampling.TOP_K_TOP_P),
+        ("top-k", Sampling.TOP_K),
+        (3, Sampling.TOP_K_TOP_P),
         ("TEMPERATURE", Sampling.TEMPERATURE),
         (1, Sampling.TEMPERATURE),
     ],
@@ -25,7 +29,7 @@ def test_sampling_parse(text, expected):
 
 
 def test_sampling_parse_error_lists_choices():
-    with pytest.raises(ValueError, match="greedy, temperature, top_k_top_p"):
+    with pytest.raises(ValueError, match="greedy, temperature, top_k, top_k_top_p"):
         Sampling.parse("nucleus")
 
 
@@ -34,7 +38,9 @@ def test_sampling_parse_error_lists_choices():
     [
         (SamplingParams(), Sampling.GREEDY),
         (SamplingParams(temperature=0.7), Sampling.TEMPERATURE),
-        (SamplingParams(temperature=0.7, top_k=20), Sampling.TOP_K_TOP_P),
+        (SamplingParams(temperature=0.7, top_k=20), Sampling.TOP_K),
+        (SamplingParams(temperature=0.7, top_k=256, top_p=0.9, min_p=0.1), Sampling.TOP_K),
+        (SamplingParams(temperature=0.7, top_k=257), Sampling.TOP_K_TOP_P),
         (SamplingParams(temperature=1.0, top_p=0.9), Sampling.TOP_K_TOP_P),
         (SamplingParams(temperature=0.0, top_k=20), Sampling.GREEDY),
         (SamplingParams(temperature=0.7, min_p=0.05), Sampling.TOP_K_TOP_P),
