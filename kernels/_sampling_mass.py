@@ -66,7 +66,7 @@ def split_softmax(base, start, V, excl, inv_t, SPLIT: tl.constexpr, BLOCK: tl.co
     s_lane = tl.zeros([BLOCK], tl.float32)
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
-        inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
+        inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
         key = tl.where(inb, sortable_key(x), -2147483648)
         better = key > g_best
@@ -136,7 +136,7 @@ def _kept_mass_kernel(
     start = sp.to(tl.int64) * SPLIT
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
-        inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
+        inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
         w = tl.exp(x * inv_t - m)
         kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)

@@ -38,7 +38,7 @@ from ._sampling_mass import split_softmax
 TOP_K_MAX = SMALL_TOP_K_MAX  # candidates per row; the TOP_K class holds requests with 1 <= top_k <= TOP_K_MAX
 CAP: tl.constexpr = tl.constexpr(TOP_K_MAX)
 RADIX8_MAX_ROWS = 8  # see radix_digit (run 18: 8-bit digits win at 8 rows, 4-bit at 16)
-PASS_BLOCK, PASS_WARPS = 1024, 4  # entries per step and warps of the passes over the vocabulary
+PASS_BLOCK, PASS_WARPS = 1024, 4  # entries per step (divides every split) and warps of the vocabulary passes
 P_PROBES: tl.constexpr = tl.constexpr(16)  # cut-offs tried at once by the top-p search
 
 
@@ -129,7 +129,7 @@ def _split_histogram(base, start, V, prefix, level, hist_out, SPLIT: tl.constexp
     low = BITS - DIGIT * level - DIGIT
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
-        inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
+        inb = offs < V
         u = _ukey(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32), SHIFT)
         live = inb & ((u >> (low + DIGIT)) == prefix)
         hist, w0, w1, w2, w3 = _count(hist, w0, w1, w2, w3, ((u >> low) & (RADIX - 1)).to(tl.int32), live, DIGIT)
@@ -147,7 +147,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
     b = row // K1
     j = row % K1
     base = logits_ptr + b * stride_b + j * stride_j
-    start = sp.to(tl.int64) * SPLIT
+    start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
     out = row * n_splits + sp
     if _is_candidate_row(temp_ptr, topk_ptr, b):
         RADIX: tl.constexpr = 1 << DIGIT
@@ -158,7 +158,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
         w1, w2, w3 = w0, w0, w0
         for i in range(0, SPLIT, BLOCK):
             offs = start + i + tl.arange(0, BLOCK)
-            inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
+            inb = offs < V
             x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
             key = tl.where(inb, sortable_key(x), -2147483648)
             better = key > g_best
@@ -194,7 +194,7 @@ def _level_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr, 
         prefix, _ = _prefix(hist_ptr, level, row, n_rows, n_splits, k, NS_P2, DIGIT)
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
         out = hist_ptr + ((level * n_rows + row) * n_splits + sp) * (1 << DIGIT)
-        _split_histogram(base, sp.to(tl.int64) * SPLIT, V, prefix, level, out, SPLIT, BLOCK, SHIFT, BITS, DIGIT)
+        _split_histogram(base, sp * SPLIT, V, prefix, level, out, SPLIT, BLOCK, SHIFT, BITS, DIGIT)
 
 
 @triton.jit
@@ -235,10 +235,10 @@ def _compact_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr
             tl.store(info_ptr + row * 3 + 1, cut.to(tl.int64) - (1 << (BITS - 1)))
             tl.store(info_ptr + row * 3 + 2, tl.where(listed_ties, 0, n_eq))
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
-        start = sp.to(tl.int64) * SPLIT
+        start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
         for i in range(0, SPLIT, BLOCK):
             offs = start + i + tl.arange(0, BLOCK)
-            inb = (offs < V) & (i + tl.arange(0, BLOCK) < SPLIT)  # BLOCK need not divide SPLIT
+            inb = offs < V
             u = _ukey(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32), SHIFT)
             sel = inb & (u >= thresh)
             if tl.max(sel.to(tl.int32), axis=0) > 0:

@@ -238,7 +238,7 @@ def test_soak_100k_replays_mixed_keys_refusals_and_oversize():
 
     def one(i: int) -> int:  # a function, so no tensor of the last step outlives it
         bs = rng.randint(1, 12)
-        s = Sampling(rng.randint(0, 2))
+        s = Sampling(rng.randint(0, len(Sampling) - 1))
         out = r.run({"x": xs[i % 12, :bs]}, s)
         if i % 997 == 0:
             got = out["y"].clone()
@@ -259,4 +259,4 @@ def test_soak_100k_replays_mixed_keys_refusals_and_oversize():
         f"allocated {start[1] / MiB:.1f} -> {end[1] / MiB:.1f} MiB; {checked} eager re-runs compared"
     )
     assert end[0] <= start[0] and end[1] <= start[1]
-    assert info["oversize_runs"] > 0 and info["memory_refusals"] == 3 and info["replays"] > 50_000
+    assert info["oversize_runs"] > 0 and info["memory_refusals"] == len(Sampling) and info["replays"] > 50_000
