@@ -70,6 +70,22 @@ def sortable_key(x):
 
 
 @triton.jit
+def track_argmax(g_best, g_idx, x, inb, offs):
+    """One block of a per-lane running argmax over sortable keys: ``(g_best, g_idx, key)`` updated with the
+    block's float32 ``x`` at ``offs`` (where ``inb``); offsets rise, so the first index of a key is kept."""
+    key = tl.where(inb, sortable_key(x), -2147483648)
+    better = key > g_best
+    return tl.where(better, key, g_best), tl.where(better, offs.to(tl.int32), g_idx), key
+
+
+@triton.jit
+def lanes_argmax(g_best, g_idx):
+    """``(largest key, lowest index holding it)`` over :func:`track_argmax`'s lanes."""
+    gk = tl.max(g_best, axis=0)
+    return gk, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0)
+
+
+@triton.jit
 def split_argmax(base, V, start, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """``(max, lowest index of max, first NaN index or INT32_MAX)`` over ``[start, start + SPLIT) ∩ [0, V)``.
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._argmax import sortable_key
+from ._argmax import lanes_argmax, sortable_key, track_argmax
 
 INF_KEY_C: tl.constexpr = tl.constexpr(0x7F800000)  # sortable_key(+inf); NaN keys are larger
 NEG_INF_KEY_C: tl.constexpr = tl.constexpr(-2139095041)  # sortable_key(-inf)
@@ -91,16 +91,13 @@ def _stats_kernel(
         offs = start + i + tl.arange(0, BLOCK)
         inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        key = tl.where(inb, sortable_key(x), -2147483648)
-        better = key > g_best
-        g_best = tl.where(better, key, g_best)
-        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+        g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
         z_max = tl.maximum(z_max, x * inv_t)
     out = row * n_splits + sp
-    gk = tl.max(g_best, axis=0)
+    gk, gi = lanes_argmax(g_best, g_idx)
     tl.store(gkey_ptr + out, gk)
-    tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
+    tl.store(gidx_ptr + out, gi)
     tl.store(zmax_ptr + out, tl.max(z_max, axis=0))
     tl.store(kmin_ptr + out, tl.min(k_min, axis=0))
     tl.store(kmax_ptr + out, gk >> SHIFT)

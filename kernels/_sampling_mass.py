@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import sortable_key
+from ._argmax import lanes_argmax, track_argmax
 from ._common import next_pow2
 from ._sampling_filter import BLOCK, _round_kernel, _stats_kernel, key_shift, num_rounds, row_key, row_state
 
@@ -68,18 +68,14 @@ def split_softmax(base, start, V, excl, inv_t, SPLIT: tl.constexpr, BLOCK: tl.co
         offs = start + i + tl.arange(0, BLOCK)
         inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        key = tl.where(inb, sortable_key(x), -2147483648)
-        better = key > g_best
-        g_best = tl.where(better, key, g_best)
-        g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+        g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
         z = tl.where(offs != excl, x * inv_t, float("-inf"))
         m_new = tl.maximum(m_lane, z)
         live = m_new > float("-inf")
         s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
         m_lane = m_new
     m = tl.max(m_lane, axis=0)
-    gk = tl.max(g_best, axis=0)
-    gi = tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0)
+    gk, gi = lanes_argmax(g_best, g_idx)
     return gk, gi, m, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
 
 

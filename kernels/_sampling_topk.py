@@ -9,7 +9,8 @@ does). Launches:
 1. per (row, vocabulary split): the argmax and the count histogram of the key's top digit (a row without
    any filter, or a greedy one, gets the temperature class's per-split softmax instead);
 2. ``BITS / DIGIT - 1`` radix levels, per (row, split): the histogram of the next digit of the keys that
-   share the k-th key's leading digits, found by combining the earlier levels' histograms of every split;
+   share the k-th key's leading digits, settled from the previous level's histograms of every split and
+   the row's state before it (leading digits, entries still to place, entries above them per split);
 3. per (row, split): the k-th key ``cut`` is now exact, and so is the number of entries of every split
    at or above it; each split writes the indices of those entries into the row's dense candidate list, in
    vocabulary order (offsets from the histograms, no atomics). When ties push the count past
@@ -31,7 +32,7 @@ import triton.language as tl
 
 from stepgraph.keys import SMALL_TOP_K_MAX
 
-from ._argmax import sortable_key
+from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._sampling_filter import row_key
 from ._sampling_mass import split_softmax
 
@@ -78,14 +79,25 @@ def _descend(tile, k_rem, DIGIT: tl.constexpr):
 
 
 @triton.jit
-def _prefix(hist_ptr, levels, row, n_rows, n_splits, k, NS_P2: tl.constexpr, DIGIT: tl.constexpr):
-    """The k-th key's leading ``levels`` digits and the entries still to place below them."""
+def _settle(hist_ptr, state_ptr, above_ptr, level, row, n_rows, n_splits, k, NS_P2: tl.constexpr,
+            DIGIT: tl.constexpr):  # fmt: skip
+    """Radix level ``level - 1`` settled (``level >= 1``), from the state before it and its histograms:
+    ``(the k-th key's leading `level` digits, entries still to place below them, entries in the k-th key's
+    bin of that level, per split [NS_P2]: entries above the leading digits, entries in that bin)``."""
+    sps = tl.arange(0, NS_P2)
+    bins = tl.arange(0, 1 << DIGIT)
     prefix = (k * 0).to(tl.uint32)
     k_rem = k
-    for level in range(0, levels):
-        d, k_rem, _ = _descend(_level_tile(hist_ptr, level, row, n_rows, n_splits, NS_P2, DIGIT), k_rem, DIGIT)
-        prefix = (prefix << DIGIT) | d.to(tl.uint32)
-    return prefix, k_rem
+    above = tl.zeros([NS_P2], tl.int32)
+    if level > 1:
+        prefix = tl.load(state_ptr + ((level - 1) * n_rows + row) * 2).to(tl.uint32)
+        k_rem = tl.load(state_ptr + ((level - 1) * n_rows + row) * 2 + 1).to(tl.int32)
+        above = tl.load(above_ptr + ((level - 1) * n_rows + row) * n_splits + sps, mask=sps < n_splits, other=0)
+    tile = _level_tile(hist_ptr, level - 1, row, n_rows, n_splits, NS_P2, DIGIT)
+    d, k_rem, n_eq = _descend(tile, k_rem, DIGIT)
+    above += tl.sum(tl.where(bins[None, :] > d, tile, 0), axis=1)
+    eq = tl.sum(tl.where(bins[None, :] == d, tile, 0), axis=1)
+    return (prefix << DIGIT) | d.to(tl.uint32), k_rem, n_eq, above, eq
 
 
 @triton.jit
@@ -160,16 +172,13 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
             offs = start + i + tl.arange(0, BLOCK)
             inb = offs < V
             x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-            key = tl.where(inb, sortable_key(x), -2147483648)
-            better = key > g_best
-            g_best = tl.where(better, key, g_best)
-            g_idx = tl.where(better, offs.to(tl.int32), g_idx)
+            g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
             digit = (_ukey(x, SHIFT) >> (BITS - DIGIT)).to(tl.int32)
             hist, w0, w1, w2, w3 = _count(hist, w0, w1, w2, w3, digit, inb, DIGIT)
         tl.store(hist_ptr + out * RADIX + tl.arange(0, RADIX), _counts(hist, w0, w1, w2, w3, DIGIT))
-        gk = tl.max(g_best, axis=0)
+        gk, gi = lanes_argmax(g_best, g_idx)
         tl.store(gkey_ptr + out, gk)
-        tl.store(gidx_ptr + out, tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=0))
+        tl.store(gidx_ptr + out, gi)
     else:
         t = tl.load(temp_ptr + b).to(tl.float32)
         inv_t = 1.0 / tl.where(t > 0, t, 1.0)
@@ -182,25 +191,32 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
 
 
 @triton.jit
-def _level_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr, level, V, K1, n_splits, n_rows,
-                  SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
-                  BITS: tl.constexpr, DIGIT: tl.constexpr):  # fmt: skip
-    """Radix level ``level >= 1``, per (row, split) of a candidate row."""
+def _level_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr, state_ptr, above_ptr, level, V, K1,
+                  n_splits, n_rows, SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+                  SHIFT: tl.constexpr, BITS: tl.constexpr, DIGIT: tl.constexpr):  # fmt: skip
+    """Radix level ``level >= 1``, per (row, split) of a candidate row; split 0 stores the row's state
+    after the previous level (leading digits, entries still to place, entries above per split)."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
     if _is_candidate_row(temp_ptr, topk_ptr, b):
         k = tl.minimum(tl.load(topk_ptr + b), V).to(tl.int32)
-        prefix, _ = _prefix(hist_ptr, level, row, n_rows, n_splits, k, NS_P2, DIGIT)
+        prefix, k_rem, _, above, _ = _settle(hist_ptr, state_ptr, above_ptr, level, row, n_rows, n_splits, k, NS_P2,
+                                             DIGIT)  # fmt: skip
+        if sp == 0:
+            tl.store(state_ptr + (level * n_rows + row) * 2, prefix.to(tl.int64))
+            tl.store(state_ptr + (level * n_rows + row) * 2 + 1, k_rem.to(tl.int64))
+            sps = tl.arange(0, NS_P2)
+            tl.store(above_ptr + (level * n_rows + row) * n_splits + sps, above, mask=sps < n_splits)
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
         out = hist_ptr + ((level * n_rows + row) * n_splits + sp) * (1 << DIGIT)
         _split_histogram(base, sp * SPLIT, V, prefix, level, out, SPLIT, BLOCK, SHIFT, BITS, DIGIT)
 
 
 @triton.jit
-def _compact_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr, cand_ptr, info_ptr, ties_ptr, V,
-                    K1, n_splits, n_rows, SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-                    SHIFT: tl.constexpr, BITS: tl.constexpr, DIGIT: tl.constexpr):  # fmt: skip
+def _compact_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr, state_ptr, above_ptr, cand_ptr,
+                    info_ptr, ties_ptr, V, K1, n_splits, n_rows, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                    NS_P2: tl.constexpr, SHIFT: tl.constexpr, BITS: tl.constexpr, DIGIT: tl.constexpr):  # fmt: skip
     """Per (row, split) of a candidate row: the split's candidates into the row's dense list. Split 0
     writes the row's ``info``: ``(listed, cut as a row key, unlisted ties)``; each split its own tie
     count when the ties are unlisted (else 0)."""
@@ -208,22 +224,10 @@ def _compact_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, hist_ptr
     sp = tl.program_id(1)
     b = row // K1
     if _is_candidate_row(temp_ptr, topk_ptr, b):
-        LEVELS: tl.constexpr = BITS // DIGIT
         k = tl.minimum(tl.load(topk_ptr + b), V).to(tl.int32)
-        # descend every level; count each split's entries above the k-th key (and equal to it)
-        bins = tl.arange(0, 1 << DIGIT)
+        cut, k_rem, n_eq, above, eq = _settle(hist_ptr, state_ptr, above_ptr, BITS // DIGIT, row, n_rows, n_splits,
+                                              k, NS_P2, DIGIT)  # fmt: skip
         sps = tl.arange(0, NS_P2)
-        cut = (k * 0).to(tl.uint32)
-        k_rem = k
-        n_eq = k * 0
-        above = tl.zeros([NS_P2], tl.int32)
-        eq = tl.zeros([NS_P2], tl.int32)
-        for level in tl.static_range(LEVELS):
-            tile = _level_tile(hist_ptr, level, row, n_rows, n_splits, NS_P2, DIGIT)
-            d, k_rem, n_eq = _descend(tile, k_rem, DIGIT)
-            cut = (cut << DIGIT) | d.to(tl.uint32)
-            above += tl.sum(tl.where(bins[None, :] > d, tile, 0), axis=1)
-            eq = tl.sum(tl.where(bins[None, :] == d, tile, 0), axis=1)  # the last level's: entries == cut
         n_above = k - k_rem
         listed_ties = n_above + n_eq <= CAP
         listed = tl.where(listed_ties, above + eq, above)
@@ -335,7 +339,10 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     shift = key_shift(logits.dtype)
     bits = 32 - shift
     digit = radix_digit(rows)
-    hist = torch.empty((bits // digit, rows, n_splits, 1 << digit), dtype=torch.int32, device=dev)
+    levels = bits // digit
+    hist = torch.empty((levels, rows, n_splits, 1 << digit), dtype=torch.int32, device=dev)
+    state = torch.empty((levels, rows, 2), dtype=torch.int64, device=dev)  # level 0's is never read
+    above = torch.empty((levels, rows, n_splits), dtype=torch.int32, device=dev)
     cand = torch.empty((rows, TOP_K_MAX), dtype=torch.int32, device=dev)
     info = torch.empty((rows, 3), dtype=torch.int64, device=dev)
     ties = torch.empty((rows, n_splits), dtype=torch.int64, device=dev)
@@ -346,10 +353,11 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     sizes = dict(SPLIT=split, BLOCK=PASS_BLOCK, SHIFT=shift, BITS=bits, DIGIT=digit, num_warps=PASS_WARPS)
     _stats_kernel[grid](*head, *draft, temperature, top_k, gkey, gidx, m_part, s_part, hist, V, K1 - 1, K1,
                         n_splits, **sizes)  # fmt: skip
-    for level in range(1, bits // digit):
-        _level_kernel[grid](*head, temperature, top_k, hist, level, V, K1, n_splits, rows, NS_P2=ns_p2, **sizes)
-    _compact_kernel[grid](*head, temperature, top_k, hist, cand, info, ties, V, K1, n_splits, rows, NS_P2=ns_p2,
-                          **sizes)  # fmt: skip
+    for level in range(1, levels):
+        _level_kernel[grid](*head, temperature, top_k, hist, state, above, level, V, K1, n_splits, rows, NS_P2=ns_p2,
+                            **sizes)  # fmt: skip
+    _compact_kernel[grid](*head, temperature, top_k, hist, state, above, cand, info, ties, V, K1, n_splits, rows,
+                          NS_P2=ns_p2, **sizes)  # fmt: skip
     _kept_mass_kernel[(rows,)](*head, *draft, temperature, top_k, top_p, min_p, cand, info, ties, m_part, s_part,
                                cut, V, K1 - 1, K1, n_splits, SPLIT=split, NS_P2=ns_p2, SHIFT=shift,
                                num_warps=8)  # fmt: skip
