@@ -68,7 +68,13 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=positive_int, default=4, help="requests decoded together (default 4)")
     p.add_argument("--k", type=positive_int, default=3, help="draft tokens per step (default 3)")
     p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per request (default 48)")
-    p.add_argument("--sampling", default="greedy", choices=["greedy", "temperature", "top_k_top_p"])
+    p.add_argument(
+        "--sampling",
+        default="greedy",
+        choices=["greedy", "temperature", "top_k_top_p"],
+        help="top_k_top_p: temperature with the --top-k/--top-p/--min-p filters (a top-k of 1-256 runs in the "
+        "top_k class, others in top_k_top_p)",
+    )
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=40)
     p.add_argument("--top-p", type=float, default=0.9)
