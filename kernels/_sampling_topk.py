@@ -33,7 +33,8 @@ import triton.language as tl
 from stepgraph.keys import SMALL_TOP_K_MAX
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
-from ._sampling_filter import row_key
+from ._common import next_pow2
+from ._sampling_filter import key_shift, row_key
 from ._sampling_mass import split_softmax
 
 TOP_K_MAX = SMALL_TOP_K_MAX  # candidates per row; the TOP_K class holds requests with 1 <= top_k <= TOP_K_MAX
@@ -330,9 +331,6 @@ def radix_digit(rows: int) -> int:
 def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
     """The small-top-k class up to the kept mass (:func:`filtered_mass`'s contract): fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
-    from ._common import next_pow2
-    from ._sampling_filter import key_shift
-
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
