@@ -22,9 +22,8 @@ Launches, each over (row, vocabulary split) except the last:
   without the row's draft token;
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split;
-* small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the radix select
-  and candidate list of :mod:`._sampling_topk`: 4 launches for bfloat16 logits up to 8 rows, 6 beyond
-  (and 6 or 10 for 32-bit keys);
+* small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
+  gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
   sample from the split masses and scans that split for the token.
 """
@@ -297,8 +296,8 @@ def chain_verify_sampling(
         min-p) or no filter at all (the small top-k class, :class:`stepgraph.Sampling`). A row with top-p
         or min-p but no such top-k breaks this promise and is sampled without its filters.
 
-    Launches: 2 (temperature class); small top-k class, up to 8 rows / more: 5 / 7 for bfloat16 logits,
-    7 / 11 otherwise; filtered: 3 + 8 rounds for bfloat16 logits, 3 + 16 otherwise.
+    Launches: 2 (temperature class); 5 (small top-k class); filtered: 3 + 8 rounds for bfloat16 logits,
+    3 + 16 otherwise.
     CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)

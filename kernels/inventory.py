@@ -39,10 +39,10 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="chain_verify_sampling",
         launcher="stepgraph.kernels.chain_sampling.chain_verify_sampling",
         reference="stepgraph.kernels.chain_sampling_ref.chain_verify_sampling_ref",
-        launches="temperature 2 (per-split mass; chain walk and sample); top-k 1..256 with top-p/min-p 5 or 7 "
-        "for bf16 logits (8- or 4-bit radix digits), 7 or 11 otherwise (radix select, candidate list, top-p "
-        "among the candidates, chain walk); other filters 11 for bf16 logits, 19 otherwise (statistics, 8 or 16 "
-        "cut-off rounds, kept mass, chain walk)",
+        launches="temperature 2 (per-split mass; chain walk and sample); top-k 1..256 with top-p/min-p 5 "
+        "(argmax and subset maxima, bound, gather above the bound, k-th key and top-p per row, chain walk); "
+        "other filters 11 for bf16 logits, 19 otherwise (statistics, 8 or 16 cut-off rounds, kept mass, chain "
+        "walk)",
         test="tests/kernels/test_chain_sampling.py",
         benchmark="benchmarks/bench_kernels.py --only sampling",
         piece="STEPGRAPH_TWO_LAUNCH_SAMPLING",

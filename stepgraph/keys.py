@@ -27,7 +27,8 @@ def check_int64(name: str, value: object) -> int:
     return int(value)
 
 
-#: The largest top-k of the ``TOP_K`` class (the kernels' candidate list holds this many entries).
+#: The largest top-k of the ``TOP_K`` class (its kernels list the entries at or above a bound on the k-th
+#: logit, a few more than k; a larger k would take their slow path more often).
 SMALL_TOP_K_MAX = 256
 
 

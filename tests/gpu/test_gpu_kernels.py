@@ -184,13 +184,14 @@ def test_filter_cut_equals_reference_at_full_vocabulary(dtype):
     assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
 
 
-@pytest.mark.parametrize("digit", [8, 4])
+@pytest.mark.parametrize("gather_cap", [_sampling_topk.GATHER_CAP, 256])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_small_top_k_cut_equals_reference_at_full_vocabulary(dtype, digit, monkeypatch):
+def test_small_top_k_cut_equals_reference_at_full_vocabulary(dtype, gather_cap, monkeypatch):
     """The small top-k class's cut equals the reference's on 64 rows of V = 151,936 per dtype: top-k 1 to
-    256 with top-p off, tight and loose, ties (rounded logits), rows whose ties at the k-th value overflow
-    the candidate list, -inf entries, peaked and flat rows; 8-bit and 4-bit radix digits."""
-    monkeypatch.setattr(_sampling_topk, "RADIX8_MAX_ROWS", 10**6 if digit == 8 else 0)
+    256 with top-p off, tight and loose, ties (rounded logits), rows whose thousands of ties at the k-th
+    value overflow the gather cap (the row's own radix select), -inf entries, a row with fewer finite
+    entries than its top-k, peaked and flat rows; a gather cap of 256 sends more rows to the radix."""
+    monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
     torch.manual_seed(8)
     B, K1, V = 16, 4, 151936
     scale = torch.tensor([0.5, 2.0, 8.0, 1.0] * 4, device="cuda").view(B, 1, 1)
@@ -198,6 +199,7 @@ def test_small_top_k_cut_equals_reference_at_full_vocabulary(dtype, digit, monke
     x[::3] = torch.round(x[::3] * 4) / 4
     x[2, :, 5000:9000] = 3.0  # thousands of ties at the k-th value
     x[1, 2, :1000] = float("-inf")
+    x[5, 1, 30:] = float("-inf")  # 30 finite entries, top_k 50
     x = x.to(dtype)
     T = torch.rand(B, device="cuda") + 0.2
     k = torch.tensor([1, 50, 256, 20] * 4, device="cuda")

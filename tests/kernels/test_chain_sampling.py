@@ -184,18 +184,24 @@ def test_bad_inputs():
         chain_verify_sampling(logits, d[:, :1], T, tk, tp, seed, off)
 
 
-@pytest.mark.parametrize("dtype,digit", [(torch.float32, 8), (torch.bfloat16, 8), (torch.bfloat16, 4)])
-def test_small_top_k_cut_equals_reference(dtype, digit, monkeypatch):
-    """The small top-k class (radix select, candidate list): the cut of every row with 1 <= top_k <= 256
-    equals the reference's, with ties at the k-th value past the list's capacity (they are then counted,
-    not listed), top_k >= V, rounded (tied) logits and -inf entries; 8-bit and 4-bit radix digits."""
-    monkeypatch.setattr(_sampling_topk, "RADIX8_MAX_ROWS", 10**6 if digit == 8 else 0)
+@pytest.mark.parametrize(
+    "dtype,gather_cap",
+    [(torch.float32, _sampling_topk.GATHER_CAP), (torch.bfloat16, _sampling_topk.GATHER_CAP), (torch.bfloat16, 256)],
+)
+def test_small_top_k_cut_equals_reference(dtype, gather_cap, monkeypatch):
+    """The small top-k class (a bound from subset maxima, the entries above it listed): the cut of every
+    row with 1 <= top_k <= 256 equals the reference's, with hundreds of ties at the k-th value, top_k >= V,
+    rounded (tied) logits and -inf entries (more than k of them: the k-th key is -inf); with a gather cap
+    of 256 most rows overflow it and take the row's own radix select, ties past the cap counted, not
+    listed."""
+    monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
     torch.manual_seed(6)
     B, K1, V = 6, 2, 900
     x = torch.randn(B, K1, V, device=DEV) * torch.tensor([0.3, 1.0, 4.0] * 2, device=DEV).view(B, 1, 1)
     x[::2] = torch.round(x[::2] * 2) / 2
     x[0, 0, 100:700] = 2.0  # 600 ties at the k-th value
     x[1, 1, :300] = float("-inf")
+    x[3, 0, 5:] = float("-inf")  # 5 finite entries, top_k 7
     x = x.to(dtype)
     T = torch.rand(B, device=DEV) + 0.2
     k = torch.tensor([50, 1, 256, 7, 200, 256], device=DEV)
