@@ -37,6 +37,7 @@ from ._copy_in_kernel import (
     _fetch_table_kernel,
     _word,
 )
+from ._driver import DriverCalls
 
 # Host buffers in rotation; one is reused only after the copy that read it finished. With an overlapped
 # loop two steps are in flight, so a ring of 2 made the host wait for a copy still queued behind them (a
@@ -157,6 +158,7 @@ class InputCopyPlan:
         self._graphs: list[torch.cuda.CUDAGraph | None] = []
         self._device_tables: list[torch.Tensor] = []  # CUDA: where each graph uploads its ring buffer's table
         self._events: list[torch.cuda.Event | None] = []  # one per group of ring buffers
+        self._driver = DriverCalls(self._device) if self._cuda else None  # the copy's launch, the events' records
         self._turn = 0
         self._generation = 0
         self._pending: tuple | None = None  # a staged copy: (slot, generation, batch, kernel sources, fallback)
@@ -214,6 +216,7 @@ class InputCopyPlan:
         """:meth:`stage`'s pass over the sources: checks, table entries and host rows; returns (batch,
         sources the kernel copies, sources left to ``copy_`` + ``fill_``)."""
         fields, explain, staged, device_index = self._fields, self._explain, self.staged, self._device_index
+        pack, memmove = _ENTRY.pack_into, ctypes.memmove
         fallback, batch, direct = [], n, 0
         for key, src in sources.items():
             f = fields.get(key)
@@ -223,7 +226,7 @@ class InputCopyPlan:
             try:
                 shape = src.shape
                 bad = (
-                    src.dtype != dtype
+                    src.dtype is not dtype  # dtypes are singletons
                     or len(shape) != dims
                     or (dims == 2 and shape[1] != rows[0])  # the common case, without slicing
                     or (dims > 2 and shape[1:] != rows)
@@ -252,18 +255,19 @@ class InputCopyPlan:
             if staged and device == -1:  # host rows travel in the ring buffer, read there by the kernel
                 count = m if n is None else n
                 rows_src = src if src.is_contiguous() else src[:count].contiguous()
-                addr, stride = base + host_offset, row_bytes
-                ctypes.memmove(addr, rows_src.data_ptr(), count * row_bytes)
-            else:
-                st = src.stride()
-                odd = dims > 1 and st[-1] != 1 or dims > 2 and st[1:] != strides  # fast checks, then the rule
-                if odd and not src[0].is_contiguous():
-                    fallback.append((i, src))  # rows that are not one run of bytes
-                    continue
-                addr, stride = src.data_ptr(), st[0] * esize
+                memmove(base + host_offset, rows_src.data_ptr(), count * row_bytes)
+                pack(raw, entry, gen, base + host_offset, row_bytes, word | fill)  # aligned as the destination
+                direct += 1
+                continue
+            st = src.stride()
+            odd = dims > 1 and st[-1] != 1 or dims > 2 and st[1:] != strides  # fast checks, then the rule
+            if odd and not src[0].is_contiguous():
+                fallback.append((i, src))  # rows that are not one run of bytes
+                continue
+            addr, stride = src.data_ptr(), st[0] * esize
             if (addr | stride) & (word - 1):  # a source less aligned than its destination
                 word = min(word, _word(addr, stride))
-            _ENTRY.pack_into(raw, entry, gen, addr, stride, word | fill)
+            pack(raw, entry, gen, addr, stride, word | fill)
             direct += 1
         if batch is None:
             raise ValueError("no inputs given; pass at least one tensor or give batch_size explicitly")
@@ -283,7 +287,7 @@ class InputCopyPlan:
         if direct:
             _HEAD.pack_into(self._raw[slot], 0, n, padded, gen)
             if self._cuda:
-                self._graphs[slot].replay()
+                self._driver.launch(self._graphs[slot])
             else:
                 _copy_in_kernel[(len(self.dsts), padded)](self._ring[slot].data_ptr(), BLOCK=BLOCK)
             self.launches += 1
@@ -301,7 +305,7 @@ class InputCopyPlan:
 
     def _close(self, slot: int | None) -> None:
         if self._cuda and slot is not None and slot % GROUP == GROUP - 1:
-            self._events[slot // GROUP].record()  # after this group's last copy (or its skipped launch)
+            self._driver.record(self._events[slot // GROUP])  # after this group's last copy (or skipped launch)
 
     def _explain_source(self, key: object, src: object) -> NoReturn:
         f = self._fields.get(key)
@@ -315,6 +319,8 @@ class InputCopyPlan:
         """The ring buffers with every destination's fixed entries written once, and on CUDA one captured
         launch per buffer (grid: every destination x every row; rows past ``padded`` return at once)."""
         self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
+        for event in self._events if self._cuda else ():
+            event.record()  # creates its handle (for the driver's records)
         for _ in range(STAGING_RING):
             buf = torch.zeros(self._ring_bytes, dtype=torch.uint8, pin_memory=self._cuda)
             raw = memoryview(buf.numpy())

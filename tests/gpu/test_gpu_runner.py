@@ -1,6 +1,7 @@
 """The runner on a real GPU: replay == eager bit for bit, refusals, failed captures, memory, release."""
 
 import gc
+import threading
 
 import pytest
 import torch
@@ -209,3 +210,16 @@ def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
         want = step({k: v.cuda() for k, v in x.items()}, n, Sampling.GREEDY)
         assert torch.equal(out["y"], want["y"]) and torch.equal(out["t"], want["t"]), (i, where)
     assert r.info()["replays"] >= 17 and r.info()["capture_failures"] == 0
+    assert r.buffers._copy._driver.refusals == 0  # every copy launch and event record went through the driver
+
+
+def test_driver_calls_fall_back_to_torch_from_a_thread_without_a_context():
+    """A copy-in from a fresh thread (the driver may find no current context there) still lands: a refused
+    driver call falls back to torch's, which sets the context up."""
+    specs = {"tokens": Buffer((8,), torch.int64, pad=-1)}
+    r = StepGraphRunner(lambda buf, bs, s: {"t": buf["tokens"] + 1}, specs, device="cuda")
+    results = []
+    worker = threading.Thread(target=lambda: results.append(r.run({"tokens": torch.arange(3)}, copy_outputs=True)))
+    worker.start()
+    worker.join()
+    assert results[0]["t"].tolist() == [1, 2, 3]
