@@ -36,7 +36,7 @@ def _load() -> ctypes.CDLL | None:
 class DriverCalls:
     """``launch(graph)`` and ``record(event)`` on ``device``'s current stream, through the driver where it
     takes them. ``graph``: a captured :class:`torch.cuda.CUDAGraph`; ``event``: a :class:`torch.cuda.Event`
-    recorded once already (its handle exists)."""
+    (its first record is torch's, which creates it)."""
 
     def __init__(self, device: torch.device) -> None:
         cuda = device.type == "cuda"
@@ -55,8 +55,9 @@ class DriverCalls:
         graph.replay()
 
     def record(self, event: torch.cuda.Event) -> None:
-        if self._on:
-            if self._lib.cuEventRecord(event.cuda_event, self._stream(self._index)) == 0:
+        handle = event.cuda_event  # 0 until torch's first record creates the event
+        if self._on and handle:
+            if self._lib.cuEventRecord(handle, self._stream(self._index)) == 0:
                 return
             self._refused()
         event.record()

@@ -319,8 +319,6 @@ class InputCopyPlan:
         """The ring buffers with every destination's fixed entries written once, and on CUDA one captured
         launch per buffer (grid: every destination x every row; rows past ``padded`` return at once)."""
         self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
-        for event in self._events if self._cuda else ():
-            event.record()  # creates its handle (for the driver's records)
         for _ in range(STAGING_RING):
             buf = torch.zeros(self._ring_bytes, dtype=torch.uint8, pin_memory=self._cuda)
             raw = memoryview(buf.numpy())

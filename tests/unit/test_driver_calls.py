@@ -49,6 +49,10 @@ def test_a_refused_launch_falls_back_and_repeated_refusals_turn_the_driver_off()
     graph = Recorder()
     calls.record(graph)  # taken by the driver: torch's record is not called
     assert graph.calls == 0 and driver.seen == [("record", 99, 7)]
+    fresh = Recorder()
+    fresh.cuda_event = 0  # not created yet: torch's record creates it
+    calls.record(fresh)
+    assert fresh.calls == 1 and len(driver.seen) == 1
     for _ in range(_driver.MAX_REFUSALS + 3):
         calls.launch(graph)
     assert graph.calls == _driver.MAX_REFUSALS + 3  # every refused launch replayed through torch
