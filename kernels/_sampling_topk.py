@@ -7,11 +7,12 @@ radix select over the vocabulary, from a lower bound on the k-th key. Launches:
 1. per (row, vocabulary split): the argmax and, for each of ``MAXIMA_PER_ROW / splits`` disjoint subsets
    of the split's entries, the largest key (the running maxima the argmax keeps anyway). A row without any
    filter, or a greedy one, gets the temperature class's per-split softmax instead;
-2. per (row, split): the bound ``T``, the k-th largest of the row's subset maxima. ``k`` subsets hold a
-   maximum ``>= T``, so at least ``k`` entries do and the k-th key is ``>= T``; on real rows only a few
-   entries more than ``k`` reach ``T``. Each split lists the entries ``>= T`` in vocabulary order (``-inf``
-   entries are counted instead: they carry no mass);
-3. one program per row: the k-th key ``cut`` among the listed entries, the top-p cut among those ``>=
+2. one program per row: the bound ``T``, the k-th largest of the row's subset maxima. ``k`` subsets hold
+   a maximum ``>= T``, so at least ``k`` entries do and the k-th key is ``>= T``; on real rows only a few
+   entries more than ``k`` reach ``T``;
+3. per (row, split): the split's entries ``>= T`` listed in vocabulary order (``-inf`` entries are
+   counted instead: they carry no mass);
+4. one program per row: the k-th key ``cut`` among the listed entries, the top-p cut among those ``>=
    cut`` (a search for the least key whose larger entries hold less than ``top_p`` of the top-k mass, in
    float64), then the kept mass of every split without the row's draft token (with min-p). Those feed the
    filtered class's last launch unchanged. A row whose splits list more than ``GATHER_CAP`` entries (ties
@@ -72,6 +73,17 @@ def _kth_largest(keys, valid, k, lo, hi):
         lo = tl.max(tl.where(n >= k, at, lo), axis=0)
         hi = tl.min(tl.where(n >= k, hi, at), axis=0)
     return lo
+
+
+@triton.jit
+def _list_selected(out, n, offs, sel, GCAP: tl.constexpr):
+    """Appends the block's ``offs`` where ``sel`` to the list ``out`` holding ``n`` entries (the first
+    ``GCAP`` are kept, in order); returns the new count. A block with nothing selected costs one test."""
+    if tl.max(sel.to(tl.int32), axis=0) > 0:
+        pos = n + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(out + pos, offs, mask=sel & (pos < GCAP))
+        n += tl.sum(sel.to(tl.int32), axis=0)
+    return n
 
 
 @triton.jit
@@ -151,11 +163,7 @@ def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr
             offs = start + i + tl.arange(0, BLOCK)
             inb = offs < end
             key = sortable_key(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)) >> SHIFT
-            sel = inb & (key >= thresh)
-            if tl.max(sel.to(tl.int32), axis=0) > 0:
-                pos = n + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-                tl.store(out + pos, offs, mask=sel & (pos < GCAP))
-                n += tl.sum(sel.to(tl.int32), axis=0)
+            n = _list_selected(out, n, offs, inb & (key >= thresh), GCAP)
         if count_inf:  # rare (fewer finite subset maxima than k): a second look at the split
             for i in range(0, SPLIT, BLOCK):
                 offs = start + i + tl.arange(0, BLOCK)
@@ -211,11 +219,7 @@ def _row_radix_list(base, V, k, out, NS_P2: tl.constexpr, SPLIT: tl.constexpr, B
         offs = i + tl.arange(0, BLOCK)
         inb = offs < V
         u = _ukey(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32), SHIFT)
-        sel = inb & (u >= thresh)
-        if tl.max(sel.to(tl.int32), axis=0) > 0:
-            pos = n + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-            tl.store(out + pos, offs, mask=sel & (pos < GCAP))
-            n += tl.sum(sel.to(tl.int32), axis=0)
+        n = _list_selected(out, n, offs, inb & (u >= thresh), GCAP)
         if unlisted:  # a block lies in one split (BLOCK divides SPLIT)
             ties += tl.where(sps == i // SPLIT, tl.sum((inb & (u == prefix)).to(tl.int32), axis=0), 0)
     cut = prefix.to(tl.int64) - (1 << (BITS - 1))
@@ -235,7 +239,7 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
                 bound_ptr, list_ptr, count_ptr, ninf_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
                 SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
                 BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
-    """Launch 3, one program per row: the k-th key, the top-p cut, then the kept mass of every split
+    """Launch 4, one program per row: the k-th key, the top-p cut, then the kept mass of every split
     without the draft token (min-p applied), and ``m``, for the last launch. Other rows: the cut lets all
     through."""
     row = tl.program_id(0).to(tl.int64)
