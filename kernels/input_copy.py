@@ -16,13 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import torch
-import triton
 
 from . import _row_copy as rc
-from ._common import check, use_triton
+from ._common import check, is_capturing, use_triton
 from ._copy_in_kernel import (
     ACTIVE,
-    BLOCK,
     COLS,
     DST,
     DST_STRIDE,
@@ -33,18 +31,12 @@ from ._copy_in_kernel import (
     ROW_BYTES,
     SRC,
     SRC_STRIDE,
-    _copy_in_kernel,
-    _fetch_table_kernel,
     _word,
 )
-from ._driver import DriverCalls
+from ._staging_ring import STAGING_RING, StagingRing
 
-# Host buffers in rotation; one is reused only after the copy that read it finished. With an overlapped
-# loop two steps are in flight, so a ring of 2 made the host wait for a copy still queued behind them (a
-# bubble at every batch change, seen at B=8 on the H200). The ring is 16 deep in groups of 4 sharing one
-# event (recording and waiting on an event cost about 2 us of host time each; once per 4 copies here).
-STAGING_RING = 16
-GROUP = 4
+__all__ = ["STAGING_RING", "InputCopyPlan", "StaticCopy", "input_copy", "input_copy_ref"]
+
 ALIGN = 16
 
 
@@ -95,13 +87,12 @@ class InputCopyPlan:
     ``plan(indices, srcs, n, padded)`` copies ``srcs[j][:n]`` into destination ``indices[j]`` and fills its
     rows ``[n, padded)`` with its pad, for every given source in **one** kernel launch. The same in two
     halves: :meth:`stage` checks ``{name or index: source}`` and writes each source's address and stride
-    (and host rows) into the next ring buffer, in one pass with one lookup per source, and returns the
-    batch size; :meth:`commit` then sets the padded size and launches. The kernel reads the rows of host
-    sources in place from a ring of ``STAGING_RING`` host buffers (pinned on CUDA), and its table from
-    there too on the CPU; on CUDA a graph per ring buffer uploads the table and launches the kernel (one
-    replay). A ring buffer is reused once the copy that read it has completed. Where the kernel cannot
-    apply (a row that is not one contiguous run of bytes, elements wider than 8 bytes, a device Triton does
-    not run on) that source falls back to ``copy_`` + ``fill_`` with identical bytes.
+    (and host rows) into the next buffer of a :class:`~._staging_ring.StagingRing`, in one pass with one
+    lookup per source, and returns the batch size; :meth:`commit` then sets the padded size and launches
+    the copy, or hands it to a step's graph that fetches it (:meth:`graph_copy`). The kernel reads the rows
+    of host sources in place from the ring (pinned on CUDA). Where the kernel cannot apply (a row that is
+    not one contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that
+    source falls back to ``copy_`` + ``fill_`` with identical bytes.
 
     ``names``: the destinations' names, accepted by :meth:`stage` beside their indices. ``explain(key,
     src)``: raises the error for a source that does not fit its destination (unknown key, not a tensor,
@@ -151,15 +142,7 @@ class InputCopyPlan:
                 self._fields[names[i]] = field
             offset += _aligned(d.shape[0] * row_bytes)
         self._ring_bytes = offset
-        self._ring: list[torch.Tensor] = []  # made on the first kernel call
-        self._tables: list[memoryview] = []  # int64 view of each ring buffer (header and fixed entries)
-        self._raw: list[memoryview] = []  # byte view of each ring buffer (per-call entry columns)
-        self._bases: list[int] = []  # each ring buffer's address
-        self._graphs: list[torch.cuda.CUDAGraph | None] = []
-        self._device_tables: list[torch.Tensor] = []  # CUDA: where each graph uploads its ring buffer's table
-        self._events: list[torch.cuda.Event | None] = []  # one per group of ring buffers
-        self._driver = DriverCalls(self._device) if self._cuda else None  # the copy's launch, the events' records
-        self._turn = 0
+        self.ring: StagingRing | None = None  # made on the first kernel call (or graph_copy)
         self._generation = 0
         self._pending: tuple | None = None  # a staged copy: (slot, generation, batch, kernel sources, fallback)
 
@@ -195,19 +178,15 @@ class InputCopyPlan:
         kernel = self.use_kernel and write
         slot = gen = raw = base = None
         if kernel:
-            if not self._ring:
-                self._make_ring()
-            slot = self._turn % STAGING_RING
-            self._turn += 1
-            group, place = divmod(slot, GROUP)
-            if place == 0 and self._events[group] is not None:
-                self._events[group].synchronize()  # the copies that last read this group's buffers are done
+            ring = self.ring or self._make_ring()
+            slot = ring.take()
             self._generation += 1
-            gen, raw, base = self._generation, self._raw[slot], self._bases[slot]
+            gen, raw, base = self._generation, ring.raw[slot], ring.bases[slot]
         try:
             batch, direct, fallback = self._write(sources, n, kernel, gen, raw, base)
         except BaseException:
-            self._close(slot)  # nothing staged: the entries written carry a generation no header will name
+            if slot is not None:
+                self.ring.close(slot)  # nothing staged: the entries written carry a generation no header names
             raise
         self._pending = (slot, gen, batch, direct, fallback)
         return batch
@@ -277,35 +256,59 @@ class InputCopyPlan:
             raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self._max_rows}")
         return batch, direct, fallback
 
-    def commit(self, padded: int) -> None:
-        """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one replay (or launch) for the
-        kernel's sources, ``copy_`` + ``fill_`` for the rest. Nothing staged: nothing to do."""
-        if self._pending is None:
-            return
-        slot, gen, n, direct, fallback = self._pending
-        self._pending = None
-        if direct:
-            _HEAD.pack_into(self._raw[slot], 0, n, padded, gen)
-            if self._cuda:
-                self._driver.launch(self._graphs[slot])
+    def commit(self, padded: int, replay: Callable[[], None] | None = None) -> None:
+        """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one launch for the kernel's
+        sources (``copy_`` + ``fill_`` for the rest). Nothing staged: nothing to copy.
+
+        ``replay``: launches a graph captured with :meth:`graph_copy` over ``padded`` rows, which then
+        carries the copy (no launch of its own) and is launched here, once every earlier ticket has been
+        fetched; a ``replay`` that raises leaves nothing posted.
+        """
+        pending, self._pending = self._pending, None
+        slot = direct = None
+        if pending is not None:
+            slot, gen, n, direct, fallback = pending
+            if direct:
+                _HEAD.pack_into(self.ring.raw[slot], 0, n, padded, gen)
+            if fallback:
+                dsts, pads = [self.dsts[i] for i, _ in fallback], [self.pads[i] for i, _ in fallback]
+                input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
+        try:
+            if replay is None:
+                if direct:
+                    self.ring.launch(slot, padded)
+                    self.launches += 1
+            elif direct:
+                self.ring.post(slot, replay)
             else:
-                _copy_in_kernel[(len(self.dsts), padded)](self._ring[slot].data_ptr(), BLOCK=BLOCK)
-            self.launches += 1
-        self._close(slot)
-        if fallback:
-            dsts, pads = [self.dsts[i] for i, _ in fallback], [self.pads[i] for i, _ in fallback]
-            input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
+                if self.ring is not None:
+                    self.ring.settle()  # a ticket still queued must not reach this replay
+                replay()
+        finally:
+            if slot is not None:
+                self.ring.close(slot)
 
     def abandon(self) -> None:
         """Drop a staged copy (its entries carry a generation no header will name)."""
         if self._pending is not None:
             slot = self._pending[0]
             self._pending = None
-            self._close(slot)
+            if slot is not None:
+                self.ring.close(slot)
 
-    def _close(self, slot: int | None) -> None:
-        if self._cuda and slot is not None and slot % GROUP == GROUP - 1:
-            self._driver.record(self._events[slot // GROUP])  # after this group's last copy (or skipped launch)
+    def graph_copy(self, rows: int) -> None:
+        """The copy as the first kernels of a step being captured: its replays take their copies as
+        tickets from :meth:`commit` (``replay=``), and copy rows up to ``rows`` (the step's padded batch).
+        The first call must run outside a capture (it makes the ring and compiles the kernels).
+
+        Raises
+        ------
+        RuntimeError
+            When the plan does not use the kernel (a device Triton does not run on, or switched off).
+        """
+        check(self.use_kernel, "graph_copy needs the one-launch copy kernel (CUDA, or the CPU's interpreter)")
+        check(1 <= rows <= self._max_rows, f"rows must be in 1..{self._max_rows}, got {rows}")
+        (self.ring or self._make_ring()).graph_copy(rows)
 
     def _explain_source(self, key: object, src: object) -> NoReturn:
         f = self._fields.get(key)
@@ -315,50 +318,21 @@ class InputCopyPlan:
         check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
         raise ValueError(f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")
 
-    def _make_ring(self) -> None:
-        """The ring buffers with every destination's fixed entries written once, and on CUDA one captured
-        launch per buffer (grid: every destination x every row; rows past ``padded`` return at once)."""
-        self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
-        for _ in range(STAGING_RING):
-            buf = torch.zeros(self._ring_bytes, dtype=torch.uint8, pin_memory=self._cuda)
-            raw = memoryview(buf.numpy())
-            table = raw.cast("q")
+    def _make_ring(self) -> StagingRing:
+        """The ring, every destination's fixed entries written once into each of its buffers."""
+        check(not is_capturing(), "the first copy (or graph_copy) must run outside a CUDA graph capture")
+
+        def fill_fixed(table: memoryview) -> None:
             for i, (d, pad) in enumerate(zip(self.dsts, self.pads)):
                 e = HEADER + COLS * i
                 table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._fields[i][6]
                 table[e + DST_STRIDE] = d.stride(0) * d.element_size()
                 table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
-            self._ring.append(buf)
-            self._tables.append(table)
-            self._raw.append(raw)
-            self._bases.append(buf.data_ptr())
-            self._graphs.append(self._capture(buf) if self._cuda else None)
 
-    def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:
-        """One graph: the table's upload by a one-program kernel (a few hundred bytes; every copy program
-        reading the table from host memory over the bus measured 20-40 us, and with a memcpy node a run with
-        new inputs took 4-5 us more host time, run 17) and the kernel on the uploaded copy.
-        Host rows are read in place."""
-        device_table = torch.zeros(self._table_bytes, dtype=torch.uint8, device=self._device)
-        self._device_tables.append(device_table)
-        grid = (len(self.dsts), self._max_rows)
-        words = self._table_bytes // 8
-        fetch = _fetch_table_kernel[(1,)]
-        stream = torch.cuda.Stream(self._device)
-        stream.wait_stream(torch.cuda.current_stream(self._device))
-        with torch.cuda.stream(stream):
-            # both compile here, outside the capture: no words to fetch, padded 0 (no-ops)
-            fetch(buf.data_ptr(), buf.data_ptr(), 0, WORDS=triton.next_power_of_2(words))
-            _copy_in_kernel[grid](device_table.data_ptr(), BLOCK=BLOCK)
-            graph = torch.cuda.CUDAGraph()
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                fetch(buf.data_ptr(), device_table.data_ptr(), words, WORDS=triton.next_power_of_2(words))
-                _copy_in_kernel[grid](device_table.data_ptr(), BLOCK=BLOCK)
-            finally:
-                graph.capture_end()
-        torch.cuda.current_stream(self._device).wait_stream(stream)
-        return graph
+        self.ring = StagingRing(
+            self._device, self._ring_bytes, self._table_bytes, fill_fixed, len(self.dsts), self._max_rows
+        )
+        return self.ring
 
 
 def _contiguous_strides(row_shape: Sequence[int]) -> tuple[int, ...]:

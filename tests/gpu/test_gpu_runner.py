@@ -178,9 +178,11 @@ def test_random_numbers_still_work_after_a_failed_capture():
     g.replay()
 
 
-def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
+@pytest.mark.parametrize("in_graph", [True, False])
+def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring(in_graph):
     """Twenty runs with new inputs of mixed dtypes (device, pinned and pageable host tensors, batch sizes
-    changing, more runs than ring buffers): every replay equals the step on the same inputs eagerly."""
+    changing, more runs than ring buffers): every replay equals the step on the same inputs eagerly, the
+    copies carried by the key's graph (``in_graph``) or launched on their own."""
     specs = {
         "tokens": Buffer((16,), torch.int64, pad=-1),
         "hidden": Buffer((16, 100), torch.bfloat16, pad=0.0),
@@ -193,7 +195,8 @@ def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
         h = buf["hidden"].float() * buf["scale"][:, None] + buf["small"].float().sum(-1, keepdim=True)
         return {"y": torch.where(buf["mask"][:, None], h, -h), "t": buf["tokens"] * 2}
 
-    r = StepGraphRunner(step, specs, device="cuda", config=RunnerConfig(toggles=Toggles(), buckets=(4, 8, 16)))
+    toggles = Toggles().with_piece("copy_in_graph", in_graph)
+    r = StepGraphRunner(step, specs, device="cuda", config=RunnerConfig(toggles=toggles, buckets=(4, 8, 16)))
     g = torch.Generator().manual_seed(0)
     for i in range(20):
         n = [3, 8, 1, 13, 5][i % 5]
@@ -210,7 +213,34 @@ def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
         want = step({k: v.cuda() for k, v in x.items()}, n, Sampling.GREEDY)
         assert torch.equal(out["y"], want["y"]) and torch.equal(out["t"], want["t"]), (i, where)
     assert r.info()["replays"] >= 17 and r.info()["capture_failures"] == 0
-    assert r.buffers._copy._driver.refusals == 0  # every copy launch and event record went through the driver
+    ring = r.buffers._copy.ring
+    assert ring._driver.refusals == 0  # every copy launch and event record went through the driver
+    assert (ring.tickets > 0) == in_graph and (r.buffers._copy.launches == 0) == in_graph
+
+
+@pytest.mark.parametrize("in_graph", [True, False])
+def test_copies_stay_with_their_runs_while_the_device_lags_behind(in_graph):
+    """Sixty runs with new host inputs and no host sync, behind a step that keeps the device busy: the host
+    runs ahead, so tickets wait in the mailbox until their graphs start. Every run's output is computed from
+    its own inputs."""
+    specs = {"tokens": Buffer((8,), torch.int64, pad=-1)}
+
+    def step(buf, bs, sampling):
+        torch.cuda._sleep(100_000)  # tens of microseconds per step: the host gets ahead
+        return {"t": buf["tokens"] * 3}
+
+    config = RunnerConfig(toggles=Toggles().with_piece("copy_in_graph", in_graph), buckets=(2, 4, 8), progress=False)
+    r = StepGraphRunner(step, specs, device="cuda", config=config)
+    r.capture()
+    outs, wants = [], []
+    for i in range(60):
+        x = torch.arange(1 + i % 7) + 100 * i
+        outs.append(r.run({"tokens": x})["t"].clone())  # queued on the device; nothing waits for it
+        wants.append(x * 3)
+    torch.cuda.synchronize()
+    assert all(torch.equal(o.cpu(), w) for o, w in zip(outs, wants, strict=True))
+    assert r.buffers._copy.ring.tickets == (60 if in_graph else 0)
+    assert r.buffers._copy.ring._mail[0] == 0
 
 
 def test_driver_calls_fall_back_to_torch_from_a_thread_without_a_context():
