@@ -7,8 +7,7 @@ nothing waits), and the wall and device time per call of calls back to back, for
 * a bare ``CUDAGraph.replay()`` of the key's graph;
 * ``run(batch_size=3)``: inputs already in the buffers (the steady state);
 * ``run({k new inputs})`` for k = 1, 3, 8, on the device and on the host (pinned and pageable);
-* ``ChainStep``-style slot lists: ``run({"slots": torch.tensor(list)})``;
-* 8 new inputs again through a runner whose copies are launches of their own (``copy_in_graph`` off).
+* ``ChainStep``-style slot lists: ``run({"slots": torch.tensor(list)})``.
 
 Target: up to 8 new inputs cost <= 15 us of host time above ``run(batch_size=...)`` (goal <= 8 us).
 
@@ -26,7 +25,6 @@ from _timing import env_record, save
 from stepgraph import Buffer, RunnerConfig, Sampling, StepGraphRunner, Toggles
 
 B, MAXB = 3, 64
-OWN_LAUNCH = " [STEPGRAPH_COPY_IN_GRAPH=0]"  # a second runner whose copies are launches of their own
 BUFFERS = {
     "tokens": Buffer((MAXB,), torch.int64, pad=0),
     "positions": Buffer((MAXB,), torch.int64, pad=0),
@@ -76,34 +74,29 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/latest")
     args = ap.parse_args()
+    runner = StepGraphRunner(
+        step, BUFFERS, device="cuda", config=RunnerConfig(toggles=Toggles.all(True), buckets=(4, 8, 64), progress=False)
+    )
     names = list(BUFFERS)
     dev = {n: torch.zeros((B, *BUFFERS[n].shape[1:]), dtype=BUFFERS[n].dtype, device="cuda") for n in names}
     pinned = {n: t.cpu().pin_memory() for n, t in dev.items()}
     pageable = {n: t.cpu() for n, t in dev.items()}
-    cases, steady_of = {}, {}
-    for label, toggles in (("", Toggles.all(True)), (OWN_LAUNCH, Toggles.all(True).with_piece("copy_in_graph", False))):
-        runner = StepGraphRunner(
-            step, BUFFERS, device="cuda", config=RunnerConfig(toggles=toggles, buckets=(4, 8, 64), progress=False)
-        )
-        runner.run(dev, Sampling.GREEDY)  # captures bs=4/greedy
-        if not label:
-            cases["bare CUDAGraph.replay()"] = runner.stats(runner.key_for(B)).captured.graph.replay
-        steady_of[label] = f"run(batch_size=3){label}"
-        cases[steady_of[label]] = lambda r=runner: r.run(batch_size=B)
-        for k in (1, 3, 8) if not label else (8,):
-            for where, src in (("device", dev), ("host pinned", pinned), ("host pageable", pageable)):
-                chosen = {n: src[n] for n in names[:k]}
-                cases[f"run({k} new {where} inputs){label}"] = lambda c=chosen, r=runner: r.run(c)
-        if not label:
-            slot_list = [5, 2, 9]
-            cases["run(slots from a Python list)"] = lambda r=runner: r.run({"slots": torch.tensor(slot_list)})
-    results = {name: (host_us(fn), *loop_us(fn)) for name, fn in cases.items()}
-    above = {
-        n: r[0] - results[steady_of[OWN_LAUNCH if n.endswith(OWN_LAUNCH) else ""]][0]
-        for n, r in results.items()
-        if n.startswith("run(") and "batch_size" not in n
+    runner.run(dev, Sampling.GREEDY)  # captures bs=4/greedy
+    graph = runner.stats(runner.key_for(B)).captured.graph
+    cases = {
+        "bare CUDAGraph.replay()": graph.replay,
+        "run(batch_size=3)": lambda: runner.run(batch_size=B),
     }
-    worst = max(a for n, a in above.items() if "8 new" in n and not n.endswith(OWN_LAUNCH))
+    for k in (1, 3, 8):
+        for where, src in (("device", dev), ("host pinned", pinned), ("host pageable", pageable)):
+            chosen = {n: src[n] for n in names[:k]}
+            cases[f"run({k} new {where} inputs)"] = lambda c=chosen: runner.run(c)
+    slot_list = [5, 2, 9]
+    cases["run(slots from a Python list)"] = lambda: runner.run({"slots": torch.tensor(slot_list)})
+    results = {name: (host_us(fn), *loop_us(fn)) for name, fn in cases.items()}
+    steady = results["run(batch_size=3)"][0]
+    above = {n: r[0] - steady for n, r in results.items() if n.startswith("run(") and "batch_size" not in n}
+    worst = max(a for n, a in above.items() if "8 new" in n)
     record = {
         **env_record(),
         "batch": B,
@@ -119,9 +112,6 @@ def main() -> None:
         "",
         "Host time of one call with the device idle before it (median of 400), and per call of 400 calls back",
         "to back (wall and device time: the larger one bounds such a loop).",
-        "",
-        f"Rows ending in{OWN_LAUNCH}: a runner whose copies are launches of their own, measured against its own",
-        "run(batch_size=3); every other row: the default runner, whose key graphs fetch their runs' copies.",
         "",
         "| call | host µs | above run(batch_size=3) | back to back: wall µs | device µs |",
         "| --- | --- | --- | --- | --- |",

@@ -90,24 +90,6 @@ def _fetch_table_kernel(host_addr, device_addr, words, WORDS: tl.constexpr):
     tl.store(dst + i, tl.load(src + i, mask=i < words), mask=i < words)
 
 
-@triton.jit
-def _fetch_ticket_kernel(mailbox_addr, device_addr, words, WORDS: tl.constexpr):
-    """One program, a captured step's first kernel: the mailbox word in pinned host memory holds the
-    address of the run's table (a ticket) or 0. A ticket's table comes into device memory and the word is
-    set back to 0 (consumed: the host may post the next one); without one the device table's ``padded``
-    becomes 0, so the copy kernel after this one does nothing."""
-    box = mailbox_addr.to(tl.pointer_type(tl.int64))
-    dst = device_addr.to(tl.pointer_type(tl.int64))
-    ticket = tl.load(box, volatile=True)
-    if ticket != 0:
-        i = tl.arange(0, WORDS)
-        src = ticket.to(tl.pointer_type(tl.int64))
-        tl.store(dst + i, tl.load(src + i, mask=i < words), mask=i < words)
-        tl.store(box, 0)
-    else:
-        tl.store(dst + 1, 0)
-
-
 def _word(*values: int) -> int:
     """The largest of 8, 4, 2, 1 that divides every value (addresses, strides, sizes in bytes)."""
     w = 8

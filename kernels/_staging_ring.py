@@ -1,29 +1,24 @@
 """The staging ring of a copy-in plan: host buffers that carry a run's copy table (and the rows of host
-sources) to the device, and the two ways a copy gets there.
+sources) to the device.
 
-* **Its own launch**: one captured graph per ring buffer uploads that buffer's table and runs the copy
-  kernel on it (:meth:`StagingRing.launch`).
-* **A ticket**: a step's graph captured with :meth:`StagingRing.graph_copy` starts with a fetch that
-  reads a pinned mailbox word. The host posts the address of the run's ring buffer there just before it
-  replays that graph (:meth:`StagingRing.post`); the fetch uploads the table and sets the word back to 0,
-  and the copy runs as the graph's second kernel. A run with new inputs then costs one launch, not two.
-  The host posts only into an empty mailbox: a ticket not yet fetched (its graph still queued behind
-  other work) is waited for, and so is one before a replay that posts nothing (that replay, on another
-  stream, could otherwise fetch it).
+Each of ``STAGING_RING`` buffers (pinned on CUDA) starts with a copy table; on CUDA one captured graph per
+buffer uploads that buffer's table and runs the copy kernel on it, so a copy costs one graph launch. A
+buffer is reused once the copy that read it has completed: one event per group of buffers. On the CPU
+the kernel reads the buffer in place through Triton's interpreter, without graphs or events.
 
-A ring buffer is reused once the copy that read it has completed: one event per group of buffers.
-On the CPU the same code runs through Triton's interpreter, without graphs or events.
+(A run's copy carried by the key's own graph instead, fetched by its first kernel from a pinned mailbox,
+was measured in run 22: one launch less per run with new inputs, but about 6 us more device time on every
+replay without them; see ``benchmarks/results/2026-11-30-h200-run22``.)
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
 import triton
 
-from ._copy_in_kernel import BLOCK, _copy_in_kernel, _fetch_table_kernel, _fetch_ticket_kernel
+from ._copy_in_kernel import BLOCK, _copy_in_kernel, _fetch_table_kernel
 from ._driver import DriverCalls
 
 # Host buffers in rotation. With an overlapped loop two steps are in flight, so a ring of 2 made the host
@@ -32,8 +27,6 @@ from ._driver import DriverCalls
 # host time each; once per 4 copies here).
 STAGING_RING = 16
 GROUP = 4
-# A ticket not fetched after this long means its graph never started (a stream waiting on the host, say)
-TICKET_TIMEOUT_S = 60.0
 
 
 class StagingRing:
@@ -42,8 +35,8 @@ class StagingRing:
     memoryview of the buffer). ``fields`` x ``rows``: the copy kernel's largest grid.
 
     A call takes a buffer (:meth:`take`), writes its entries and host rows through ``raw[slot]`` (a byte
-    memoryview; ``bases[slot]`` is its address), then either :meth:`launch` es it or :meth:`post` s it to a
-    graph, and :meth:`close` s it.
+    memoryview; ``bases[slot]`` is its address), launches the copy (:meth:`launch`) and closes the buffer
+    (:meth:`close`).
     """
 
     def __init__(
@@ -69,19 +62,13 @@ class StagingRing:
             self.buffers.append(buf)
             self.raw.append(raw)
             self.bases.append(buf.data_ptr())
-        # the mailbox of graphs captured with graph_copy(), and the device table their fetch writes
-        self._box = torch.zeros(2, dtype=torch.int64, pin_memory=self._cuda)
-        self._mail = memoryview(self._box.numpy()).cast("B").cast("q")
-        self._graph_table = torch.zeros(table_bytes, dtype=torch.uint8, device=device)
         self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
         self._driver = DriverCalls(device) if self._cuda else None  # the copy's launch, the events' records
         self._graphs: list[torch.cuda.CUDAGraph | None] = []
         self._device_tables: list[torch.Tensor] = []  # where each copy graph uploads its buffer's table
         if self._cuda:
-            self._compile()
             self._graphs = [self._capture(buf) for buf in self.buffers]
         self._turn = 0
-        self.tickets = 0  # copies that travelled in a step's graph (for tests and benchmarks)
 
     # ---- a call ----------------------------------------------------------------------------------
     def take(self) -> int:
@@ -100,55 +87,12 @@ class StagingRing:
         else:
             _copy_in_kernel[(self.fields, padded)](self.bases[slot], BLOCK=BLOCK)
 
-    def post(self, slot: int, replay: Callable[[], None]) -> None:
-        """The copy of buffer ``slot`` as a ticket to the graph ``replay()`` launches (captured with
-        :meth:`graph_copy`). A ``replay`` that raises takes its ticket back."""
-        self.settle()
-        self._mail[0] = self.bases[slot]
-        try:
-            replay()
-        except BaseException:
-            self._mail[0] = 0  # never launched: no fetch will consume it
-            raise
-        self.tickets += 1
-
-    def settle(self) -> None:
-        """Wait until the mailbox is empty: every ticket posted so far has been fetched on the device."""
-        mail = self._mail
-        if not mail[0]:
-            return
-        deadline = time.monotonic() + TICKET_TIMEOUT_S
-        while mail[0]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the input copy posted to a step's graph was not fetched within {TICKET_TIMEOUT_S:.0f} s: "
-                    "that graph has not started on the device (is its stream waiting on the host?); set "
-                    "STEPGRAPH_COPY_IN_GRAPH=0 to launch copies on their own"
-                )
-            time.sleep(0)
-
     def close(self, slot: int | None) -> None:
-        """After the launch (or the replay) that read buffer ``slot``; ``None``: nothing was taken."""
+        """After the launch that read buffer ``slot`` (or a staged copy dropped); ``None``: nothing taken."""
         if self._cuda and slot is not None and slot % GROUP == GROUP - 1:
             self._driver.record(self._events[slot // GROUP])  # after this group's last copy
 
-    # ---- inside a step's capture -----------------------------------------------------------------
-    def graph_copy(self, rows: int) -> None:
-        """Launch the fetch of a posted ticket and the copy it describes over ``rows`` rows: the first
-        kernels of a step's graph, whose replays then take copies through :meth:`post`. Eagerly (a
-        warm-up, the CPU) it copies a posted ticket at once, or does nothing."""
-        table = self._graph_table.data_ptr()
-        _fetch_ticket_kernel[(1,)](self._box.data_ptr(), table, self._words, WORDS=self._fetch_words)
-        _copy_in_kernel[(self.fields, rows)](table, BLOCK=BLOCK)
-
     # ---- made once -------------------------------------------------------------------------------
-    def _compile(self) -> None:
-        """Compile every kernel here, outside any capture: fetches of 0 words and a copy of 0 rows."""
-        table = self._graph_table.data_ptr()
-        _fetch_ticket_kernel[(1,)](self._box.data_ptr(), table, 0, WORDS=self._fetch_words)
-        _fetch_table_kernel[(1,)](self.bases[0], table, 0, WORDS=self._fetch_words)
-        _copy_in_kernel[(self.fields, 1)](table, BLOCK=BLOCK)
-
     def _capture(self, buf: torch.Tensor) -> torch.cuda.CUDAGraph:
         """One graph: the table's upload by a one-program kernel (a few hundred bytes; every copy program
         reading the table from host memory over the bus measured 20-40 us, and with a memcpy node a run with
@@ -156,14 +100,22 @@ class StagingRing:
         Host rows are read in place."""
         device_table = torch.zeros(self._words * 8, dtype=torch.uint8, device=self.device)
         self._device_tables.append(device_table)
+        args = (buf.data_ptr(), device_table.data_ptr(), self._words)
+
+        def launch() -> None:
+            _fetch_table_kernel[(1,)](*args, WORDS=self._fetch_words)
+            _copy_in_kernel[(self.fields, self.rows)](args[1], BLOCK=BLOCK)
+
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
+            # eagerly first, with the capture's very arguments, so that both kernels compile and load here,
+            # outside it (a fresh buffer's header says 0 rows: nothing is copied)
+            launch()
             graph = torch.cuda.CUDAGraph()
             graph.capture_begin(capture_error_mode="thread_local")
             try:
-                _fetch_table_kernel[(1,)](buf.data_ptr(), device_table.data_ptr(), self._words, WORDS=self._fetch_words)
-                _copy_in_kernel[(self.fields, self.rows)](device_table.data_ptr(), BLOCK=BLOCK)
+                launch()
             finally:
                 graph.capture_end()
         torch.cuda.current_stream(self.device).wait_stream(stream)

@@ -89,10 +89,10 @@ class InputCopyPlan:
     halves: :meth:`stage` checks ``{name or index: source}`` and writes each source's address and stride
     (and host rows) into the next buffer of a :class:`~._staging_ring.StagingRing`, in one pass with one
     lookup per source, and returns the batch size; :meth:`commit` then sets the padded size and launches
-    the copy, or hands it to a step's graph that fetches it (:meth:`graph_copy`). The kernel reads the rows
-    of host sources in place from the ring (pinned on CUDA). Where the kernel cannot apply (a row that is
-    not one contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that
-    source falls back to ``copy_`` + ``fill_`` with identical bytes.
+    the copy (one graph replay on CUDA). The kernel reads the rows of host sources in place from the ring
+    (pinned on CUDA). Where the kernel cannot apply (a row that is not one contiguous run of bytes,
+    elements wider than 8 bytes, a device Triton does not run on) that source falls back to ``copy_`` +
+    ``fill_`` with identical bytes.
 
     ``names``: the destinations' names, accepted by :meth:`stage` beside their indices. ``explain(key,
     src)``: raises the error for a source that does not fit its destination (unknown key, not a tensor,
@@ -142,7 +142,7 @@ class InputCopyPlan:
                 self._fields[names[i]] = field
             offset += _aligned(d.shape[0] * row_bytes)
         self._ring_bytes = offset
-        self.ring: StagingRing | None = None  # made on the first kernel call (or graph_copy)
+        self.ring: StagingRing | None = None  # made on the first kernel call
         self._generation = 0
         self._pending: tuple | None = None  # a staged copy: (slot, generation, batch, kernel sources, fallback)
 
@@ -256,37 +256,22 @@ class InputCopyPlan:
             raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self._max_rows}")
         return batch, direct, fallback
 
-    def commit(self, padded: int, replay: Callable[[], None] | None = None) -> None:
+    def commit(self, padded: int) -> None:
         """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one launch for the kernel's
-        sources (``copy_`` + ``fill_`` for the rest). Nothing staged: nothing to copy.
-
-        ``replay``: launches a graph captured with :meth:`graph_copy` over ``padded`` rows, which then
-        carries the copy (no launch of its own) and is launched here, once every earlier ticket has been
-        fetched; a ``replay`` that raises leaves nothing posted.
-        """
-        pending, self._pending = self._pending, None
-        slot = direct = None
-        if pending is not None:
-            slot, gen, n, direct, fallback = pending
-            if direct:
-                _HEAD.pack_into(self.ring.raw[slot], 0, n, padded, gen)
-            if fallback:
-                dsts, pads = [self.dsts[i] for i, _ in fallback], [self.pads[i] for i, _ in fallback]
-                input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
-        try:
-            if replay is None:
-                if direct:
-                    self.ring.launch(slot, padded)
-                    self.launches += 1
-            elif direct:
-                self.ring.post(slot, replay)
-            else:
-                if self.ring is not None:
-                    self.ring.settle()  # a ticket still queued must not reach this replay
-                replay()
-        finally:
-            if slot is not None:
-                self.ring.close(slot)
+        sources, ``copy_`` + ``fill_`` for the rest. Nothing staged: nothing to do."""
+        if self._pending is None:
+            return
+        slot, gen, n, direct, fallback = self._pending
+        self._pending = None
+        if direct:
+            _HEAD.pack_into(self.ring.raw[slot], 0, n, padded, gen)
+            self.ring.launch(slot, padded)
+            self.launches += 1
+        if slot is not None:
+            self.ring.close(slot)
+        if fallback:
+            dsts, pads = [self.dsts[i] for i, _ in fallback], [self.pads[i] for i, _ in fallback]
+            input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
 
     def abandon(self) -> None:
         """Drop a staged copy (its entries carry a generation no header will name)."""
@@ -295,20 +280,6 @@ class InputCopyPlan:
             self._pending = None
             if slot is not None:
                 self.ring.close(slot)
-
-    def graph_copy(self, rows: int) -> None:
-        """The copy as the first kernels of a step being captured: its replays take their copies as
-        tickets from :meth:`commit` (``replay=``), and copy rows up to ``rows`` (the step's padded batch).
-        The first call must run outside a capture (it makes the ring and compiles the kernels).
-
-        Raises
-        ------
-        RuntimeError
-            When the plan does not use the kernel (a device Triton does not run on, or switched off).
-        """
-        check(self.use_kernel, "graph_copy needs the one-launch copy kernel (CUDA, or the CPU's interpreter)")
-        check(1 <= rows <= self._max_rows, f"rows must be in 1..{self._max_rows}, got {rows}")
-        (self.ring or self._make_ring()).graph_copy(rows)
 
     def _explain_source(self, key: object, src: object) -> NoReturn:
         f = self._fields.get(key)
@@ -320,7 +291,11 @@ class InputCopyPlan:
 
     def _make_ring(self) -> StagingRing:
         """The ring, every destination's fixed entries written once into each of its buffers."""
-        check(not is_capturing(), "the first copy (or graph_copy) must run outside a CUDA graph capture")
+        check(
+            not is_capturing(),
+            "an InputCopyPlan's first copy captures its staging graphs, so it must run outside a CUDA graph "
+            "capture: copy once before capturing",
+        )
 
         def fill_fixed(table: memoryview) -> None:
             for i, (d, pad) in enumerate(zip(self.dsts, self.pads)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -92,7 +92,6 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         *,
         one_launch_copy: bool = True,
         staged_copy: bool | None = None,
-        copy_in_graph: bool | None = None,
     ) -> None:
         if not specs:
             raise ValueError("declare at least one buffer")
@@ -119,11 +118,6 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             explain=self._explain,
             use_kernel=one_launch_copy,
             staged=staged_copy,
-        )
-        #: a step captured on these buffers may fetch its run's copy itself (:meth:`graph_copy`); default:
-        #: on CUDA with the one-launch kernel
-        self.copy_in_graph = self._copy.use_kernel and (
-            self.device.type == "cuda" if copy_in_graph is None else copy_in_graph
         )
         self.reset()
 
@@ -209,19 +203,10 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
         return real
 
-    def commit(self, padded_batch: int, replay: Callable[[], None] | None = None) -> None:
+    def commit(self, padded_batch: int) -> None:
         """Copy the inputs :meth:`stage` staged into rows ``[0, B)`` and pad rows ``[B, padded_batch)``, in
-        one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing.
-
-        ``replay``: launches a graph captured with :meth:`graph_copy` at ``padded_batch``; the copy then
-        travels in that graph, launched here.
-        """
-        self._copy.commit(padded_batch, replay)
-
-    def graph_copy(self, padded_batch: int) -> None:
-        """Inside a step's capture at ``padded_batch`` (and its warm-ups): the kernels that fetch and run
-        the copy :meth:`commit` hands the graph. Needs :attr:`copy_in_graph`."""
-        self._copy.graph_copy(padded_batch)
+        one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing."""
+        self._copy.commit(padded_batch)
 
     def abandon(self) -> None:
         """Drop the copy :meth:`stage` staged (if any): it will not land."""

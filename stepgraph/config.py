@@ -14,7 +14,7 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Toggles:
-    """The master switch and the piece toggles (``stepgraph.envs.PIECES``).
+    """The master switch and the eight piece toggles (``stepgraph.envs.PIECES``).
 
     ``step_graph`` turns whole-step capture on. Each piece is a resolved boolean: its environment
     variable if set, else the master switch. Build from the environment with :meth:`from_env`.
@@ -27,7 +27,6 @@ class Toggles:
     fused_tail: bool = True
     fused_relay: bool = True
     one_launch_copy: bool = True
-    copy_in_graph: bool = True
     compile_forwards: bool = True
     tp_broadcast: bool = True
     debug: bool = False

@@ -48,11 +48,6 @@ PIECES: dict[str, tuple[str, str]] = {
         "one_launch_copy",
         "the runner's copy-in: every input of a run and its padding in one launch (off: one copy per tensor)",
     ),
-    "STEPGRAPH_COPY_IN_GRAPH": (
-        "copy_in_graph",
-        "a run's input copy travels in its key's graph, whose first kernel fetches it from pinned memory (off: "
-        "the copy is a launch of its own before the graph's)",
-    ),
     "STEPGRAPH_COMPILE": (
         "compile_forwards",
         "torch.compile (inductor's kernels, captured into the step graph) of the target and draft forwards of a "

@@ -12,9 +12,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -50,15 +49,6 @@ class Vote(enum.IntEnum):
     FAIL = 0
     REFUSE = 1
     CAPTURE = 2
-
-
-@dataclass
-class RunCounters:
-    """Counts over every run of a runner (per-key counts live in :class:`KeyStats`)."""
-
-    runs: int = 0
-    oversize_runs: int = 0
-    histogram: Counter = field(default_factory=Counter)  # real batch size -> runs
 
 
 @dataclass

@@ -14,7 +14,9 @@ import contextlib
 import functools
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,7 +26,7 @@ from stepgraph.capture import Child, CudaGraphBackend, GraphBackend, capture_pro
 from stepgraph.config import RunnerConfig
 from stepgraph.graphs import frozen_gc
 from stepgraph.keys import Buckets, GraphKey, Sampling
-from stepgraph.keytable import KeyStats, KeyStatus, KeyTable, RunCounters
+from stepgraph.keytable import KeyStats, KeyStatus, KeyTable
 from stepgraph.memory import MemoryGuard
 from stepgraph.outputs import StepOutputs, poison
 from stepgraph.warmup import WarmupReport, warm_up
@@ -37,6 +39,15 @@ log = logging.getLogger("stepgraph")
 StepFn = Callable[[Mapping[str, torch.Tensor], int, Sampling], Mapping[str, torch.Tensor]]
 
 __all__ = ["KeyStats", "KeyStatus", "RunCounters", "StepFn", "StepGraphRunner", "WarmupReport"]
+
+
+@dataclass
+class RunCounters:
+    """Counts over every run (per-key counts live in :class:`~stepgraph.keytable.KeyStats`)."""
+
+    runs: int = 0
+    oversize_runs: int = 0
+    histogram: Counter = field(default_factory=Counter)  # real batch size -> runs
 
 
 def _serialised(method):
@@ -110,8 +121,7 @@ class StepGraphRunner:
                 if device is not None
                 else torch.device("cuda" if torch.cuda.is_available() else "cpu")
             )
-            one, in_graph = self.toggles.one_launch_copy, None if self.toggles.copy_in_graph else False
-            self.buffers = StaticBuffers(buffers, dev, one_launch_copy=one, copy_in_graph=in_graph)
+            self.buffers = StaticBuffers(buffers, dev, one_launch_copy=self.toggles.one_launch_copy)
         self.device = self.buffers.device
         self.step = step
         self.name = name
@@ -136,8 +146,6 @@ class StepGraphRunner:
         else:
             reason = graphs_unavailable_reason(self.device)
         self.unavailable_reason = reason
-        # a key's graph fetches its run's copy (one launch per run with new inputs, not two)
-        self._copy_in_graph = reason is None and self.toggles.copy_in_graph and self.buffers.copy_in_graph
         self.backend: GraphBackend | None = None
         if reason is None:
             self.backend = backend or CudaGraphBackend(self.device, capture_error_mode=self.config.capture_error_mode)
@@ -236,13 +244,15 @@ class StepGraphRunner:
                     except BaseException:
                         self.buffers.abandon()  # a raise before the copy: it never lands later
                         raise
+                self.buffers.commit(fast[0].key.batch_size)
             else:  # steady state: inputs already in place
                 fast = None if copy_outputs else self._replay_cache.get((batch_size, sampling))
                 if fast is None:
                     return self._run(sampling, self.buffers.stage({}, batch_size), copy_outputs)
             stats, views, real = fast
             self._count(real, stats)
-            self._replay(stats)
+            stats.captured.replay()
+            stats.replays += 1
             return StepOutputs(views, self, self._generation)
 
     def _run(self, sampling: Sampling, real: int, copy_outputs: bool) -> StepOutputs:
@@ -257,15 +267,16 @@ class StepGraphRunner:
         key = GraphKey(padded, sampling)
         stats = self.table.stats(key)
         if self.table.should_capture(stats):
-            self.table.capture(key, self.buffers, self._capture_step)  # the staged copy lands after it
+            self.table.capture(key, self.buffers, self._call_step)  # the staged copy lands after it
+        self.buffers.commit(padded)
         self._count(real, stats)
         if stats.captured is None:
-            self.buffers.commit(padded)
             stats.eager_runs += 1
             if stats.status is KeyStatus.REFUSED:
                 stats.runs_since_refusal += 1
             return self._hand_out(self._call_step(padded, sampling), real, copy_outputs)
-        self._replay(stats)
+        stats.captured.replay()
+        stats.replays += 1
         views = self._views_cache.get((key, real))
         if views is None:
             views = self._views_cache[(key, real)] = {k: v[:real] for k, v in stats.captured.outputs.items()}
@@ -280,22 +291,6 @@ class StepGraphRunner:
         self.counters.histogram[real] += 1
         if stats is not None:
             stats.padded_rows += stats.key.batch_size - real
-
-    def _replay(self, stats: KeyStats) -> None:
-        """Replay the key's graph after the staged copy (if any), or with it: as a ticket its graph fetches."""
-        if self._copy_in_graph:
-            self.buffers.commit(stats.key.batch_size, stats.captured.graph.replay)
-        else:
-            self.buffers.commit(stats.key.batch_size)
-            stats.captured.replay()
-        stats.replays += 1
-
-    def _capture_step(self, batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
-        """The step as captured (and warmed up): first the kernels that fetch a run's copy, if its graph
-        carries it."""
-        if self._copy_in_graph:
-            self.buffers.graph_copy(batch)
-        return self._call_step(batch, sampling)
 
     def _call_step(self, batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
         out = self.step(self.buffers.views(batch), batch, sampling)
@@ -338,7 +333,7 @@ class StepGraphRunner:
         todo = [k for k in todo if self.table.stats(k).captured is None]
         with frozen_gc(), capture_progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
             for key in todo:
-                self.table.capture(key, self.buffers, self._capture_step)
+                self.table.capture(key, self.buffers, self._call_step)
                 advance(str(key))
         return self.table.live()
 

@@ -178,11 +178,9 @@ def test_random_numbers_still_work_after_a_failed_capture():
     g.replay()
 
 
-@pytest.mark.parametrize("in_graph", [True, False])
-def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring(in_graph):
+def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
     """Twenty runs with new inputs of mixed dtypes (device, pinned and pageable host tensors, batch sizes
-    changing, more runs than ring buffers): every replay equals the step on the same inputs eagerly, the
-    copies carried by the key's graph (``in_graph``) or launched on their own."""
+    changing, more runs than ring buffers): every replay equals the step on the same inputs eagerly."""
     specs = {
         "tokens": Buffer((16,), torch.int64, pad=-1),
         "hidden": Buffer((16, 100), torch.bfloat16, pad=0.0),
@@ -195,8 +193,7 @@ def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring(in_grap
         h = buf["hidden"].float() * buf["scale"][:, None] + buf["small"].float().sum(-1, keepdim=True)
         return {"y": torch.where(buf["mask"][:, None], h, -h), "t": buf["tokens"] * 2}
 
-    toggles = Toggles().with_piece("copy_in_graph", in_graph)
-    r = StepGraphRunner(step, specs, device="cuda", config=RunnerConfig(toggles=toggles, buckets=(4, 8, 16)))
+    r = StepGraphRunner(step, specs, device="cuda", config=RunnerConfig(toggles=Toggles(), buckets=(4, 8, 16)))
     g = torch.Generator().manual_seed(0)
     for i in range(20):
         n = [3, 8, 1, 13, 5][i % 5]
@@ -213,23 +210,20 @@ def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring(in_grap
         want = step({k: v.cuda() for k, v in x.items()}, n, Sampling.GREEDY)
         assert torch.equal(out["y"], want["y"]) and torch.equal(out["t"], want["t"]), (i, where)
     assert r.info()["replays"] >= 17 and r.info()["capture_failures"] == 0
-    ring = r.buffers._copy.ring
-    assert ring._driver.refusals == 0  # every copy launch and event record went through the driver
-    assert (ring.tickets > 0) == in_graph and (r.buffers._copy.launches == 0) == in_graph
+    assert r.buffers._copy.ring._driver.refusals == 0  # every copy launch and event record went through the driver
 
 
-@pytest.mark.parametrize("in_graph", [True, False])
-def test_copies_stay_with_their_runs_while_the_device_lags_behind(in_graph):
+def test_copies_stay_with_their_runs_while_the_device_lags_behind():
     """Sixty runs with new host inputs and no host sync, behind a step that keeps the device busy: the host
-    runs ahead, so tickets wait in the mailbox until their graphs start. Every run's output is computed from
-    its own inputs."""
+    runs ahead and wraps the staging ring several times, waiting on its events. Every run's output is
+    computed from its own inputs."""
     specs = {"tokens": Buffer((8,), torch.int64, pad=-1)}
 
     def step(buf, bs, sampling):
         torch.cuda._sleep(100_000)  # tens of microseconds per step: the host gets ahead
         return {"t": buf["tokens"] * 3}
 
-    config = RunnerConfig(toggles=Toggles().with_piece("copy_in_graph", in_graph), buckets=(2, 4, 8), progress=False)
+    config = RunnerConfig(toggles=Toggles(), buckets=(2, 4, 8), progress=False)
     r = StepGraphRunner(step, specs, device="cuda", config=config)
     r.capture()
     outs, wants = [], []
@@ -239,8 +233,31 @@ def test_copies_stay_with_their_runs_while_the_device_lags_behind(in_graph):
         wants.append(x * 3)
     torch.cuda.synchronize()
     assert all(torch.equal(o.cpu(), w) for o, w in zip(outs, wants, strict=True))
-    assert r.buffers._copy.ring.tickets == (60 if in_graph else 0)
-    assert r.buffers._copy.ring._mail[0] == 0
+    assert r.buffers._copy.launches == 60 and r.info()["replays"] == 60
+
+
+def test_a_copy_plans_first_copy_inside_a_capture_is_refused_and_leaves_the_capture_intact():
+    """The first copy makes the staging ring, whose copy graphs cannot be captured inside another capture:
+    it is refused before anything is launched, and the capture around it still ends cleanly."""
+    from stepgraph.kernels import InputCopyPlan
+
+    plan = InputCopyPlan([torch.zeros(4, dtype=torch.int64, device="cuda")], [0])
+    src, out = torch.arange(2, device="cuda"), torch.zeros(2, device="cuda")
+    g, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        g.capture_begin()
+        try:
+            with pytest.raises(ValueError, match="outside a CUDA graph capture"):
+                plan([0], [src], 2, 4)
+            out.add_(1)
+        finally:
+            g.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    g.replay()
+    plan([0], [src], 2, 4)  # outside: the ring is made and the copy lands
+    torch.cuda.synchronize()
+    assert out.tolist() == [1.0, 1.0] and plan.dsts[0].tolist() == [0, 1, 0, 0]
 
 
 def test_driver_calls_fall_back_to_torch_from_a_thread_without_a_context():

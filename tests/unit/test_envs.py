@@ -36,8 +36,8 @@ def test_unknown_name_lists_valid_ones():
     assert "STEPGRAPH_FUSED_TIAL" in str(e.value)
 
 
-def test_nine_pieces_and_config_mirror():
-    assert len(envs.PIECES) == 9
+def test_eight_pieces_and_config_mirror():
+    assert len(envs.PIECES) == 8
     assert set(Toggles.piece_names()) == {field for field, _ in envs.PIECES.values()}
     for name in envs.PIECES:
         assert envs.piece_variable(envs.PIECES[name][0]) == name
