@@ -81,13 +81,21 @@ def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _fetch_table_kernel(host_addr, device_addr, words, WORDS: tl.constexpr):
-    """One program: ``words`` int64 words of a table in pinned host memory into device memory (a kernel
-    node where a graph would otherwise hold a memcpy node)."""
-    src = host_addr.to(tl.pointer_type(tl.int64))
+def _fetch_table_kernel(ring_addr, slot_bytes, counter_addr, device_addr, words, RING: tl.constexpr,
+                        WORDS: tl.constexpr):  # fmt: skip
+    """One program: the table of the ring buffer this copy is for, ``words`` int64 words from pinned host
+    memory into device memory (a kernel node where a graph would otherwise hold a memcpy node).
+
+    The buffer is ``counter % RING``, the counter (int64, device memory) counting the copies fetched so
+    far in stream order; the host counts the copies it launched the same way, so one captured launch
+    serves every buffer of the ring, on its own or inside a key's graph."""
+    counter = counter_addr.to(tl.pointer_type(tl.int64))
+    turn = tl.load(counter)
+    src = (ring_addr + (turn % RING) * slot_bytes).to(tl.pointer_type(tl.int64))
     dst = device_addr.to(tl.pointer_type(tl.int64))
     i = tl.arange(0, WORDS)
     tl.store(dst + i, tl.load(src + i, mask=i < words), mask=i < words)
+    tl.store(counter, turn + 1)
 
 
 def _word(*values: int) -> int:

@@ -7,11 +7,17 @@ calls go to the current stream, as torch's would. Only for graphs that draw no n
 generators: their ``replay()`` also advances the generator's offset. A call the driver refuses (no
 ``libcuda``, no current context on this thread, a sticky error) falls back to torch's own call, which sets
 the context up or raises torch's error; after ``MAX_REFUSALS`` refusals the driver is not tried again.
+
+:meth:`DriverCalls.fuse` makes two kept graphs (``CUDAGraph(keep_graph=True)``) one executable graph,
+each cloned as a child node: the input copy's graph and a key's, launched together by
+:meth:`DriverCalls.launch_exec` (no torch fallback: where the driver refuses, the caller launches the two
+apart).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -24,8 +30,17 @@ def _load() -> ctypes.CDLL | None:
     if _libcuda is None:
         try:
             lib = ctypes.CDLL("libcuda.so.1")
-            for name in ("cuGraphLaunch", "cuEventRecord"):
-                getattr(lib, name).argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+            p, vp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+            for name, args in (
+                ("cuGraphLaunch", (p, p)),
+                ("cuEventRecord", (p, p)),
+                ("cuGraphCreate", (vp, ctypes.c_uint)),
+                ("cuGraphAddChildGraphNode", (vp, p, vp, ctypes.c_size_t, p)),
+                ("cuGraphInstantiateWithFlags", (vp, p, ctypes.c_ulonglong)),
+                ("cuGraphDestroy", (p,)),
+                ("cuGraphExecDestroy", (p,)),
+            ):
+                getattr(lib, name).argtypes = args
                 getattr(lib, name).restype = ctypes.c_int
             _libcuda = lib
         except (OSError, AttributeError):
@@ -36,7 +51,8 @@ def _load() -> ctypes.CDLL | None:
 class DriverCalls:
     """``launch(graph)`` and ``record(event)`` on ``device``'s current stream, through the driver where it
     takes them. ``graph``: a captured :class:`torch.cuda.CUDAGraph`; ``event``: a :class:`torch.cuda.Event`
-    (its first record is torch's, which creates it)."""
+    (its first record is torch's, which creates it). Also two kept graphs made one executable graph
+    (:meth:`fuse`), launched by :meth:`launch_exec`."""
 
     def __init__(self, device: torch.device) -> None:
         cuda = device.type == "cuda"
@@ -47,12 +63,44 @@ class DriverCalls:
         self._lib, self._stream = lib, stream
         self.refusals = 0
 
-    def launch(self, graph: torch.cuda.CUDAGraph) -> None:
+    def launch(self, graph: torch.cuda.CUDAGraph, handle: int | None = None) -> None:
+        """``handle``: ``graph.raw_cuda_graph_exec()`` kept by the caller (a call less per launch)."""
         if self._on:
-            if self._lib.cuGraphLaunch(graph.raw_cuda_graph_exec(), self._stream(self._index)) == 0:
+            if self._lib.cuGraphLaunch(handle or graph.raw_cuda_graph_exec(), self._stream(self._index)) == 0:
                 return
             self._refused()
         graph.replay()
+
+    def launch_exec(self, handle: int) -> bool:
+        """Launch an executable graph made by :meth:`fuse`; ``False`` (nothing launched) where refused."""
+        if self._on:
+            if self._lib.cuGraphLaunch(handle, self._stream(self._index)) == 0:
+                return True
+            self._refused()
+        return False
+
+    def fuse(self, first: int, then: int) -> int | None:
+        """An executable graph of two ``cudaGraph_t`` (each cloned as a child node): ``first``, then
+        ``then``; its handle, or ``None`` where the driver refuses. Free it with :meth:`destroy_exec`."""
+        if not self._on:
+            return None
+        lib, graph, exec_ = self._lib, ctypes.c_void_p(), ctypes.c_void_p()
+        if lib.cuGraphCreate(ctypes.byref(graph), 0) != 0:
+            return None
+        try:
+            a, b = ctypes.c_void_p(), ctypes.c_void_p()
+            ok = (
+                lib.cuGraphAddChildGraphNode(ctypes.byref(a), graph, None, 0, first) == 0
+                and lib.cuGraphAddChildGraphNode(ctypes.byref(b), graph, ctypes.byref(a), 1, then) == 0
+                and lib.cuGraphInstantiateWithFlags(ctypes.byref(exec_), graph, 0) == 0
+            )
+        finally:
+            lib.cuGraphDestroy(graph)  # the executable graph is independent of it
+        return exec_.value if ok and exec_.value else None
+
+    def destroy_exec(self, handle: int) -> None:
+        if self._lib is not None:
+            self._lib.cuGraphExecDestroy(handle)
 
     def record(self, event: torch.cuda.Event) -> None:
         handle = event.cuda_event  # 0 until torch's first record creates the event
@@ -65,3 +113,14 @@ class DriverCalls:
     def _refused(self) -> None:
         self.refusals += 1
         self._on = self.refusals < MAX_REFUSALS
+
+
+@functools.cache
+def keeps_graphs() -> bool:
+    """Whether this torch keeps a captured graph's ``cudaGraph_t`` (``CUDAGraph(keep_graph=True)``, torch
+    >= 2.8), which :meth:`DriverCalls.fuse` needs. Call it only where CUDA is available."""
+    try:
+        torch.cuda.CUDAGraph(keep_graph=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True

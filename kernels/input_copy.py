@@ -31,11 +31,12 @@ from ._copy_in_kernel import (
     ROW_BYTES,
     SRC,
     SRC_STRIDE,
+    WORD_MASK,
     _word,
 )
-from ._staging_ring import STAGING_RING, StagingRing
+from ._staging_ring import STAGING_RING, FusedLaunch, StagingRing
 
-__all__ = ["STAGING_RING", "InputCopyPlan", "StaticCopy", "input_copy", "input_copy_ref"]
+__all__ = ["STAGING_RING", "FusedLaunch", "InputCopyPlan", "StaticCopy", "input_copy", "input_copy_ref"]
 
 ALIGN = 16
 
@@ -89,10 +90,10 @@ class InputCopyPlan:
     halves: :meth:`stage` checks ``{name or index: source}`` and writes each source's address and stride
     (and host rows) into the next buffer of a :class:`~._staging_ring.StagingRing`, in one pass with one
     lookup per source, and returns the batch size; :meth:`commit` then sets the padded size and launches
-    the copy (one graph replay on CUDA). The kernel reads the rows of host sources in place from the ring
-    (pinned on CUDA). Where the kernel cannot apply (a row that is not one contiguous run of bytes,
-    elements wider than 8 bytes, a device Triton does not run on) that source falls back to ``copy_`` +
-    ``fill_`` with identical bytes.
+    the copy (one graph launch on CUDA, which can carry a key's graph too: :meth:`fuse`). The kernel reads
+    the rows of host sources in place from the ring (pinned on CUDA). Where the kernel cannot apply (a row
+    that is not one contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on)
+    that source falls back to ``copy_`` + ``fill_`` with identical bytes.
 
     ``names``: the destinations' names, accepted by :meth:`stage` beside their indices. ``explain(key,
     src)``: raises the error for a source that does not fit its destination (unknown key, not a tensor,
@@ -131,11 +132,12 @@ class InputCopyPlan:
         for i, d in enumerate(self.dsts):
             row_bytes = rc.row_bytes(d)
             field = (
-                i, d.dtype, d.shape[1:], d.dim(), (HEADER + COLS * i) * 8,  # index, checks, entry byte offset
+                i, d.dtype, d.dim(), d.shape[1] if d.dim() > 1 else 0, d.shape[1:],  # index, the checks
+                (HEADER + COLS * i) * 8,  # the entry's byte offset in a table
                 _contiguous_strides(d.shape[1:]) if self.kernel_ok[i] else None,  # None: never the kernel
                 row_bytes, d.element_size(), offset,  # host rows go at this offset of a ring buffer
-                _word(d.data_ptr(), d.stride(0) * d.element_size(), row_bytes),
-                0 if self.pads[i] is None else HAS_FILL,
+                _word(d.data_ptr(), d.stride(0) * d.element_size(), row_bytes)  # the widest word, and
+                | (0 if self.pads[i] is None else HAS_FILL),  # the fill bit: the entry's flags
             )  # fmt: skip
             self._fields[i] = field
             if names is not None:
@@ -173,8 +175,7 @@ class InputCopyPlan:
             Naming the source and what to change (the ``explain`` given at construction for unknown keys,
             types, dtypes and shapes; here for devices and batch sizes).
         """
-        if self._pending is not None:
-            self.abandon()
+        self._pending = None  # a copy staged and never committed is dropped
         kernel = self.use_kernel and write
         slot = gen = raw = base = None
         if kernel:
@@ -182,32 +183,31 @@ class InputCopyPlan:
             slot = ring.take()
             self._generation += 1
             gen, raw, base = self._generation, ring.raw[slot], ring.bases[slot]
-        try:
-            batch, direct, fallback = self._write(sources, n, kernel, gen, raw, base)
-        except BaseException:
-            if slot is not None:
-                self.ring.close(slot)  # nothing staged: the entries written carry a generation no header names
-            raise
+        # a raise leaves nothing staged: the entries written carry a generation no header names, and the
+        # next call takes this ring buffer again
+        batch, direct, fallback = self._write(sources, n, kernel, gen, raw, base)
         self._pending = (slot, gen, batch, direct, fallback)
         return batch
 
     def _write(self, sources, n, kernel, gen, raw, base) -> tuple[int, int, list]:
         """:meth:`stage`'s pass over the sources: checks, table entries and host rows; returns (batch,
-        sources the kernel copies, sources left to ``copy_`` + ``fill_``)."""
-        fields, explain, staged, device_index = self._fields, self._explain, self.staged, self._device_index
+        sources the kernel copies, sources left to ``copy_`` + ``fill_``). The hot path of every run with
+        new inputs: each source costs a few attribute reads, one struct write and (host rows) one memmove."""
+        fields, explain, device_index = self._fields, self._explain, self._device_index
         pack, memmove = _ENTRY.pack_into, ctypes.memmove
+        host_in_ring = kernel and self.staged
         fallback, batch, direct = [], n, 0
         for key, src in sources.items():
             f = fields.get(key)
             if f is None:
                 explain(key, src)
-            i, dtype, rows, dims, entry, strides, row_bytes, esize, host_offset, word, fill = f
+            i, dtype, dims, width, rows, entry, strides, row_bytes, esize, host_offset, flags = f
             try:
                 shape = src.shape
                 bad = (
                     src.dtype is not dtype  # dtypes are singletons
                     or len(shape) != dims
-                    or (dims == 2 and shape[1] != rows[0])  # the common case, without slicing
+                    or (dims > 1 and shape[1] != width)  # the common case, without slicing a shape
                     or (dims > 2 and shape[1:] != rows)
                 )
             except AttributeError:
@@ -215,15 +215,23 @@ class InputCopyPlan:
             if bad:
                 explain(key, src)
             m = shape[0]
-            if n is not None:
-                if m < n:
+            if m != batch:  # batch: n when given, else the first source's rows
+                if batch is None:
+                    batch = m
+                elif n is None:
+                    raise ValueError(f"inputs disagree on the batch size: {key!r} has {m} rows, others {batch}")
+                elif m < n:
                     raise ValueError(f"input {key!r} has {m} rows; {n} are to be copied")
-            elif batch is None:
-                batch = m
-            elif m != batch:
-                raise ValueError(f"inputs disagree on the batch size: {key!r} has {m} rows, others {batch}")
-            device = src.get_device()
-            if device != device_index and device != -1:
+            if src.is_cpu:
+                if host_in_ring and strides is not None:  # host rows travel in the ring, read there by the kernel
+                    if not src.is_contiguous():
+                        src = src[:batch].contiguous()
+                    at = base + host_offset
+                    memmove(at, src.data_ptr(), batch * row_bytes)  # the batch's rows (n of them when given)
+                    pack(raw, entry, gen, at, row_bytes, flags)  # aligned as the destination
+                    direct += 1
+                    continue
+            elif device_index < 0 or src.get_device() != device_index:
                 raise ValueError(
                     f"input {key!r} is on {src.device}; the buffers are on {self._device} (move it, or pass it on "
                     "the CPU)"
@@ -231,22 +239,16 @@ class InputCopyPlan:
             if not kernel or strides is None:
                 fallback.append((i, src))
                 continue
-            if staged and device == -1:  # host rows travel in the ring buffer, read there by the kernel
-                count = m if n is None else n
-                rows_src = src if src.is_contiguous() else src[:count].contiguous()
-                memmove(base + host_offset, rows_src.data_ptr(), count * row_bytes)
-                pack(raw, entry, gen, base + host_offset, row_bytes, word | fill)  # aligned as the destination
-                direct += 1
-                continue
             st = src.stride()
             odd = dims > 1 and st[-1] != 1 or dims > 2 and st[1:] != strides  # fast checks, then the rule
             if odd and not src[0].is_contiguous():
                 fallback.append((i, src))  # rows that are not one run of bytes
                 continue
             addr, stride = src.data_ptr(), st[0] * esize
+            word = flags & WORD_MASK
             if (addr | stride) & (word - 1):  # a source less aligned than its destination
-                word = min(word, _word(addr, stride))
-            pack(raw, entry, gen, addr, stride, word | fill)
+                flags += _word(addr, stride) - word
+            pack(raw, entry, gen, addr, stride, flags)
             direct += 1
         if batch is None:
             raise ValueError("no inputs given; pass at least one tensor or give batch_size explicitly")
@@ -256,30 +258,39 @@ class InputCopyPlan:
             raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self._max_rows}")
         return batch, direct, fallback
 
-    def commit(self, padded: int) -> None:
+    def commit(self, padded: int, then: FusedLaunch | None = None) -> bool:
         """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one launch for the kernel's
-        sources, ``copy_`` + ``fill_`` for the rest. Nothing staged: nothing to do."""
+        sources, ``copy_`` + ``fill_`` for the rest. Nothing staged: nothing to do.
+
+        ``then`` (from :meth:`fuse`): a key's graph to run in the copy's own launch, where every source
+        goes through the kernel. Returns whether it ran (else the caller replays it).
+        """
         if self._pending is None:
-            return
+            return False
         slot, gen, n, direct, fallback = self._pending
         self._pending = None
+        fused = False
         if direct:
             _HEAD.pack_into(self.ring.raw[slot], 0, n, padded, gen)
-            self.ring.launch(slot, padded)
+            fused = self.ring.launch(slot, padded, None if fallback else then)
             self.launches += 1
-        if slot is not None:
-            self.ring.close(slot)
         if fallback:
             dsts, pads = [self.dsts[i] for i, _ in fallback], [self.pads[i] for i, _ in fallback]
             input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
+        return fused
+
+    def fuse(self, graph: torch.cuda.CUDAGraph) -> FusedLaunch | None:
+        """The copy and ``graph`` (a kept CUDA graph drawing no numbers from torch's generators) as one
+        launch for :meth:`commit`; ``None`` where that cannot be made (see
+        :meth:`~._staging_ring.StagingRing.fuse`). Its owner closes it when ``graph`` goes."""
+        if not self.use_kernel or not self._cuda:
+            return None
+        return (self.ring or self._make_ring()).fuse(graph)
 
     def abandon(self) -> None:
-        """Drop a staged copy (its entries carry a generation no header will name)."""
-        if self._pending is not None:
-            slot = self._pending[0]
-            self._pending = None
-            if slot is not None:
-                self.ring.close(slot)
+        """Drop a staged copy (its entries carry a generation no header will name; the next call takes its
+        ring buffer again)."""
+        self._pending = None
 
     def _explain_source(self, key: object, src: object) -> NoReturn:
         f = self._fields.get(key)
@@ -300,7 +311,7 @@ class InputCopyPlan:
         def fill_fixed(table: memoryview) -> None:
             for i, (d, pad) in enumerate(zip(self.dsts, self.pads)):
                 e = HEADER + COLS * i
-                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._fields[i][6]
+                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._fields[i][7]
                 table[e + DST_STRIDE] = d.stride(0) * d.element_size()
                 table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
 

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import torch
 
-from stepgraph.kernels.input_copy import InputCopyPlan
+from stepgraph.kernels.input_copy import FusedLaunch, InputCopyPlan
 
 
 class Pad(enum.Enum):
@@ -203,10 +203,16 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             raise ValueError("run() needs inputs or batch_size (inputs already in the buffers)")
         return real
 
-    def commit(self, padded_batch: int) -> None:
+    def commit(self, padded_batch: int, then: FusedLaunch | None = None) -> bool:
         """Copy the inputs :meth:`stage` staged into rows ``[0, B)`` and pad rows ``[B, padded_batch)``, in
-        one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing."""
-        self._copy.commit(padded_batch)
+        one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing.
+        ``then`` (from :meth:`fuse`): a key's graph launched with the copy; returns whether it was."""
+        return self._copy.commit(padded_batch, then)
+
+    def fuse(self, graph: torch.cuda.CUDAGraph) -> FusedLaunch | None:
+        """The input copy and ``graph`` as one launch for :meth:`commit`, or ``None`` (see
+        :meth:`stepgraph.kernels.input_copy.InputCopyPlan.fuse`)."""
+        return self._copy.fuse(graph)
 
     def abandon(self) -> None:
         """Drop the copy :meth:`stage` staged (if any): it will not land."""

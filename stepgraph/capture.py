@@ -6,6 +6,9 @@ Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
   capture, so Triton compiles, cuBLAS handles and allocator blocks happen outside it;
 * the last warm-up runs with ``torch.cuda.set_sync_debug_mode("error")``, so a step that synchronises
   the host fails there with the name of the offending operation instead of invalidating the capture;
+* graphs are kept (``keep_graph=True``, torch >= 2.8) so that the input copy's graph and a key's can be
+  made one launch (``Captured.fused``, closed with the graph); the first replay finds out whether a graph
+  draws from torch's generators, which rules that out;
 * a failed capture is ended, its graph reset, and no reference to tensors it allocated survives (the
   exception text is kept, not the exception), so repeated failures do not grow ``memory_reserved``;
   leftovers in the shared pool are reused by the next capture;
@@ -28,6 +31,7 @@ import torch
 
 from stepgraph.errors import CaptureError, classify_capture_exception
 from stepgraph.graphs import discard_graph, restore_generator, sync_debug_error, trivial_capture
+from stepgraph.kernels._driver import keeps_graphs
 from stepgraph.memory import MemoryReader, TorchMemoryReader
 
 StepOutputsDict = Mapping[str, torch.Tensor]
@@ -62,9 +66,30 @@ class Captured:
     seconds: float
     pool_bytes: int
     children: list[Child] = field(default_factory=list)  # spliced graphs this one holds (stepgraph.splice)
+    draws_rng: bool | None = None  # whether a replay advances torch's generators (None: not replayed yet)
+    fused: object = None  # the input copy and this graph as one launch (FusedLaunch); False: none to be had
 
     def replay(self) -> None:
-        self.graph.replay()
+        """One replay; the first one also finds out whether the graph draws from torch's generators (a
+        launch that skips ``replay()``'s generator prologue is only for graphs that do not)."""
+        if self.draws_rng is None:
+            before = _generator_offsets()
+            self.graph.replay()
+            self.draws_rng = _generator_offsets() != before
+        else:
+            self.graph.replay()
+
+    def close_fused(self) -> None:
+        if self.fused:
+            self.fused.close()
+        self.fused = None
+
+
+def _generator_offsets() -> list[int]:
+    """The offsets of torch's default CUDA generators (a replay of a graph that draws numbers advances one)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return []
+    return [g.get_offset() for g in torch.cuda.default_generators]
 
 
 class GraphBackend(Protocol):
@@ -105,11 +130,12 @@ class CudaGraphBackend:
     name = "cuda"
 
     def __init__(
-        self, device: torch.device, *, capture_error_mode: str = "thread_local", keep_graph: bool = False
+        self, device: torch.device, *, capture_error_mode: str = "thread_local", keep_graph: bool | None = None
     ) -> None:
         self.device = device
         self.capture_error_mode = capture_error_mode
-        self.keep_graph = keep_graph
+        # kept graphs can be launched together with the input copy (stepgraph.kernels.input_copy.fuse)
+        self.keep_graph = keeps_graphs() if keep_graph is None else keep_graph
         self.stream = torch.cuda.Stream(device=device)
         self._pool = None
         self._anchor: torch.cuda.CUDAGraph | None = None
@@ -183,6 +209,7 @@ class CudaGraphBackend:
     def discard(captured: Captured) -> None:
         """Tear one graph down; its blocks stay in the shared pool for the next capture."""
         captured.outputs.clear()
+        captured.close_fused()
         discard_graph(captured.graph)
         for child in captured.children:
             child.unhold()

@@ -46,7 +46,8 @@ PIECES: dict[str, tuple[str, str]] = {
     ),
     "STEPGRAPH_ONE_LAUNCH_COPY": (
         "one_launch_copy",
-        "the runner's copy-in: every input of a run and its padding in one launch (off: one copy per tensor)",
+        "the runner's copy-in: every input of a run and its padding in one launch, made one launch with the "
+        "key's graph where that graph draws nothing from torch's generators (off: one copy per tensor)",
     ),
     "STEPGRAPH_COMPILE": (
         "compile_forwards",

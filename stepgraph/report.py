@@ -43,6 +43,7 @@ def build_info(runner: StepGraphRunner) -> dict:
         "buckets": list(runner.buckets),
         "max_batch_size": runner.buckets.largest,
         "captured_keys": sorted(str(k) for k, s in keys.items() if s.captured is not None),
+        "fused_copy_keys": sorted(str(k) for k, s in keys.items() if s.captured is not None and s.captured.fused),
         "memory_refusals": runner.guard.refusals,
         "last_memory_refusal": refusal.as_dict() if refusal else None,
         "cache_releases": runner.guard.cache_releases,

@@ -244,14 +244,17 @@ class StepGraphRunner:
                     except BaseException:
                         self.buffers.abandon()  # a raise before the copy: it never lands later
                         raise
-                self.buffers.commit(fast[0].key.batch_size)
+                stats, views, real = fast
+                launched = self.buffers.commit(stats.key.batch_size, stats.captured.fused or None)  # the graph too?
             else:  # steady state: inputs already in place
                 fast = None if copy_outputs else self._replay_cache.get((batch_size, sampling))
                 if fast is None:
                     return self._run(sampling, self.buffers.stage({}, batch_size), copy_outputs)
-            stats, views, real = fast
+                stats, views, real = fast
+                launched = False
             self._count(real, stats)
-            stats.captured.replay()
+            if not launched:
+                stats.captured.replay()
             stats.replays += 1
             return StepOutputs(views, self, self._generation)
 
@@ -282,6 +285,9 @@ class StepGraphRunner:
             views = self._views_cache[(key, real)] = {k: v[:real] for k, v in stats.captured.outputs.items()}
         if not self.toggles.debug:  # the next run of this batch size and class takes the fast path
             self._replay_cache[(real, sampling)] = (stats, views, real)
+            c = stats.captured
+            if c.fused is None:  # where it can, a run with new inputs launches its copy and this graph together
+                c.fused = (c.draws_rng is False and self.buffers.fuse(c.graph)) or False
         return self._hand_out(views, real, copy_outputs)
 
     def _count(self, real: int, stats: KeyStats | None) -> None:

@@ -25,6 +25,7 @@ def test_tp2_step_graph_matches_tp1(tmp_path, packed):
     r0, r1 = _run(tmp_path, perturb=True, packed=packed)
     assert r0["outputs"] == r1["outputs"]
     assert r0["info"]["captured_keys"] and r0["info"]["replays"] > 0
+    assert r0["info"]["fused_copy_keys"] == r1["info"]["fused_copy_keys"] != []  # NCCL inside a fused launch
     target, draft = build("tiny", device="cuda:0", dtype=torch.bfloat16)
     dec = SpecDecoder.for_example(
         target, draft, max_batch=4, config=RunnerConfig(toggles=Toggles.all(True), progress=False)

@@ -1,0 +1,118 @@
+"""A run with new inputs launches its copy and its key's graph together (one fused executable graph) when
+the graph draws nothing from torch's generators; every other run keeps the two launches."""
+
+import pytest
+import torch
+
+from stepgraph import Buffer, RunnerConfig, StepGraphRunner, Toggles
+
+pytestmark = pytest.mark.gpu
+
+SPECS = {
+    "tokens": Buffer((8,), torch.int64, pad=-1),
+    "hidden": Buffer((8, 64), torch.bfloat16, pad=0.0),
+    "scale": Buffer((8,), torch.float32, pad=1.0),
+}
+
+
+def plain_step(buf, bs, sampling):
+    return {"t": buf["tokens"] * 3, "h": buf["hidden"].float().sum(-1) * buf["scale"]}
+
+
+def make(step=plain_step, buckets=(2, 4, 8)):
+    config = RunnerConfig(toggles=Toggles(), buckets=buckets, progress=False)
+    return StepGraphRunner(step, SPECS, device="cuda", config=config)
+
+
+def inputs(i: int, b: int, where: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    t = {
+        "tokens": torch.randint(0, 1000, (b,), generator=g),
+        "hidden": torch.randn(b, 64, generator=g).to(torch.bfloat16),
+        "scale": torch.rand(b, generator=g),
+    }
+    return {k: v.to(where) for k, v in t.items()}
+
+
+def expected(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    x = {k: v.cuda() for k, v in x.items()}
+    return x["tokens"] * 3, x["hidden"].float().sum(-1) * x["scale"]
+
+
+def in_step(ring) -> bool:
+    """The device's count of copies fetched equals the host's count of copies launched."""
+    torch.cuda.synchronize()
+    return int(ring._counter.item()) == ring.turn
+
+
+def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes():
+    """Runs with new inputs (host and device), steady runs and oversize eager runs interleaved: every output
+    is its own inputs', the fused launch is used for captured keys, and the device's count of copies
+    stays equal to the host's."""
+    r = make(buckets=(2, 4))  # batches of 5..8 are larger than every bucket: eager, the copy on its own
+    ring_plan = r.buffers._copy
+    outs = []
+    for i in range(40):
+        b = 1 + i % 8
+        x = inputs(i, b, "cuda" if i % 3 else "cpu")
+        got = r.run(x)
+        outs.append(({k: v.clone() for k, v in got.items()}, expected(x)))
+        if i % 5 == 0:
+            again = r.run(batch_size=b)  # steady: the inputs are still in place
+            outs.append(({k: v.clone() for k, v in again.items()}, expected(x)))
+    torch.cuda.synchronize()
+    for got, (t, h) in outs:
+        assert torch.equal(got["t"], t) and torch.equal(got["h"], h)
+    for key in r.keys:
+        captured = r.stats(key).captured
+        assert captured is not None and captured.draws_rng is False and captured.fused
+    assert r.counters.oversize_runs > 0
+    assert in_step(ring_plan.ring)
+
+
+def test_fused_replay_equals_the_two_launch_replay_bit_for_bit():
+    """The same inputs through a fused launch and through the copy and a replay apart give the same bits."""
+    r = make()
+    x = inputs(7, 3, "cpu")
+    r.run(x)  # captures, replays apart
+    apart = {k: v.clone() for k, v in r.run(x, copy_outputs=True).items()}  # copy_outputs: the slow path
+    fused = {k: v.clone() for k, v in r.run(x).items()}
+    assert r.stats(r.key_for(3)).captured.fused
+    for k in apart:
+        assert torch.equal(apart[k], fused[k])
+
+
+def test_a_step_drawing_random_numbers_keeps_two_launches_and_fresh_numbers():
+    """A graph that draws from torch's generator needs ``replay()``'s generator prologue: it is never fused,
+    and every run draws new numbers."""
+
+    def noisy(buf, bs, sampling):
+        return {"t": buf["tokens"].float() + torch.rand(bs, device="cuda")}
+
+    r = make(noisy)
+    x = {"tokens": torch.zeros(3, dtype=torch.int64)}
+    draws = [r.run(x)["t"].clone() for _ in range(4)]
+    captured = r.stats(r.key_for(3)).captured
+    assert captured.draws_rng is True and captured.fused is False
+    assert len({tuple(d.tolist()) for d in draws[1:]}) == 3  # fresh numbers on every replay
+
+
+def test_a_refused_input_and_release_leave_the_copy_count_in_step():
+    """A run refused after its copy was staged, and a release (which closes the fused launches) followed by
+    new captures: later runs still copy their own inputs."""
+    r = make()
+    ring_plan = r.buffers._copy
+    r.run(inputs(0, 3, "cpu"))
+    r.run(inputs(1, 3, "cpu"))
+    with pytest.raises(ValueError):
+        r.run({**inputs(2, 3, "cpu"), "scale": torch.rand(4)})  # staged, then refused: batch sizes disagree
+    fused = r.stats(r.key_for(3)).captured.fused
+    assert fused
+    r.release()
+    assert fused.handle == 0  # closed with its key's graph
+    for i in range(3, 9):
+        x = inputs(i, 1 + i % 4, "cpu")
+        t, h = expected(x)
+        got = r.run(x)
+        assert torch.equal(got["t"], t) and torch.equal(got["h"], h)
+    assert in_step(ring_plan.ring)
