@@ -41,20 +41,49 @@ def step(buf, bs, sampling):
     return {"out": buf["hidden"][:, :8].float().sum(-1) + buf["tokens"] + buf["slots"]}
 
 
-def host_us(fn, calls: int = 400) -> float:
-    """Median host microseconds of one call, the device idle before it (nothing to wait for: this is the
-    host's own cost)."""
-    for _ in range(50):
-        fn()
+def host_samples(fn, calls: int) -> list[float]:
+    """Host microseconds of each of ``calls`` calls, the device idle before each (nothing to wait for:
+    this is the host's own cost)."""
     times = []
     for _ in range(calls):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) * 1e6)
     torch.cuda.synchronize()
-    times.sort()
-    return times[len(times) // 2] * 1e6
+    return times
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def host_us(fn, calls: int = 400) -> float:
+    """Median host microseconds of one call, the device idle before it."""
+    for _ in range(50):
+        fn()
+    return median(host_samples(fn, calls))
+
+
+def host_us_interleaved(cases: dict, steady: str, rounds: int = 20, calls: int = 20) -> tuple[dict, dict]:
+    """Every case's median host time over ``rounds`` rounds of ``calls`` calls, the cases taking turns
+    within each round, and its median over the rounds of (its round median - ``steady``'s round median):
+    a moment when the host runs slower hits every case alike instead of one row."""
+    for fn in cases.values():
+        for _ in range(50):
+            fn()
+    samples = {n: [] for n in cases}
+    above = {n: [] for n in cases}
+    for _ in range(rounds):
+        medians = {}
+        for n, fn in cases.items():
+            got = host_samples(fn, calls)
+            samples[n] += got
+            medians[n] = median(got)
+        for n in cases:
+            above[n].append(medians[n] - medians[steady])
+    return {n: median(v) for n, v in samples.items()}, {n: median(v) for n, v in above.items()}
 
 
 def loop_us(fn, calls: int = 400) -> tuple[float, float]:
@@ -93,9 +122,9 @@ def main() -> None:
             cases[f"run({k} new {where} inputs)"] = lambda c=chosen: runner.run(c)
     slot_list = [5, 2, 9]
     cases["run(slots from a Python list)"] = lambda: runner.run({"slots": torch.tensor(slot_list)})
-    results = {name: (host_us(fn), *loop_us(fn)) for name, fn in cases.items()}
-    steady = results["run(batch_size=3)"][0]
-    above = {n: r[0] - steady for n, r in results.items() if n.startswith("run(") and "batch_size" not in n}
+    host, above_steady = host_us_interleaved(cases, "run(batch_size=3)")
+    results = {name: (host[name], *loop_us(fn)) for name, fn in cases.items()}
+    above = {n: a for n, a in above_steady.items() if n.startswith("run(") and "batch_size" not in n}
     worst = max(a for n, a in above.items() if "8 new" in n)
     record = {
         **env_record(),
@@ -110,8 +139,10 @@ def main() -> None:
         f"# run() host time with new inputs ({record['gpu']}, torch {record['torch']}, triton {record['triton']}, "
         f"{record['date']})",
         "",
-        "Host time of one call with the device idle before it (median of 400), and per call of 400 calls back",
-        "to back (wall and device time: the larger one bounds such a loop).",
+        "Host time of one call with the device idle before it (median of 400: 20 rounds of 20 calls, the",
+        "cases taking turns in each round; 'above' is the median over rounds of the case's round median",
+        "minus the steady state's), and per call of 400 calls back to back (wall and device time: the larger",
+        "one bounds such a loop).",
         "",
         "| call | host µs | above run(batch_size=3) | back to back: wall µs | device µs |",
         "| --- | --- | --- | --- | --- |",
