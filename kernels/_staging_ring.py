@@ -106,7 +106,8 @@ class StagingRing:
         if not self._cuda or not hasattr(graph, "raw_cuda_graph"):
             return None
         try:
-            handle = self._driver.fuse(self._graph.raw_cuda_graph(), graph.raw_cuda_graph())
+            with torch.cuda.device(self.device):  # instantiated in this device's context, whatever is current
+                handle = self._driver.fuse(self._graph.raw_cuda_graph(), graph.raw_cuda_graph())
         except RuntimeError:  # not a kept graph
             return None
         return None if handle is None else FusedLaunch(handle, self)

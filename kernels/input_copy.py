@@ -34,9 +34,10 @@ from ._copy_in_kernel import (
     WORD_MASK,
     _word,
 )
+from ._list_sources import LIST_CODES, LIST_DTYPES, list_tensor, pack_list
 from ._staging_ring import STAGING_RING, FusedLaunch, StagingRing
 
-__all__ = ["STAGING_RING", "FusedLaunch", "InputCopyPlan", "StaticCopy", "input_copy", "input_copy_ref"]
+__all__ = ["LIST_DTYPES", "STAGING_RING", "FusedLaunch", "InputCopyPlan", "StaticCopy", "input_copy", "input_copy_ref"]
 
 ALIGN = 16
 
@@ -138,6 +139,7 @@ class InputCopyPlan:
                 row_bytes, d.element_size(), offset,  # host rows go at this offset of a ring buffer
                 _word(d.data_ptr(), d.stride(0) * d.element_size(), row_bytes)  # the widest word, and
                 | (0 if self.pads[i] is None else HAS_FILL),  # the fill bit: the entry's flags
+                LIST_CODES.get(d.dtype) if d.dim() == 1 else None,  # a list source's struct code, if any
             )  # fmt: skip
             self._fields[i] = field
             if names is not None:
@@ -201,7 +203,8 @@ class InputCopyPlan:
             f = fields.get(key)
             if f is None:
                 explain(key, src)
-            i, dtype, dims, width, rows, entry, strides, row_bytes, esize, host_offset, flags = f
+            i, dtype, dims, width, rows, entry, strides, row_bytes, esize, host_offset, flags, code = f
+            listed = False
             try:
                 shape = src.shape
                 bad = (
@@ -210,8 +213,9 @@ class InputCopyPlan:
                     or (dims > 1 and shape[1] != width)  # the common case, without slicing a shape
                     or (dims > 2 and shape[1:] != rows)
                 )
-            except AttributeError:
-                bad = True
+            except AttributeError:  # not a tensor: a list of Python numbers for a 1-D integer or bool buffer?
+                listed = code is not None and type(src) in (list, tuple)
+                shape, bad = (len(src),) if listed else None, not listed
             if bad:
                 explain(key, src)
             m = shape[0]
@@ -222,6 +226,15 @@ class InputCopyPlan:
                     raise ValueError(f"inputs disagree on the batch size: {key!r} has {m} rows, others {batch}")
                 elif m < n:
                     raise ValueError(f"input {key!r} has {m} rows; {n} are to be copied")
+            if listed:
+                if host_in_ring:  # the values go straight into the ring buffer: no tensor is made
+                    at = base + host_offset
+                    pack_list(key, src, batch, code, raw, host_offset)
+                    pack(raw, entry, gen, at, row_bytes, flags)
+                    direct += 1
+                else:  # a tensor of them, held (and copied) by the fallback
+                    fallback.append((i, list_tensor(key, src, code, dtype)))
+                continue
             if src.is_cpu:
                 if host_in_ring and strides is not None:  # host rows travel in the ring, read there by the kernel
                     if not src.is_contiguous():
@@ -295,7 +308,11 @@ class InputCopyPlan:
     def _explain_source(self, key: object, src: object) -> NoReturn:
         f = self._fields.get(key)
         check(f is not None, f"no destination {key!r}")
-        check(isinstance(src, torch.Tensor), f"source {key!r} must be a torch.Tensor, got {type(src).__name__}")
+        check(
+            isinstance(src, torch.Tensor),
+            f"source {key!r} must be a torch.Tensor (or, for a 1-D integer or bool destination, a list of ints), "
+            f"got {type(src).__name__}",
+        )
         dst = self.dsts[f[0]]
         check(src.dtype == dst.dtype, f"source dtype {src.dtype} != destination dtype {dst.dtype}")
         raise ValueError(f"source rows {tuple(src.shape[1:])} != {tuple(dst.shape[1:])}")

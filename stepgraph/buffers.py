@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import torch
 
-from stepgraph.kernels.input_copy import FusedLaunch, InputCopyPlan
+from stepgraph.kernels.input_copy import LIST_DTYPES, FusedLaunch, InputCopyPlan
 
 
 class Pad(enum.Enum):
@@ -168,7 +168,8 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
         if spec is None:
             raise ValueError(f"input {name!r} is not a declared buffer; declared: {', '.join(self.specs)}")
         if not isinstance(src, torch.Tensor):
-            raise TypeError(f"input {name!r} must be a torch.Tensor, got {type(src).__name__}")
+            lists = " or a list of ints" if len(spec.shape) == 1 and spec.dtype in LIST_DTYPES else ""
+            raise TypeError(f"input {name!r} must be a torch.Tensor{lists}, got {type(src).__name__}")
         if src.dtype != spec.dtype:
             raise TypeError(f"input {name!r} has dtype {src.dtype}; the buffer is {spec.dtype} (convert it first)")
         want = ("B", *spec.shape[1:])

@@ -209,7 +209,8 @@ class StepGraphRunner:
         ----------
         inputs:
             ``{name: tensor}`` with the batch first, ``(B, *row)``, matching the declared dtype; on the
-            buffers' device or on the host. Buffers not named keep their content (step state).
+            buffers' device or on the host (a 1-D integer or bool buffer also takes a list of ``B`` ints,
+            written straight into pinned memory). Buffers not named keep their content (step state).
         sampling:
             The batch's sampling class (the most general one present).
         batch_size:

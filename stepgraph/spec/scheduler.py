@@ -106,7 +106,7 @@ class Scheduler:
             if slots == self._last_slots:
                 out = self.step.run(None, sampling, batch_size=len(batch))
             else:
-                out = self.step.run(torch.tensor(slots, dtype=torch.int64), sampling)
+                out = self.step.run(slots, sampling)  # the list itself: no tensor is made for it
                 self._last_slots = slots
                 self.stats.batch_changes += 1
         self.stats.steps += 1

@@ -14,7 +14,7 @@ Everything stays on the device; the only per-step host input is the batch's slot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -226,8 +226,11 @@ class ChainStep:
         return stages
 
     # ------------------------------------------------------------------------------------------------
-    def run(self, slots: torch.Tensor | None, sampling: Sampling, *, batch_size: int | None = None) -> StepOutputs:
-        """One step for the requests in ``slots`` (``[B]``; ``None`` = the same slots as the last run).
+    def run(
+        self, slots: torch.Tensor | Sequence[int] | None, sampling: Sampling, *, batch_size: int | None = None
+    ) -> StepOutputs:
+        """One step for the requests in ``slots`` (``[B]``, a tensor or a list of ints, which goes into the
+        copy-in's pinned buffer without becoming a tensor; ``None`` = the same slots as the last run).
 
         Returns ``tokens [B, K+1]`` (accepted drafts, then the bonus/correction, then -1) and
         ``num_accepted [B]``, valid until the next run.

@@ -35,7 +35,7 @@ def inputs(i: int, b: int, where: str) -> dict[str, torch.Tensor]:
 
 
 def expected(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    x = {k: v.cuda() for k, v in x.items()}
+    x = {k: torch.tensor(v).cuda() if isinstance(v, list) else v.cuda() for k, v in x.items()}
     return x["tokens"] * 3, x["hidden"].float().sum(-1) * x["scale"]
 
 
@@ -46,7 +46,7 @@ def in_step(ring) -> bool:
 
 
 def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes():
-    """Runs with new inputs (host and device), steady runs and oversize eager runs interleaved: every output
+    """Runs with new inputs (host, device and lists), steady runs and oversize eager runs interleaved: every output
     is its own inputs', the fused launch is used for captured keys, and the device's count of copies
     stays equal to the host's."""
     r = make(buckets=(2, 4))  # batches of 5..8 are larger than every bucket: eager, the copy on its own
@@ -55,6 +55,8 @@ def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes()
     for i in range(40):
         b = 1 + i % 8
         x = inputs(i, b, "cuda" if i % 3 else "cpu")
+        if i % 4 == 1:
+            x["tokens"] = x["tokens"].tolist()  # a list: packed straight into the pinned ring
         got = r.run(x)
         outs.append(({k: v.clone() for k, v in got.items()}, expected(x)))
         if i % 5 == 0:

@@ -101,7 +101,7 @@ def test_input_copy_functional_many_tensors():
         ({"tokens": torch.zeros(0, dtype=torch.int64)}, "empty batch"),
         ({"tokens": torch.zeros(9, dtype=torch.int64)}, "exceeds"),
         ({"tokens": torch.zeros(2, dtype=torch.int64), "lens": torch.zeros(3, dtype=torch.int32)}, "disagree"),
-        ({"tokens": [1, 2]}, "torch.Tensor"),
+        ({"hidden": [[0.0] * 5, [1.0] * 5]}, "torch.Tensor, got list"),  # lists: 1-D integer buffers only
     ],
 )
 def test_bad_inputs_name_the_problem(bad, match):
@@ -149,6 +149,46 @@ def test_copy_in_ring_wraps_and_leaves_buffers_not_given_alone():
             assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), (name, call)
     assert torch.equal(as_bytes(a["probs"][:4]), as_bytes(first["probs"]))  # given once, never since
     assert a._copy.launches == calls + 1
+
+
+@pytest.mark.parametrize(("one_launch", "staged"), [(True, True), (True, False), (False, False)])
+def test_list_inputs_of_1d_integer_buffers_copy_like_tensors(one_launch, staged):
+    """A 1-D integer or bool buffer takes a list of ints (written straight into the staging ring where there
+    is one, else made a tensor), with the same bytes as the tensor would give, beside tensor inputs."""
+    b = StaticBuffers(specs(), "cpu", one_launch_copy=one_launch, staged_copy=staged)
+    t = StaticBuffers(specs(), "cpu", one_launch_copy=False)
+    x = inputs(5)
+    listed = {**x, "tokens": [7, -3, 2**62, 0, 5], "lens": (1, 2, 3, 4, 5), "keep": [9, 8, 7, 6, 5]}
+    tensors = {**x, "tokens": torch.tensor(listed["tokens"]), "lens": torch.tensor(listed["lens"], dtype=torch.int32)}
+    tensors["keep"] = torch.tensor(listed["keep"], dtype=torch.int16)
+    b.copy_in(listed, 5, 7)
+    t.copy_in(tensors, 5, 7)
+    for name in specs():
+        assert torch.equal(as_bytes(b[name]), as_bytes(t[name])), name
+    assert b.stage({"tokens": [4, 5]}) == 2 and b.check_inputs({"tokens": [1, 2, 3]}) == 3
+    b.abandon()
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ({"tokens": [1, 2.5]}, ValueError, "tokens.*Python ints"),  # not an int
+        ({"lens": [1, 2**40]}, ValueError, "lens.*Python ints"),  # out of the int32 range
+        ({"tokens": ["a"]}, ValueError, "tokens.*Python ints"),
+        ({"probs": [[0.1, 0.2, 0.3]]}, TypeError, "probs.*must be a torch.Tensor, got list"),  # 2-D buffer
+        ({"tokens": [1, 2], "lens": [1, 2, 3]}, ValueError, "disagree on the batch size"),
+        ({"tokens": []}, ValueError, "empty batch"),
+    ],
+)
+def test_bad_list_inputs_name_the_input_and_copy_nothing(bad, error, match):
+    b = StaticBuffers(specs(), "cpu", one_launch_copy=True, staged_copy=True)
+    b.copy_in(inputs(4), 4, 6)
+    before = {n: as_bytes(t).clone() for n, t in b.tensors.items()}
+    with pytest.raises(error, match=match):
+        b.stage(bad)
+    with pytest.raises(TypeError, match="torch.Tensor or a list of ints, got str"):
+        b.stage({"tokens": "12"})
+    assert all(torch.equal(as_bytes(t), before[n]) for n, t in b.tensors.items())
 
 
 def test_copy_in_misaligned_sources_use_narrower_words():
