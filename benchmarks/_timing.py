@@ -19,7 +19,20 @@ def env_record() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
+        "cpu": host_cpu(),  # host-time figures differ by up to 2x between the machines' CPUs
     }
+
+
+def host_cpu() -> str:
+    """The host CPU's model name (Linux), else the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def eager_us(fn, rep: int = 200) -> float:

@@ -7,7 +7,7 @@ nothing waits), and the wall and device time per call of calls back to back, for
 * a bare ``CUDAGraph.replay()`` of the key's graph;
 * ``run(batch_size=3)``: inputs already in the buffers (the steady state);
 * ``run({k new inputs})`` for k = 1, 3, 8, on the device and on the host (pinned and pageable);
-* ``ChainStep``-style slot lists: ``run({"slots": torch.tensor(list)})``.
+* ``ChainStep``-style slot lists: ``run({"slots": torch.tensor(list)})`` and ``run({"slots": list})``.
 
 Target: up to 8 new inputs cost <= 15 us of host time above ``run(batch_size=...)`` (goal <= 8 us).
 
@@ -121,7 +121,8 @@ def main() -> None:
             chosen = {n: src[n] for n in names[:k]}
             cases[f"run({k} new {where} inputs)"] = lambda c=chosen: runner.run(c)
     slot_list = [5, 2, 9]
-    cases["run(slots from a Python list)"] = lambda: runner.run({"slots": torch.tensor(slot_list)})
+    cases["run(slots: torch.tensor(list))"] = lambda: runner.run({"slots": torch.tensor(slot_list)})
+    cases["run(slots: the list itself)"] = lambda: runner.run({"slots": slot_list})
     host, above_steady = host_us_interleaved(cases, "run(batch_size=3)")
     results = {name: (host[name], *loop_us(fn)) for name, fn in cases.items()}
     above = {n: a for n, a in above_steady.items() if n.startswith("run(") and "batch_size" not in n}
@@ -137,7 +138,7 @@ def main() -> None:
     }
     lines = [
         f"# run() host time with new inputs ({record['gpu']}, torch {record['torch']}, triton {record['triton']}, "
-        f"{record['date']})",
+        f"{record['date']}; host CPU {record['cpu']})",
         "",
         "Host time of one call with the device idle before it (median of 400: 20 rounds of 20 calls, the",
         "cases taking turns in each round; 'above' is the median over rounds of the case's round median",
