@@ -34,14 +34,16 @@ GROUP = 8
 
 class StagingRing:
     """``STAGING_RING`` host buffers of ``size`` bytes (one pinned allocation on CUDA), each starting with a
-    copy table of ``table_bytes`` whose fixed entries ``fill_fixed(table)`` writes once (``table``: an
-    int64 memoryview of the buffer). ``fields`` x ``rows``: the copy kernel's largest grid.
+    copy table of ``table_bytes`` whose fixed entries ``fill_fixed(table, base)`` writes once (``table``: an
+    int64 memoryview of the buffer, ``base``: its address). ``fields`` x ``rows``: the copy kernel's
+    largest grid.
 
     A call takes the next buffer (:meth:`take`), writes its entries and host rows through ``raw[slot]`` (a
-    byte memoryview; ``bases[slot]`` is its address) and launches the copy (:meth:`launch`). On CUDA one
-    captured graph serves every buffer: its first kernel picks the buffer by a device counter of the
-    copies fetched (see ``_fetch_table_kernel``), which the host mirrors in ``turn``; a buffer taken and
-    not launched (a call refused, a staged copy dropped) is simply taken again by the next call.
+    byte memoryview) or ``words[slot]`` (the same, as int64 words; ``bases[slot]`` is its address) and
+    launches the copy (:meth:`launch`). On CUDA one captured graph serves every buffer: its first kernel
+    picks the buffer by a device counter of the copies fetched (see ``_fetch_table_kernel``), which the
+    host mirrors in ``turn``; a buffer taken and not launched (a call refused, a staged copy dropped) is
+    simply taken again by the next call.
     :meth:`fuse` makes the copy and a key's graph one launch.
     """
 
@@ -50,7 +52,7 @@ class StagingRing:
         device: torch.device,
         size: int,
         table_bytes: int,
-        fill_fixed: Callable[[memoryview], None],
+        fill_fixed: Callable[[memoryview, int], None],
         fields: int,
         rows: int,
     ) -> None:
@@ -62,8 +64,9 @@ class StagingRing:
         whole = memoryview(self.memory.numpy())
         self.raw = [whole[s * size : (s + 1) * size] for s in range(STAGING_RING)]  # each buffer's bytes
         self.bases = [self.memory.data_ptr() + s * size for s in range(STAGING_RING)]  # each buffer's address
-        for raw in self.raw:
-            fill_fixed(raw.cast("q"))
+        self.words = [raw.cast("q") for raw in self.raw]
+        for words, base in zip(self.words, self.bases):
+            fill_fixed(words, base)
         self.turn = 0  # copies launched; the next call's buffer is turn % STAGING_RING
         self._events = [torch.cuda.Event() if self._cuda else None for _ in range(STAGING_RING // GROUP)]
         self._driver = DriverCalls(device) if self._cuda else None  # the launches, the events' records

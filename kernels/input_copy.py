@@ -10,7 +10,6 @@ device Triton does not run on) that input falls back to ``copy_`` + ``fill_`` wi
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
@@ -18,6 +17,7 @@ from typing import NoReturn
 import torch
 
 from . import _row_copy as rc
+from ._address_space import ADDRESS_SPACE
 from ._common import check, is_capturing, use_triton
 from ._copy_in_kernel import (
     ACTIVE,
@@ -28,6 +28,8 @@ from ._copy_in_kernel import (
     FLAGS,
     HAS_FILL,
     HEADER,
+    HOST_FLAGS,
+    HOST_SRC,
     ROW_BYTES,
     SRC,
     SRC_STRIDE,
@@ -77,9 +79,11 @@ def input_copy(
     plan(list(range(len(dsts))), list(srcs), num_rows, padded_rows)
 
 
-# writes the per-call columns of one table entry (generation, source address, source stride, flags)
+# writes the per-call columns of one table entry (generation, source address, source stride, flags); a host
+# source's entry needs only its mark, minus the generation (its other columns are fixed: HOST_SRC, HOST_FLAGS)
 _ENTRY = struct.Struct("<qqqq")
 _HEAD = struct.Struct("<qqq")  # the header: n, padded, generation
+_LISTS = frozenset((list, tuple))  # the types of list sources
 assert (ACTIVE, SRC, SRC_STRIDE, FLAGS) == (0, 1, 2, 3)
 
 
@@ -92,9 +96,10 @@ class InputCopyPlan:
     (and host rows) into the next buffer of a :class:`~._staging_ring.StagingRing`, in one pass with one
     lookup per source, and returns the batch size; :meth:`commit` then sets the padded size and launches
     the copy (one graph launch on CUDA, which can carry a key's graph too: :meth:`fuse`). The kernel reads
-    the rows of host sources in place from the ring (pinned on CUDA). Where the kernel cannot apply (a row
-    that is not one contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on)
-    that source falls back to ``copy_`` + ``fill_`` with identical bytes.
+    the rows of host sources in place from the ring (pinned on CUDA); their table entries are fixed per
+    ring buffer, so a call writes only their mark. Where the kernel cannot apply (a row that is not one
+    contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that source
+    falls back to ``copy_`` + ``fill_`` with identical bytes.
 
     ``names``: the destinations' names, accepted by :meth:`stage` beside their indices. ``explain(key,
     src)``: raises the error for a source that does not fit its destination (unknown key, not a tensor,
@@ -134,7 +139,7 @@ class InputCopyPlan:
             row_bytes = rc.row_bytes(d)
             field = (
                 i, d.dtype, d.dim(), d.shape[1] if d.dim() > 1 else 0, d.shape[1:],  # index, the checks
-                (HEADER + COLS * i) * 8,  # the entry's byte offset in a table
+                (HEADER + COLS * i) * 8, HEADER + COLS * i,  # the entry's byte offset in a table, its mark's word
                 _contiguous_strides(d.shape[1:]) if self.kernel_ok[i] else None,  # None: never the kernel
                 row_bytes, d.element_size(), offset,  # host rows go at this offset of a ring buffer
                 _word(d.data_ptr(), d.stride(0) * d.element_size(), row_bytes)  # the widest word, and
@@ -179,58 +184,66 @@ class InputCopyPlan:
         """
         self._pending = None  # a copy staged and never committed is dropped
         kernel = self.use_kernel and write
-        slot = gen = raw = base = None
+        slot = gen = raw = words = None
         if kernel:
             ring = self.ring or self._make_ring()
             slot = ring.take()
             self._generation += 1
-            gen, raw, base = self._generation, ring.raw[slot], ring.bases[slot]
+            gen, raw, words = self._generation, ring.raw[slot], ring.words[slot]
         # a raise leaves nothing staged: the entries written carry a generation no header names, and the
         # next call takes this ring buffer again
-        batch, direct, fallback = self._write(sources, n, kernel, gen, raw, base)
+        batch, direct, fallback = self._write(sources, n, kernel, gen, raw, words)
         self._pending = (slot, gen, batch, direct, fallback)
         return batch
 
-    def _write(self, sources, n, kernel, gen, raw, base) -> tuple[int, int, list]:
+    def _write(self, sources, n, kernel, gen, raw, words) -> tuple[int, int, list]:
         """:meth:`stage`'s pass over the sources: checks, table entries and host rows; returns (batch,
         sources the kernel copies, sources left to ``copy_`` + ``fill_``). The hot path of every run with
-        new inputs: each source costs a few attribute reads, one struct write and (host rows) one memmove."""
+        new inputs: each source costs a few attribute reads and one struct write (a device source) or one
+        copy of its rows and one word (a host source)."""
         fields, explain, device_index = self._fields, self._explain, self._device_index
-        pack, memmove = _ENTRY.pack_into, ctypes.memmove
+        pack, memory = _ENTRY.pack_into, ADDRESS_SPACE
         host_in_ring = kernel and self.staged
         fallback, batch, direct = [], n, 0
+        if n is not None and n > self._max_rows:
+            raise ValueError(f"batch of {n} exceeds the buffers' batch size {self._max_rows}")
         for key, src in sources.items():
             f = fields.get(key)
             if f is None:
                 explain(key, src)
-            i, dtype, dims, width, rows, entry, strides, row_bytes, esize, host_offset, flags, code = f
-            listed = False
-            try:
-                shape = src.shape
-                bad = (
-                    src.dtype is not dtype  # dtypes are singletons
-                    or len(shape) != dims
-                    or (dims > 1 and shape[1] != width)  # the common case, without slicing a shape
-                    or (dims > 2 and shape[1:] != rows)
-                )
-            except AttributeError:  # not a tensor: a list of Python numbers for a 1-D integer or bool buffer?
-                listed = code is not None and type(src) in (list, tuple)
-                shape, bad = (len(src),) if listed else None, not listed
-            if bad:
-                explain(key, src)
-            m = shape[0]
+            i, dtype, dims, width, rows, entry, mark, strides, row_bytes, esize, host_offset, flags, code = f
+            listed = type(src) in _LISTS  # Python ints for a 1-D integer or bool buffer (tested before
+            if listed:  # a tensor's attributes: raising AttributeError would cost a list more than this test)
+                if code is None:
+                    explain(key, src)
+                m = len(src)
+            else:
+                try:
+                    shape = src.shape
+                    bad = (
+                        src.dtype is not dtype  # dtypes are singletons
+                        or len(shape) != dims
+                        or (dims > 1 and shape[1] != width)  # the common case, without slicing a shape
+                        or (dims > 2 and shape[1:] != rows)
+                    )
+                except AttributeError:  # neither a tensor nor a list
+                    bad = True
+                if bad:
+                    explain(key, src)
+                m = shape[0]
             if m != batch:  # batch: n when given, else the first source's rows
                 if batch is None:
                     batch = m
+                    if m > self._max_rows:  # before any host rows are copied into the ring buffer
+                        raise ValueError(f"batch of {m} exceeds the buffers' batch size {self._max_rows}")
                 elif n is None:
                     raise ValueError(f"inputs disagree on the batch size: {key!r} has {m} rows, others {batch}")
                 elif m < n:
                     raise ValueError(f"input {key!r} has {m} rows; {n} are to be copied")
             if listed:
                 if host_in_ring:  # the values go straight into the ring buffer: no tensor is made
-                    at = base + host_offset
                     pack_list(key, src, batch, code, raw, host_offset)
-                    pack(raw, entry, gen, at, row_bytes, flags)
+                    words[mark] = -gen  # read from the ring buffer (the entry's fixed host columns)
                     direct += 1
                 else:  # a tensor of them, held (and copied) by the fallback
                     fallback.append((i, list_tensor(key, src, code, dtype)))
@@ -239,9 +252,9 @@ class InputCopyPlan:
                 if host_in_ring and strides is not None:  # host rows travel in the ring, read there by the kernel
                     if not src.is_contiguous():
                         src = src[:batch].contiguous()
-                    at = base + host_offset
-                    memmove(at, src.data_ptr(), batch * row_bytes)  # the batch's rows (n of them when given)
-                    pack(raw, entry, gen, at, row_bytes, flags)  # aligned as the destination
+                    at, size = src.data_ptr(), batch * row_bytes  # the batch's rows (n of them when given)
+                    raw[host_offset : host_offset + size] = memory[at : at + size]
+                    words[mark] = -gen
                     direct += 1
                     continue
             elif device_index < 0 or src.get_device() != device_index:
@@ -252,12 +265,16 @@ class InputCopyPlan:
             if not kernel or strides is None:
                 fallback.append((i, src))
                 continue
-            st = src.stride()
-            odd = dims > 1 and st[-1] != 1 or dims > 2 and st[1:] != strides  # fast checks, then the rule
-            if odd and not src[0].is_contiguous():
-                fallback.append((i, src))  # rows that are not one run of bytes
-                continue
-            addr, stride = src.data_ptr(), st[0] * esize
+            if src.is_contiguous():  # the common case: rows row_bytes apart (cheaper to ask than the strides)
+                stride = row_bytes
+            else:
+                st = src.stride()
+                odd = dims > 1 and st[-1] != 1 or dims > 2 and st[1:] != strides  # fast checks, then the rule
+                if odd and not src[0].is_contiguous():
+                    fallback.append((i, src))  # rows that are not one run of bytes
+                    continue
+                stride = st[0] * esize
+            addr = src.data_ptr()
             word = flags & WORD_MASK
             if (addr | stride) & (word - 1):  # a source less aligned than its destination
                 flags += _word(addr, stride) - word
@@ -267,8 +284,6 @@ class InputCopyPlan:
             raise ValueError("no inputs given; pass at least one tensor or give batch_size explicitly")
         if n is None and batch < 1:
             raise ValueError("empty batch: inputs have 0 rows; skip the step instead of running it")
-        if batch > self._max_rows:
-            raise ValueError(f"batch of {batch} exceeds the buffers' batch size {self._max_rows}")
         return batch, direct, fallback
 
     def commit(self, padded: int, then: FusedLaunch | None = None) -> bool:
@@ -325,12 +340,14 @@ class InputCopyPlan:
             "capture: copy once before capturing",
         )
 
-        def fill_fixed(table: memoryview) -> None:
+        def fill_fixed(table: memoryview, base: int) -> None:
             for i, (d, pad) in enumerate(zip(self.dsts, self.pads)):
-                e = HEADER + COLS * i
-                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), self._fields[i][7]
+                e, (*_, host_offset, flags, _code) = HEADER + COLS * i, self._fields[i]
+                table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), rc.row_bytes(d)
                 table[e + DST_STRIDE] = d.stride(0) * d.element_size()
                 table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
+                # a host source's rows, at its offset in this buffer: aligned as the destination
+                table[e + HOST_SRC], table[e + HOST_FLAGS] = base + host_offset, flags
 
         self.ring = StagingRing(
             self._device, self._ring_bytes, self._table_bytes, fill_fixed, len(self.dsts), self._max_rows

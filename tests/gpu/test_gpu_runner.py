@@ -179,8 +179,9 @@ def test_random_numbers_still_work_after_a_failed_capture():
 
 
 def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
-    """Twenty runs with new inputs of mixed dtypes (device, pinned and pageable host tensors, batch sizes
-    changing, more runs than ring buffers): every replay equals the step on the same inputs eagerly."""
+    """Twenty runs with new inputs of mixed dtypes (device, pinned and pageable host tensors in one run, each
+    buffer's source moving between them from run to run; batch sizes changing; more runs than ring
+    buffers): every replay equals the step on the same inputs eagerly."""
     specs = {
         "tokens": Buffer((16,), torch.int64, pad=-1),
         "hidden": Buffer((16, 100), torch.bfloat16, pad=0.0),
@@ -204,8 +205,8 @@ def test_copy_in_from_device_pinned_and_pageable_inputs_through_the_ring():
             "mask": torch.rand(n, generator=g) > 0.5,
             "small": torch.randint(-50, 50, (n, 3), generator=g).to(torch.int16),
         }
-        where = i % 3
-        given = {k: v.cuda() if where == 0 else (v.pin_memory() if where == 1 else v) for k, v in x.items()}
+        where = {k: (i + j) % 3 for j, k in enumerate(x)}  # device, pinned or pageable
+        given = {k: v.cuda() if where[k] == 0 else (v.pin_memory() if where[k] == 1 else v) for k, v in x.items()}
         out = r.run(given, copy_outputs=True)
         want = step({k: v.cuda() for k, v in x.items()}, n, Sampling.GREEDY)
         assert torch.equal(out["y"], want["y"]) and torch.equal(out["t"], want["t"]), (i, where)

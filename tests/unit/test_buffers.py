@@ -83,6 +83,26 @@ def test_kernel_falls_back_per_tensor_where_it_cannot_apply():
     assert b._copy.launches == 1  # y went through the kernel, x fell back
 
 
+def test_kernel_reads_sources_whose_rows_are_contiguous_but_not_the_tensor():
+    """Views whose rows are each one run of bytes, though the tensor is not contiguous (columns of a wider
+    tensor, every other element), go through the kernel at their own strides; one row with an odd stride
+    counts as contiguous (torch ignores the strides of size-1 dimensions), its stride never used."""
+    b = StaticBuffers(
+        {"x": Buffer((4, 3), torch.float32), "y": Buffer((4,), torch.int64), "z": Buffer((4, 2), torch.int16)}, "cpu"
+    )
+    wide = torch.randn(3, 7)
+    odd_row = torch.as_strided(torch.arange(20, dtype=torch.int16), (1, 2), (11, 1), 5)
+    given = {"x": wide[:, 2:5], "y": torch.arange(6)[::2], "z": odd_row}
+    assert not given["x"].is_contiguous() and not given["y"].is_contiguous() and odd_row.is_contiguous()
+    b._copy.stage(given, 1)
+    assert b._copy._pending[3] == 3  # all three through the kernel, none left to copy_
+    b._copy.commit(2)
+    assert torch.equal(b["x"][:1], wide[:1, 2:5]) and b["y"][:1].tolist() == [0] and b["z"][0].tolist() == [5, 6]
+    b.copy_in({"x": wide[:, 2:5], "y": torch.arange(6)[::2]}, 3, 4)
+    assert torch.equal(b["x"][:3], wide[:, 2:5]) and b["y"][:3].tolist() == [0, 2, 4]
+    assert b._copy.launches == 2
+
+
 def test_input_copy_functional_many_tensors():
     srcs = [torch.randn(5, k) for k in range(1, 10)]
     dsts = [torch.zeros(7, k) for k in range(1, 10)]
@@ -178,6 +198,8 @@ def test_list_inputs_of_1d_integer_buffers_copy_like_tensors(one_launch, staged)
         ({"probs": [[0.1, 0.2, 0.3]]}, TypeError, "probs.*must be a torch.Tensor, got list"),  # 2-D buffer
         ({"tokens": [1, 2], "lens": [1, 2, 3]}, ValueError, "disagree on the batch size"),
         ({"tokens": []}, ValueError, "empty batch"),
+        ({"tokens": list(range(9))}, ValueError, "batch of 9 exceeds"),  # refused before a row is packed
+        ({"probs": torch.rand(9, 3), "tokens": [1]}, ValueError, "batch of 9 exceeds"),  # or copied
     ],
 )
 def test_bad_list_inputs_name_the_input_and_copy_nothing(bad, error, match):
