@@ -3,9 +3,11 @@ fills the table).
 
 One program per (destination, row): row ``r`` of a destination is a copy of its source row when
 ``r < n``, its pad pattern when ``n <= r < padded``; words of 8, 4, 2 or 1 bytes as the addresses allow.
-A destination takes part in a call when its entry's mark is the header's generation (its source given by
-the entry's per-call columns) or minus it (its rows in the staging buffer: the entry's fixed host
-columns), so a host source costs its call one word, whatever it held before.
+A destination takes part in a call when its entry's mark names the header's generation, in one of three
+forms: the generation (its source given by the entry's per-call columns: address, stride, flags), minus it
+(its rows in the staging buffer: the entry's fixed host columns), or the generation plus ``DENSE`` (a
+source whose rows are ``row_bytes`` apart and aligned as the destination: only its address is per call).
+So a host source costs its call one word and such a device source two, whatever the entry held before.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ BLOCK = 256  # words per iteration of a row
 # table layout (int64 words): a header, then one entry per destination
 HEADER = 8  # n, padded, generation
 COLS = 10
-# the columns a call writes come first (one struct write; for a host source only the mark), then those fixed
-# at declaration (HOST_SRC: where the staging buffer holding the entry keeps the destination's host rows)
-ACTIVE, SRC, SRC_STRIDE, FLAGS, DST, ROW_BYTES, DST_STRIDE, FILL, HOST_SRC, HOST_FLAGS = range(COLS)
+# the columns a call writes come first (one struct write; for a host source only the mark; for a dense one the
+# mark and SRC), then those fixed at declaration (HOST_SRC: where the staging buffer holding the entry keeps
+# the destination's host rows; DENSE_FLAGS: the flags of rows row_bytes apart, aligned as the destination)
+ACTIVE, SRC, SRC_STRIDE, FLAGS, DST, ROW_BYTES, DST_STRIDE, FILL, HOST_SRC, DENSE_FLAGS = range(COLS)
 WORD_MASK, HAS_FILL = 15, 16  # FLAGS: word bytes | has-fill bit
+DENSE = 1 << 48  # added to the generation in a dense source's mark (generations stay far below it)
 # the same layout for the kernel (Triton reads globals only as constexpr)
 _HEADER, _COLS, _HAS_FILL, _WORD_MASK = (
     tl.constexpr(HEADER),
@@ -32,7 +36,7 @@ _HEADER, _COLS, _HAS_FILL, _WORD_MASK = (
 )
 _ACTIVE, _SRC, _DST, _ROW_BYTES = tl.constexpr(ACTIVE), tl.constexpr(SRC), tl.constexpr(DST), tl.constexpr(ROW_BYTES)
 _SRC_STRIDE, _DST_STRIDE, _FILL, _FLAGS = (tl.constexpr(c) for c in (SRC_STRIDE, DST_STRIDE, FILL, FLAGS))
-_HOST_SRC, _HOST_FLAGS = tl.constexpr(HOST_SRC), tl.constexpr(HOST_FLAGS)
+_HOST_SRC, _DENSE_FLAGS, _DENSE = tl.constexpr(HOST_SRC), tl.constexpr(DENSE_FLAGS), tl.constexpr(DENSE)
 
 
 @triton.jit
@@ -58,8 +62,9 @@ def _copy_row(src_addr, dst_addr, r, copy, row_bytes, src_stride, dst_stride, fi
 def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
     """Program (field ``f``, row ``r``) of a copy-in described by the table at ``table_addr``. Header:
     ``n``, ``padded``, ``generation`` (> 0); a field takes part when its entry's mark is the generation
-    (source: the per-call columns) or minus it (source: the host rows in the staging buffer), so fields
-    not given keep their rows and nothing is reset per call."""
+    (source: the per-call columns), minus it (source: the host rows in the staging buffer) or it plus
+    ``DENSE`` (source: the per-call address, rows ``row_bytes`` apart, the fixed flags), so fields not
+    given keep their rows and nothing is reset per call."""
     f = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     head = table_addr.to(tl.pointer_type(tl.int64))
@@ -67,15 +72,16 @@ def _copy_in_kernel(table_addr, BLOCK: tl.constexpr):
         entry = head + _HEADER + f * _COLS
         mark, generation = tl.load(entry + _ACTIVE), tl.load(head + 2)
         host = mark == -generation
-        if (mark == generation) | host:
+        dense = host | (mark == generation + _DENSE)  # rows row_bytes apart, the fixed flags
+        if (mark == generation) | dense:
             copy = r < tl.load(head)
-            flags = tl.load(entry + tl.where(host, _HOST_FLAGS, _FLAGS))
+            flags = tl.load(entry + tl.where(dense, _DENSE_FLAGS, _FLAGS))
             if copy | ((flags & _HAS_FILL) != 0):
                 word = flags & _WORD_MASK
                 src = tl.load(entry + tl.where(host, _HOST_SRC, _SRC))
                 dst = tl.load(entry + _DST)
                 row_bytes = tl.load(entry + _ROW_BYTES)
-                src_stride = tl.where(host, row_bytes, tl.load(entry + _SRC_STRIDE))
+                src_stride = tl.where(dense, row_bytes, tl.load(entry + _SRC_STRIDE))
                 dst_stride = tl.load(entry + _DST_STRIDE)
                 fill = tl.load(entry + _FILL)
                 if word == 8:

@@ -65,14 +65,12 @@ class DriverCalls:
 
     def launch(self, graph: torch.cuda.CUDAGraph, handle: int | None = None) -> None:
         """``handle``: ``graph.raw_cuda_graph_exec()`` kept by the caller (a call less per launch)."""
-        if self._on:
-            if self._lib.cuGraphLaunch(handle or graph.raw_cuda_graph_exec(), self._stream(self._index)) == 0:
-                return
-            self._refused()
-        graph.replay()
+        if not (self._on and self.launch_exec(handle or graph.raw_cuda_graph_exec())):
+            graph.replay()
 
     def launch_exec(self, handle: int) -> bool:
-        """Launch an executable graph made by :meth:`fuse`; ``False`` (nothing launched) where refused."""
+        """Launch an executable graph (one made by :meth:`fuse`, or a captured graph's); ``False`` (nothing
+        launched) where refused."""
         if self._on:
             if self._lib.cuGraphLaunch(handle, self._stream(self._index)) == 0:
                 return True

@@ -9,7 +9,8 @@ and strides in words, a fill pattern for padded rows, and the number of rows on 
 
 Data moves as words of ``WORD_BYTES`` (the largest of 8/4/2/1 that divides every address, stride and
 row size in the table), so bytes are copied exactly whatever the dtype.
-Cost: reads and writes each copied byte once; one launch for the whole table.
+Cost: reads and writes each copied byte once; one launch for the whole table. :class:`StaticCopy` is the
+identity copy of fixed tensors, its table uploaded once (so it can be captured).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import next_pow2
+from ._common import check, next_pow2, use_triton
 
 COLS = 8
 SRC, DST, ROW_WORDS, SRC_STRIDE, DST_STRIDE, FILL, HAS_FILL, LIMIT = range(COLS)
@@ -178,3 +179,29 @@ def launch(
     block = block_for(max_row_words)
     grid = (num_fields, num_rows, triton.cdiv(max_row_words, block))
     _row_copy_kernel[grid](table, table if index is None else index, n_copy, WORD_BYTES=word, BLOCK=block, MODE=mode)
+
+
+class StaticCopy:
+    """``dsts[i][:n] = srcs[i][:n]`` (pad rows ``[n, padded)``) for fixed tensors: the table is built and
+    uploaded once, so the copy can be captured in a CUDA graph (one kernel node)."""
+
+    def __init__(
+        self, srcs: Sequence[torch.Tensor], dsts: Sequence[torch.Tensor], pads: Sequence | None = None
+    ) -> None:
+        pads = [None] * len(dsts) if pads is None else list(pads)
+        check(len(srcs) == len(dsts) == len(pads) and len(dsts) > 0, "one source and one pad per destination")
+        for s, d in zip(srcs, dsts, strict=True):
+            check(
+                s.dtype == d.dtype and s.shape[1:] == d.shape[1:],
+                "sources and destinations must match in dtype and rows",
+            )
+            check(rows_contiguous(s) and rows_contiguous(d), "every row must be one contiguous run of bytes")
+        check(use_triton(dsts[0]), "StaticCopy needs CUDA (or TRITON_INTERPRET=1 on the CPU)")
+        fields = [field(s, d, p, d.shape[0]) for s, d, p in zip(srcs, dsts, pads, strict=True)]
+        self.word = word_bytes(fields)
+        self.max_words = max(f.row_bytes // self.word for f in fields)
+        self.num_fields = len(fields)
+        self.table = torch.tensor(table_rows(fields, self.word), dtype=torch.int64).to(dsts[0].device)
+
+    def __call__(self, n: int, padded: int | None = None) -> None:
+        launch(self.table, self.num_fields, n if padded is None else padded, self.max_words, self.word, n)

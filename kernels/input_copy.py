@@ -22,13 +22,14 @@ from ._common import check, is_capturing, use_triton
 from ._copy_in_kernel import (
     ACTIVE,
     COLS,
+    DENSE,
+    DENSE_FLAGS,
     DST,
     DST_STRIDE,
     FILL,
     FLAGS,
     HAS_FILL,
     HEADER,
-    HOST_FLAGS,
     HOST_SRC,
     ROW_BYTES,
     SRC,
@@ -37,6 +38,7 @@ from ._copy_in_kernel import (
     _word,
 )
 from ._list_sources import LIST_CODES, LIST_DTYPES, list_tensor, pack_list
+from ._row_copy import StaticCopy
 from ._staging_ring import STAGING_RING, FusedLaunch, StagingRing
 
 __all__ = ["LIST_DTYPES", "STAGING_RING", "FusedLaunch", "InputCopyPlan", "StaticCopy", "input_copy", "input_copy_ref"]
@@ -80,7 +82,8 @@ def input_copy(
 
 
 # writes the per-call columns of one table entry (generation, source address, source stride, flags); a host
-# source's entry needs only its mark, minus the generation (its other columns are fixed: HOST_SRC, HOST_FLAGS)
+# source's entry needs only its mark, minus the generation (its other columns are fixed: HOST_SRC,
+# DENSE_FLAGS), and a dense device source's its mark, the generation plus DENSE, and its address
 _ENTRY = struct.Struct("<qqqq")
 _HEAD = struct.Struct("<qqq")  # the header: n, padded, generation
 _LISTS = frozenset((list, tuple))  # the types of list sources
@@ -126,7 +129,7 @@ class InputCopyPlan:
         self.launches = 0  # kernel launches made (for tests and benchmarks)
         self._device = dsts[0].device if dsts else torch.device("cpu")
         self._cuda = self._device.type == "cuda"
-        self._device_index = self._device.index if self._cuda else -1
+        self._device_index = self._device.index if self._cuda else -2  # no tensor's get_device() (a CPU one's is -1)
         self.staged = self._cuda or bool(staged)  # a kernel on CUDA reads host rows from pinned memory only
         self._explain = explain or self._explain_source
         self._max_rows = max((d.shape[0] for d in self.dsts), default=0)
@@ -199,11 +202,13 @@ class InputCopyPlan:
     def _write(self, sources, n, kernel, gen, raw, words) -> tuple[int, int, list]:
         """:meth:`stage`'s pass over the sources: checks, table entries and host rows; returns (batch,
         sources the kernel copies, sources left to ``copy_`` + ``fill_``). The hot path of every run with
-        new inputs: each source costs a few attribute reads and one struct write (a device source) or one
-        copy of its rows and one word (a host source)."""
+        new inputs: each source costs a few attribute reads and two words (a contiguous device source
+        aligned as its destination), one struct write (another device source) or one copy of its rows and
+        one word (a host source)."""
         fields, explain, device_index = self._fields, self._explain, self._device_index
         pack, memory = _ENTRY.pack_into, ADDRESS_SPACE
         host_in_ring = kernel and self.staged
+        dense = gen + DENSE if kernel else None  # the mark of a dense device source
         fallback, batch, direct = [], n, 0
         if n is not None and n > self._max_rows:
             raise ValueError(f"batch of {n} exceeds the buffers' batch size {self._max_rows}")
@@ -257,7 +262,7 @@ class InputCopyPlan:
                     words[mark] = -gen
                     direct += 1
                     continue
-            elif device_index < 0 or src.get_device() != device_index:
+            elif src.get_device() != device_index:  # never equal with buffers on the CPU
                 raise ValueError(
                     f"input {key!r} is on {src.device}; the buffers are on {self._device} (move it, or pass it on "
                     "the CPU)"
@@ -266,6 +271,12 @@ class InputCopyPlan:
                 fallback.append((i, src))
                 continue
             if src.is_contiguous():  # the common case: rows row_bytes apart (cheaper to ask than the strides)
+                addr = src.data_ptr()
+                if not addr & (flags & WORD_MASK) - 1:  # aligned as the destination: two words, the rest fixed
+                    words[mark] = dense
+                    words[mark + SRC] = addr
+                    direct += 1
+                    continue
                 stride = row_bytes
             else:
                 st = src.stride()
@@ -274,7 +285,7 @@ class InputCopyPlan:
                     fallback.append((i, src))  # rows that are not one run of bytes
                     continue
                 stride = st[0] * esize
-            addr = src.data_ptr()
+                addr = src.data_ptr()
             word = flags & WORD_MASK
             if (addr | stride) & (word - 1):  # a source less aligned than its destination
                 flags += _word(addr, stride) - word
@@ -347,7 +358,7 @@ class InputCopyPlan:
                 table[e + DST_STRIDE] = d.stride(0) * d.element_size()
                 table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
                 # a host source's rows, at its offset in this buffer: aligned as the destination
-                table[e + HOST_SRC], table[e + HOST_FLAGS] = base + host_offset, flags
+                table[e + HOST_SRC], table[e + DENSE_FLAGS] = base + host_offset, flags
 
         self.ring = StagingRing(
             self._device, self._ring_bytes, self._table_bytes, fill_fixed, len(self.dsts), self._max_rows
@@ -366,29 +377,3 @@ def _contiguous_strides(row_shape: Sequence[int]) -> tuple[int, ...]:
 
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-class StaticCopy:
-    """``dsts[i][:n] = srcs[i][:n]`` (pad rows ``[n, padded)``) for fixed tensors: the table is built and
-    uploaded once, so the copy can be captured in a CUDA graph (one kernel node)."""
-
-    def __init__(
-        self, srcs: Sequence[torch.Tensor], dsts: Sequence[torch.Tensor], pads: Sequence | None = None
-    ) -> None:
-        pads = [None] * len(dsts) if pads is None else list(pads)
-        check(len(srcs) == len(dsts) == len(pads) and len(dsts) > 0, "one source and one pad per destination")
-        for s, d in zip(srcs, dsts, strict=True):
-            check(
-                s.dtype == d.dtype and s.shape[1:] == d.shape[1:],
-                "sources and destinations must match in dtype and rows",
-            )
-            check(rc.rows_contiguous(s) and rc.rows_contiguous(d), "every row must be one contiguous run of bytes")
-        check(use_triton(dsts[0]), "StaticCopy needs CUDA (or TRITON_INTERPRET=1 on the CPU)")
-        fields = [rc.field(s, d, p, d.shape[0]) for s, d, p in zip(srcs, dsts, pads, strict=True)]
-        self.word = rc.word_bytes(fields)
-        self.max_words = max(f.row_bytes // self.word for f in fields)
-        self.num_fields = len(fields)
-        self.table = torch.tensor(rc.table_rows(fields, self.word), dtype=torch.int64).to(dsts[0].device)
-
-    def __call__(self, n: int, padded: int | None = None) -> None:
-        rc.launch(self.table, self.num_fields, n if padded is None else padded, self.max_words, self.word, n)

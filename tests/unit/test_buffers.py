@@ -221,6 +221,36 @@ def test_copy_in_misaligned_sources_use_narrower_words():
     assert torch.equal(b["x"], x) and torch.equal(b["y"], torch.arange(6))
 
 
+def test_an_entry_alternating_between_its_dense_and_general_forms_copies_right():
+    """A device-path source whose rows are row_bytes apart and aligned as its destination writes only its
+    mark and address (the rest fixed per ring buffer); a misaligned or strided one writes all its per-call
+    columns. One destination switching between the forms from call to call, around the ring more than
+    once, copies the same bytes as copy_ + fill_."""
+    from stepgraph.kernels._copy_in_kernel import ACTIVE, COLS, DENSE, HEADER
+    from stepgraph.kernels.input_copy import STAGING_RING
+
+    decl = {"x": Buffer((6, 4), torch.int16, pad=-3), "y": Buffer((6,), torch.int64, pad=9)}  # x: 8-byte words
+    a = StaticBuffers(decl, "cpu", one_launch_copy=True)
+    p = StaticBuffers(decl, "cpu", one_launch_copy=False)
+    base = torch.arange(100, dtype=torch.int16)
+    for call in range(STAGING_RING + 5):
+        n, form = 1 + call % 6, call % 3
+        x = {  # dense; 2 bytes off an 8-byte boundary; every other row of a wider tensor
+            0: (base + call)[:24].view(6, 4),
+            1: (base + call)[1:25].view(6, 4),
+            2: (base + call)[:48].view(12, 4)[::2],
+        }[form][:n]
+        given = {"x": x, "y": torch.arange(n) * (call + 1)}
+        a._copy.stage(given)
+        slot, gen = a._copy._pending[:2]
+        marks = [a._copy.ring.words[slot][HEADER + COLS * i + ACTIVE] for i in range(2)]
+        assert marks == [gen + DENSE if form == 0 else gen, gen + DENSE]  # the form each entry took
+        a._copy.commit(min(6, n + 2))
+        p.copy_in(given, n, min(6, n + 2))
+        for name in decl:
+            assert torch.equal(a[name], p[name]), (name, call, form)
+
+
 @pytest.mark.parametrize("staged", [False, True])
 def test_a_failed_or_dropped_stage_copies_nothing_and_the_next_copy_is_right(staged):
     """Nothing half-done: a call whose second input is bad copies none of its inputs, a staged copy that
