@@ -219,11 +219,12 @@ class SpecDecoder:
             for r, a in zip(requests, arrivals):
                 r.arrival = float(a)
         stats = self.scheduler.stats
-        prefill0, t0 = stats.prefill_seconds, time.perf_counter()
+        prefill0, idle0, t0 = stats.prefill_seconds, stats.idle_seconds, time.perf_counter()
         with torch.random.fork_rng(devices=self._cuda_index()):
             torch.manual_seed(self.seed)  # the torch sampling paths draw from torch's generator
             self.scheduler.run(requests, overlap=overlap, on_step=on_step)
-        stats.decode_seconds += time.perf_counter() - t0 - (stats.prefill_seconds - prefill0)
+        elapsed = time.perf_counter() - t0
+        stats.decode_seconds += elapsed - (stats.prefill_seconds - prefill0) - (stats.idle_seconds - idle0)
         return [r.output for r in requests]
 
     def _cuda_index(self) -> list[int]:

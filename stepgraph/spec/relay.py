@@ -71,6 +71,10 @@ class RelayState:
         dst = [self.fields[n] for n in STEP_WRITES]
         src = [self.out[n] for n in STEP_WRITES[:-1]] + [self.work["offset"]]
         self._store = RelayStore(dst, src, fused=toggles.fused_relay, scratch_row=self.scratch_slot)
+        # clearing a slot: one store of rows that hold the pads, at that slot's index
+        pad_rows = [torch.full((1, *row), pad, dtype=dt, device=device) for row, dt, pad in spec.values()]
+        self._clear = RelayStore([self.fields[n] for n in names], pad_rows, fused=toggles.fused_relay)
+        self._slot_index = torch.arange(S, dtype=torch.int64, device=device)  # slot s: [s : s + 1]
         self.single_views = toggles.fused_relay
 
     # ---- inside the step (graph-safe) ---------------------------------------------------------
@@ -108,8 +112,11 @@ class RelayState:
         """Reset a slot to the pad values (a padded row's state: scratch cache row, length 0); stream-ordered
         after the steps already launched, without waiting for them."""
         self._check_slot(slot)
-        for name, f in self.fields.items():
-            f[slot].fill_(self.pads[name])
+        if self._clear.fused:  # one launch
+            self._clear(self._slot_index[slot : slot + 1])
+        else:
+            for name, f in self.fields.items():
+                f[slot].fill_(self.pads[name])
 
     def move(self, src: int, dst: int) -> None:
         """Copy every field of slot ``src`` to ``dst`` (stream-ordered after steps already launched)."""

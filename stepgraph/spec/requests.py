@@ -32,6 +32,9 @@ class Request:
 
     def append(self, tokens: Sequence[int]) -> None:
         """Add emitted tokens up to the first EOS id (kept) or the length limit; sets ``finished``."""
+        if len(self.output) + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
+            self.output.extend(tokens)  # the common case: no EOS among them, room after them
+            return
         for tok in tokens:
             self.output.append(tok)
             if tok in self.eos:
@@ -48,7 +51,8 @@ class GenerationStats:
     request_steps: int = 0  # sum over steps of the requests that used the step's output
     emitted: int = 0  # tokens produced by steps (accepted drafts + bonus), before truncation
     prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
+    decode_seconds: float = 0.0  # the loop's time, prefills and idle waits not counted
+    idle_seconds: float = 0.0  # waiting for a request to arrive, nothing running
     discarded_steps: int = 0  # overlapped loop: extra steps of requests that had already finished
     batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
 
@@ -65,6 +69,7 @@ class GenerationStats:
             "mean_accept_len": round(self.mean_accept_len, 4),
             "prefill_seconds": round(self.prefill_seconds, 4),
             "decode_seconds": round(self.decode_seconds, 4),
+            "idle_seconds": round(self.idle_seconds, 4),
             "discarded_steps": self.discarded_steps,
             "batch_changes": self.batch_changes,
         }

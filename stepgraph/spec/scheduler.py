@@ -55,6 +55,8 @@ class Scheduler:
         self.step_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self.prefill_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._last_slots: list[int] | None = None
+        self._last_batch: list[Request] | None = None  # the requests of the last step, and their class:
+        self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
         self._host_tokens: torch.Tensor | None = None
         self._t0 = 0.0
 
@@ -75,9 +77,10 @@ class Scheduler:
             yield
             return
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        stream = torch.cuda.current_stream(self.device)  # asked once for both records
+        start.record(stream)
         yield
-        end.record()
+        end.record(stream)
         events.append((start, end))
 
     def _admit_waiting(self, pending: deque, active: list[Request]) -> None:
@@ -95,10 +98,14 @@ class Scheduler:
     ) -> StepOutputs:
         """Launch one chain step for ``batch`` (a lone request moves to the view slot first); returns its
         outputs (``tokens [B, K+1]``, ``num_accepted [B]``), valid until the next step."""
-        key = self.step.runner.key_for(len(batch))
-        if key is not None and key.batch_size == 1 and self.step.relay.single_views and batch[0].slot != 0:
-            self.slots.move_to_slot0(batch[0], drain)
-        sampling = Sampling.most_general(r.params.sampling for r in batch)
+        if len(batch) == 1 and self.step.relay.single_views and batch[0].slot != 0:
+            key = self.step.runner.key_for(1)
+            if key is not None and key.batch_size == 1:
+                self.slots.move_to_slot0(batch[0], drain)
+        if batch != self._last_batch:  # requests joined or left (a slot may have changed hands)
+            self._sampling = Sampling.most_general(r.params.sampling for r in batch)
+            self._last_batch = batch
+        sampling = self._sampling
         slots = [r.slot for r in batch]
         if on_step is not None:
             on_step(len(batch))
@@ -142,14 +149,14 @@ class Scheduler:
     def run(self, requests: list[Request], *, overlap: bool, on_step: OnStep | None = None) -> None:
         """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed.
         Whatever raises, every slot and cache row comes back first."""
-        self._last_slots = None
+        self._last_slots = self._last_batch = None
         self._t0 = time.perf_counter()
         pending = deque(sorted(requests, key=lambda r: r.arrival))
         try:
             (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
         except BaseException:
             self.slots.give_back_all(requests, self.device)
-            self._last_slots = None
+            self._last_slots = self._last_batch = None
             raise
 
     def _loop_sync(self, pending: deque, on_step: OnStep | None) -> None:
@@ -215,7 +222,9 @@ class Scheduler:
             return
         delay = pending[0].arrival - (time.perf_counter() - self._t0)
         if delay > 0:
+            t0 = time.perf_counter()
             time.sleep(delay)
+            self.stats.idle_seconds += time.perf_counter() - t0  # no step and no prefill ran
             return
         if drain is not None:
             drain()

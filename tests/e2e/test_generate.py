@@ -1,5 +1,7 @@
 """The generate loop on the example model (CPU): correctness of speculation, joins/leaves, overlap."""
 
+import time
+
 import pytest
 import torch
 
@@ -136,3 +138,29 @@ def test_arrivals_are_checked():
         dec.generate(prompts(2), max_new_tokens=4, arrivals=[0.0])
     with pytest.raises(ValueError, match="arrivals"):
         dec.generate(prompts(2), max_new_tokens=4, arrivals=[0.0, -1.0])
+
+
+def test_a_request_taking_over_a_slot_runs_under_its_own_sampling_class():
+    """One request at a time: the second takes over the first one's slot (the view slot), so the slot list
+    does not change between them, yet its steps run under its own class, and its tokens are those it
+    draws alone."""
+    sampled = SamplingParams(temperature=1.0, top_k=20, seed=7)
+    dec, _ = decoder(max_batch=1)
+    out = dec.generate(prompts(2), max_new_tokens=[3, 5], sampling=[SamplingParams(), sampled])
+    assert dec.stats.batch_changes == 1  # the same slot list throughout
+    keys = dec.runner.info()["keys"]
+    assert keys["bs=1/greedy"]["eager_runs"] >= 1 and keys["bs=1/top_k"]["eager_runs"] >= 1
+    assert keys["bs=1/greedy"]["eager_runs"] + keys["bs=1/top_k"]["eager_runs"] == dec.stats.steps
+    alone, _ = decoder(max_batch=1)
+    assert out[1] == alone.generate(prompts(2)[1:], max_new_tokens=5, sampling=sampled)[0]
+
+
+def test_waiting_for_arrivals_is_idle_time_not_decode_time():
+    dec, _ = decoder(max_batch=2)
+    t0 = time.perf_counter()
+    out = dec.generate(prompts(2), max_new_tokens=3, arrivals=[0.3, 0.3])
+    elapsed = time.perf_counter() - t0
+    assert [len(o) for o in out] == [3, 3]
+    stats = dec.stats.as_dict()
+    assert stats["idle_seconds"] >= 0.25  # the loop slept until the first arrival
+    assert 0 < stats["decode_seconds"] <= elapsed - stats["idle_seconds"] - stats["prefill_seconds"]

@@ -90,6 +90,29 @@ def test_relay_errors():
         RelayStore([torch.zeros(4, 2, device=DEV)], [torch.zeros(4, 3, device=DEV)])
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_relay_state_clear_resets_one_slot_to_its_pads(fused):
+    """A request's slot given back: every field of that slot back to its pad value (one launch when
+    fused), the other slots untouched."""
+    from stepgraph.config import Toggles
+    from stepgraph.spec.relay import RelayState
+
+    relay = RelayState(
+        5, 4, 3, torch.bfloat16, torch.device(DEV), 9, Toggles.all(True).with_piece("fused_relay", fused)
+    )
+    assert relay._clear.fused == (fused and relay._store.fused)
+    for f in relay.fields.values():
+        f.copy_(torch.randint(1, 100, f.shape, device=DEV).to(f.dtype))
+    before = {n: f.clone() for n, f in relay.fields.items()}
+    relay.clear(2)
+    for n, f in relay.fields.items():
+        assert torch.equal(f[2], torch.full_like(f[2], relay.pads[n])), n
+        keep = [s for s in range(f.shape[0]) if s != 2]
+        assert torch.equal(f[keep], before[n][keep]), n
+    with pytest.raises(ValueError, match="slot 6 outside"):
+        relay.clear(6)
+
+
 def test_static_copy_and_functional_copy():
     srcs, dsts = sources(), [torch.zeros(8, *s.shape[1:], dtype=s.dtype, device=DEV) for s in sources()]
     ref = [d.clone() for d in dsts]
