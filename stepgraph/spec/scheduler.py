@@ -104,7 +104,7 @@ class Scheduler:
                 self.slots.move_to_slot0(batch[0], drain)
         if batch != self._last_batch:  # requests joined or left (a slot may have changed hands)
             self._sampling = Sampling.most_general(r.params.sampling for r in batch)
-            self._last_batch = batch
+            self._last_batch = list(batch)  # a copy: a caller may change its list in place
         sampling = self._sampling
         slots = [r.slot for r in batch]
         if on_step is not None:

@@ -164,3 +164,20 @@ def test_waiting_for_arrivals_is_idle_time_not_decode_time():
     stats = dec.stats.as_dict()
     assert stats["idle_seconds"] >= 0.25  # the loop slept until the first arrival
     assert 0 < stats["decode_seconds"] <= elapsed - stats["idle_seconds"] - stats["prefill_seconds"]
+
+
+def test_launch_sees_a_batch_list_changed_in_place():
+    """A custom loop may keep one list and append to it: the next launch runs under the new class."""
+    dec, _ = decoder(max_batch=2)
+    sampled = SamplingParams(temperature=1.0, top_k=20)
+    first, second = dec.make_requests(prompts(2), max_new_tokens=8, sampling=[SamplingParams(), sampled])
+    dec.scheduler.admit(first)
+    batch = [first]
+    dec.scheduler.launch(batch)
+    dec.scheduler.admit(second)
+    batch.append(second)
+    dec.scheduler.launch(batch)
+    runs = {k: v["eager_runs"] for k, v in dec.runner.info()["keys"].items()}
+    assert runs == {"bs=1/greedy": 1, "bs=2/top_k": 1}
+    dec.finish(batch)
+    assert dec.in_use == (0, 0)
