@@ -1,15 +1,93 @@
-"""Timing helpers shared by the benchmarks (CUDA events through triton.testing.do_bench, medians)."""
+"""Timing helpers shared by the benchmarks (CUDA events through triton.testing.do_bench, medians).
+
+Every benchmark also runs on a machine without a GPU, with ``--smoke``: tiny shapes and few repeats, the
+step graph's modes eager, so the test suite runs each script and none can rot. Those figures measure
+nothing; the helpers here time the same calls on the CPU with the wall clock.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
+import statistics
 import time
 from pathlib import Path
 
 import torch
 import triton
 from triton.testing import do_bench
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+SMOKE = {"on": False}  # set by smoke(): every timing helper then makes one call of what it times
+
+
+def add_smoke_flag(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny shapes and one call per figure, on the CPU where there is no GPU: checks that every mode "
+        "runs (the figures mean nothing)",
+    )
+
+
+def smoke(args: argparse.Namespace) -> bool:
+    """Whether this is a ``--smoke`` run (and if so, the timing helpers make one call per figure)."""
+    SMOKE["on"] = bool(getattr(args, "smoke", False))
+    return SMOKE["on"]
+
+
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def example_models(preset: str = "qwen3-0.6b", **overrides):
+    """The example target and draft on this machine's device (bf16 on a GPU); in a smoke run the tiny
+    preset with one layer (``overrides`` that shape the model are dropped then)."""
+    from stepgraph.examples.model import build
+
+    if SMOKE["on"]:
+        shape = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "max_seq_len")
+        preset, overrides = "tiny", {k: v for k, v in overrides.items() if k not in shape}
+        overrides["num_layers"] = 1
+    return build(preset, device=DEVICE, dtype=torch.bfloat16 if CUDA else torch.float32, **overrides)
+
+
+def elapsed_ms(events) -> list[float]:
+    """Milliseconds between each (start, end) CUDA event pair (none recorded on the CPU: an empty list)."""
+    sync()
+    return [a.elapsed_time(b) for a, b in events]
+
+
+def median(xs, default: float = float("nan")) -> float:
+    return statistics.median(xs) if xs else default
+
+
+def _wall_us(fn, reps: int = 3) -> float:
+    if SMOKE["on"]:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+    fn()  # first-call costs out of the figure
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+class _EagerGraph:
+    """A stand-in for a captured graph on the CPU: a replay runs the calls again."""
+
+    def __init__(self, fn, copies: int) -> None:
+        self.fn, self.copies = fn, copies
+
+    def replay(self) -> None:
+        for _ in range(self.copies):
+            self.fn()
 
 
 def env_record() -> dict:
@@ -37,10 +115,15 @@ def host_cpu() -> str:
 
 def eager_us(fn, rep: int = 200) -> float:
     """Median microseconds of ``fn`` launched eagerly (includes launch overhead)."""
+    if not CUDA:
+        return _wall_us(fn)
     return do_bench(fn, warmup=25, rep=rep, return_mode="median") * 1e3
 
 
-def graph_of(fn, copies: int = 1) -> torch.cuda.CUDAGraph:
+def graph_of(fn, copies: int = 1):
+    """``copies`` calls of ``fn`` captured in one CUDA graph (on the CPU: replayed as calls)."""
+    if not CUDA:
+        return _EagerGraph(fn, copies)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -59,7 +142,11 @@ def graph_of(fn, copies: int = 1) -> torch.cuda.CUDAGraph:
 def per_instance_us(fn, copies: int = 20, rep: int = 200) -> float:
     """Median microseconds per instance with ``copies`` instances captured in one graph, replayed back to
     back (the graph launch is paid once per step in a step graph, so it is amortised here)."""
+    if SMOKE["on"]:
+        copies = 1
     g = graph_of(fn, copies)
+    if not CUDA:
+        return _wall_us(g.replay) / copies
     return do_bench(g.replay, warmup=25, rep=rep, return_mode="median") * 1e3 / copies
 
 

@@ -27,15 +27,15 @@ import time
 from pathlib import Path
 
 import torch
-from _timing import env_record, save
-from bench_step import PROMPT, K, Setup, mode_compile, mode_step_graph
+from _timing import CUDA, add_smoke_flag, env_record, example_models, save, smoke
+from bench_step import GRAPH_TIMING, PROMPT, K, Setup, mode_compile, mode_step_graph
 
 from stepgraph import RunnerConfig
-from stepgraph.examples.model import build, greedy_reference
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.examples.model import greedy_reference
+from stepgraph.speculative.decoder import SpecDecoder
 
 HBM_BYTES_PER_S = 4.3e12
-MODES = (("eager kernels", False), ("compiled", True))
+MODES = [("eager kernels", False), ("compiled", True)]  # a smoke run compiles with the eager backend
 
 
 def floor_ms(target, draft) -> float:
@@ -69,7 +69,7 @@ def warmup_keys(models) -> dict:
     reset; its on-disk caches stay warm): total seconds, compile and capture per key."""
     torch._dynamo.reset()
     target, draft = models
-    dec = SpecDecoder.for_example(target, draft, max_batch=8, compile=True, config=RunnerConfig(progress=False))
+    dec = SpecDecoder.for_example(target, draft, max_batch=8, compile=MODES[1][1], config=RunnerConfig(progress=False))
     t0 = time.perf_counter()
     report = dec.warmup(8)
     seconds = time.perf_counter() - t0
@@ -96,7 +96,13 @@ def main() -> None:
     ap.add_argument("--no-agreement", action="store_true")
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--plot", help="redraw the plot from a saved JSON record and exit")
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    prompt = PROMPT
+    if smoke(args):
+        GRAPH_TIMING.update(steps=2, repeats=1)
+        MODES[1] = ("compiled", "eager")
+        args.batches, args.attention, prompt = "1", "sdpa", 8
     if args.plot:
         _plot(json.loads(Path(args.plot).read_text()), str(Path(args.plot).parent), Path(args.plot).stem)
         return
@@ -113,23 +119,22 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, 151936, (n,), generator=g).tolist() for n in (12, 40, 77, 128)]
     variants = [(a, m) for a in args.attention.split(",") for m in args.matmul.split(",")]
     for attention, matmul in variants:
-        models = build(
-            "qwen3-0.6b",
-            device="cuda",
-            dtype=torch.bfloat16,
+        models = example_models(
             num_layers=args.layers,
             max_requests=max(*batches, 8) + 1,  # the decoders serve up to max(B, 8)
             attention=attention,
             matmul=matmul,
         )
+        vocab = models[0].cfg.vocab_size
+        lengths = (6, 9) if smoke(args) else (12, 40, 77, 128)
+        prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
         floor = floor_ms(*models)
         variant = attention if matmul == "torch" else f"{attention}, {matmul} matmul"
         per = record["results"][variant] = {"floor_ms": floor, "batches": {}}
         for B in batches:
-            setup = Setup(B, args.layers, max(*batches, 8) + 1, attention=attention, models=models)
+            setup = Setup(B, args.layers, max(*batches, 8) + 1, prompt, attention=attention, models=models)
             res = {}
             for label, compile in MODES:
                 t0 = time.perf_counter()
@@ -157,12 +162,13 @@ def main() -> None:
             del setup
         save(args.out, name, record, _table(record, rows))  # a run cut short keeps its rows
         if not args.no_agreement:
-            per["agreement"] = {label: agreement(models, c, prompts, 48) for label, c in MODES}
+            per["agreement"] = {label: agreement(models, c, prompts, 4 if smoke(args) else 48) for label, c in MODES}
         if not args.no_warmup:
             per["warmup_1_8"] = warmup_keys(models)
         save(args.out, name, record, _table(record, rows))
         del models
-        torch.cuda.empty_cache()
+        if CUDA:
+            torch.cuda.empty_cache()
     _plot(record, args.out, name)
     save(args.out, name, record, _table(record, rows))
 

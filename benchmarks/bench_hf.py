@@ -18,8 +18,8 @@ Reported: tokens/s, stepgraph's mean accepted length, agreement of every greedy 
         [--attention gather,rows] [--drafts self,cheap] [--baselines static,default,assisted]
 
 The static compiled path recompiles for a new batch size; after another size in the same process it
-hit dynamo's recompile limit and ran 5-7x slower (runs 13, 15), so torch's compile caches are reset
-before each batch size's static run.
+hit dynamo's recompile limit and ran 5-7x slower, so torch's compile caches are reset before each batch
+size's static run.
 """
 
 from __future__ import annotations
@@ -30,22 +30,28 @@ import time
 from pathlib import Path
 
 import torch
-from _timing import env_record, save
+from _timing import CUDA, DEVICE, add_smoke_flag, env_record, save, smoke, sync
 
 from stepgraph import RunnerConfig
 from stepgraph.adapters.hf import hf_spec_decoder
+
+SHAPE = {
+    "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+    "num_attention_heads": 14, "num_key_value_heads": 2,
+}  # fmt: skip
+SMOKE_SHAPE = {
+    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}  # fmt: skip
 
 
 def target_model():
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1e6,
-    )  # fmt: skip
+    cfg = transformers.LlamaConfig(**SHAPE, max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1e6)
     cfg._attn_implementation = "sdpa"
-    model = transformers.LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    model = transformers.LlamaForCausalLM(cfg).to(DEVICE, torch.bfloat16 if CUDA else torch.float32).eval()
     model.generation_config.eos_token_id = None  # random weights: every run makes all its tokens
     model.generation_config.pad_token_id = 0
     return model
@@ -71,10 +77,10 @@ def cheap_draft(target):
 
 
 def timed(fn) -> tuple[object, float]:
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     out = fn()
-    torch.cuda.synchronize()
+    sync()
     return out, time.perf_counter() - t0
 
 
@@ -98,7 +104,11 @@ def main() -> None:
     ap.add_argument("--baselines", default="static,default,assisted", help="HF paths to run (static is the base)")
     ap.add_argument("--compile", default="off", help="stepgraph runs without and/or with compile=True: off,on")
     ap.add_argument("--plot", nargs="+", metavar="JSON", help="only draw the plot of saved hf*.json files")
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    if smoke(args):  # HF's compiled static path takes minutes to compile on a CPU: the default cache instead
+        SHAPE.update(SMOKE_SHAPE)
+        args.batches, args.tokens, args.prompt, args.baselines = "1,2", 4, 6, "default,assisted"
     if args.plot:
         plot([Path(p) for p in args.plot], Path(args.plot[-1]).with_suffix(".png"))
         return
@@ -108,8 +118,8 @@ def main() -> None:
     record = {**env_record(), "tokens": args.tokens, "results": {}}
     g = torch.Generator().manual_seed(0)
     for B in [int(b) for b in args.batches.split(",")]:
-        prompts = [torch.randint(0, 151936, (args.prompt,), generator=g).tolist() for _ in range(B)]
-        ids = torch.tensor(prompts, device="cuda")
+        prompts = [torch.randint(0, SHAPE["vocab_size"], (args.prompt,), generator=g).tolist() for _ in range(B)]
+        ids = torch.tensor(prompts, device=DEVICE)
         mask = torch.ones_like(ids)
         gen = dict(attention_mask=mask, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
         res = {}
@@ -142,6 +152,7 @@ def main() -> None:
             tag += ", compile=True" if compile else ""
             cfg = RunnerConfig(progress=False)
             size = {"max_requests": B, "max_seq_len": args.prompt + args.tokens + 16}
+            compile = ("eager" if smoke(args) else True) if compile else False  # eager backend: no compile on a CPU
             dec = hf_spec_decoder(target, d, **size, config=cfg, attention=attention, compile=compile)
             _, warm_s = timed(lambda: dec.warmup(B))
             dec.generate(prompts, max_new_tokens=args.tokens)  # untimed: first-use costs

@@ -1,6 +1,6 @@
 """Kernel benchmarks on the GPU: each kernel against its torch composite, eager and inside a graph.
 
-Method (ANCHORS.md): per-instance time with 20 instances captured in one graph and replayed back to
+Method: per-instance time with 20 instances captured in one graph and replayed back to
 back, so the graph launch itself is amortised as it is inside a step graph. Also eager (one launch per
 call, host overhead included) and the memory floor (bytes moved / 4.3 TB/s).
 
@@ -13,19 +13,21 @@ import argparse
 import itertools
 
 import torch
-from _timing import eager_us, env_record, per_instance_us, save
+from _timing import DEVICE, add_smoke_flag, eager_us, env_record, per_instance_us, save, smoke, sync
 
+from stepgraph.copy_in import InputCopyPlan
+from stepgraph.kernels import StaticCopy, input_copy_ref
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, draft_extend_tail_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
-from stepgraph.kernels.input_copy import InputCopyPlan, StaticCopy, input_copy_ref
 from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
 from stepgraph.kernels.skinny_matmul import plan, skinny_matmul
 
-BW = 4.3e12  # bytes/s, measured device-to-device copy on this H200 (KINDS.md)
+BW = 4.3e12  # bytes/s, measured device-to-device copy on the H200
 K, V, D = 3, 151936, 1024
 BATCHES = (1, 8, 64)
-dev = "cuda"
+SWEEP = True  # the configuration sweeps (greedy verify, skinny matmul)
+dev = DEVICE
 
 
 def floor_us(nbytes: int) -> float:
@@ -47,13 +49,14 @@ def bench_greedy(rows: list, record: dict) -> None:
         }
         ws = torch.zeros(B, dtype=torch.int32, device=dev)
         res["fused_one_launch"] = per_instance_us(lambda: greedy_chain_verify(x, d, workspace=ws))
-        best = None
-        for block, warps, progs, one in itertools.product((1024, 2048), (4, 8), (132, 264, 528, 1056), (False, True)):
+        best = (res["fused_one_launch"], {"block": 0, "num_warps": 0, "target_programs": 0, "one_launch": True})
+        configs = itertools.product((1024, 2048), (4, 8), (132, 264, 528, 1056), (False, True)) if SWEEP else ()
+        for block, warps, progs, one in configs:
             cfg = {"block": block, "num_warps": warps, "target_programs": progs}
             w = ws if one else None
             t = per_instance_us(lambda cfg=cfg, w=w: greedy_chain_verify(x, d, config=cfg, workspace=w), rep=100)
             sweep[f"B={B} {block}/{warps}/{progs}/{'one' if one else 'two'}"] = t
-            if best is None or t < best[0]:
+            if t < best[0]:
                 best = (t, {**cfg, "one_launch": one})
         res["fused_best"], res["best_config"] = best
         record[f"greedy_verify B={B}"] = res
@@ -92,7 +95,7 @@ def bench_tail(rows: list, record: dict) -> None:
         )
 
 
-#: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords); targets from ANCHORS.md.
+#: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords) and the targets they are held to.
 #: A request with 1 <= top_k <= 256 is in the small top-k class; the general filtered class is timed too.
 TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
 SAMPLING_CASES = (
@@ -225,7 +228,7 @@ def bench_matmul(rows: list, record: dict) -> None:
             it = itertools.cycle(range(copies))
             return per_instance_us(lambda: fn(next(it)), copies=copies, rep=rep)
 
-        for m in (1, 4, 8, 16, 32, 64):
+        for m in (1, 4, 8, 16, 32, 64) if SWEEP else (4,):
             x = torch.randn(m, k, device=dev).bfloat16()
             res = {
                 "torch_mm": per(lambda i: x @ ws[i]),
@@ -242,11 +245,14 @@ def bench_matmul(rows: list, record: dict) -> None:
             )
         x = torch.randn(4, k, device=dev).bfloat16()
         sweep = {}
-        for bn, bk, splits, stages in itertools.product((16, 32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (3, 4)):
+        configs = itertools.product((16, 32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (3, 4)) if SWEEP else ()
+        for bn, bk, splits, stages in configs:
             if k // splits < bk:
                 continue
             cfg = {"block_n": bn, "block_k": bk, "splits": splits, "num_stages": stages, "num_warps": 4}
             sweep[f"{bn}/{bk}/{splits}/{stages}"] = per(lambda i, cfg=cfg: skinny_matmul(x, ws[i], config=cfg), rep=50)
+        if not sweep:
+            continue
         best = min(sweep, key=sweep.get)
         record[f"matmul_sweep {name}"] = sweep
         rows.append(f"| matmul {name} M=4 best of sweep (block_n/block_k/splits/stages) | - | - | - | "
@@ -267,7 +273,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/latest")
     ap.add_argument("--only", default=",".join(BENCHES))
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    if smoke(args):
+        global K, V, D, BATCHES, PROJECTIONS, SWEEP, SAMPLING_CASES
+        K, V, D, BATCHES, SWEEP = 2, 300, 32, (2,), False
+        PROJECTIONS = (("down", 96, 64),)
+        SAMPLING_CASES = tuple(c for c in SAMPLING_CASES if c[0] in ("temperature", "top-k 50 + top-p 0.9"))
     torch.manual_seed(0)
     record = {"env": env_record(), "method": "per instance: 20 instances in one graph, do_bench median / 20 (us)"}
     rows = [
@@ -277,7 +289,7 @@ def main() -> None:
     ]
     for name in args.only.split(","):
         BENCHES[name](rows, record)
-        torch.cuda.synchronize()
+        sync()
     env = record["env"]
     header = f"# Kernel benchmarks, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}\n\n"
     save(args.out, "kernels", record, header + "\n".join(rows) + "\n")

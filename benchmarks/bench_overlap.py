@@ -14,12 +14,11 @@ import argparse
 import time
 
 import torch
-from _timing import env_record, save
+from _timing import add_smoke_flag, elapsed_ms, env_record, example_models, save, smoke, sync
 
 from stepgraph import RunnerConfig, Toggles
-from stepgraph.examples.model import build
-from stepgraph.keys import SamplingParams
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.sampling import SamplingParams
+from stepgraph.speculative.decoder import SpecDecoder
 
 K = 3
 
@@ -39,8 +38,13 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest")
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--tokens", type=int, default=160)
+    add_smoke_flag(ap)
     args = ap.parse_args()
-    target, draft = build("qwen3-0.6b", device="cuda", dtype=torch.bfloat16, num_layers=args.layers, max_requests=20)
+    batches = (1, 8)
+    if smoke(args):
+        args.tokens, batches = 6, (1, 2)
+    target, draft = example_models(num_layers=args.layers, max_requests=20)
+    vocab = target.cfg.vocab_size
     record = {"env": env_record(), "layers": args.layers, "results": {}}
     rows = [
         "| B | host work | loop | ms / step | device ms / step | occupancy | host ms / step | steps | replay-only device ms "
@@ -48,8 +52,8 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     g = torch.Generator().manual_seed(0)
-    for B in (1, 8):
-        prompts = [torch.randint(0, 151936, (64,), generator=g).tolist() for _ in range(B)]
+    for B in batches:
+        prompts = [torch.randint(0, vocab, (64,), generator=g).tolist() for _ in range(B)]
         dec = SpecDecoder.for_example(
             target,
             draft,
@@ -59,13 +63,13 @@ def main() -> None:
         )
         dec.warmup(B)
         dec.generate(prompts, max_new_tokens=16)  # warm everything
-        replay_ms = dec.device_step_ms(B)  # back-to-back replays of the full-batch key, for reference
+        replay_ms = dec.device_step_ms(B) if torch.cuda.is_available() else float("nan")  # replays alone
         dec.record_step_events = True
         for host_us in (0, 200):
             for overlap in (False, True):
                 dec.stats = type(dec.stats)()
                 dec.step_events.clear()
-                torch.cuda.synchronize()
+                sync()
                 out = dec.generate(
                     prompts,
                     max_new_tokens=args.tokens,
@@ -73,11 +77,11 @@ def main() -> None:
                     overlap=overlap,
                     on_step=slow_host(host_us) if host_us else None,
                 )
-                torch.cuda.synchronize()
                 st = dec.stats
                 step_ms = st.decode_seconds / st.steps * 1e3
                 ev = dec.step_events
-                device_ms = sum(a.elapsed_time(b) for a, b in ev) / len(ev)
+                times = elapsed_ms(ev)
+                device_ms = sum(times) / len(times) if times else float("nan")
                 gaps = [(ev[i - 1][1].elapsed_time(ev[i][0]), i) for i in range(1, len(ev))]
                 idle = sorted(gaps, reverse=True)
                 res = {

@@ -20,7 +20,7 @@ import argparse
 import time
 
 import torch
-from _timing import env_record, save
+from _timing import CUDA, DEVICE, add_smoke_flag, env_record, save, smoke, sync
 
 from stepgraph import Buffer, RunnerConfig, Sampling, StepGraphRunner, Toggles
 
@@ -46,11 +46,11 @@ def host_samples(fn, calls: int) -> list[float]:
     this is the host's own cost)."""
     times = []
     for _ in range(calls):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e6)
-    torch.cuda.synchronize()
+    sync()
     return times
 
 
@@ -59,19 +59,16 @@ def median(xs: list[float]) -> float:
     return xs[len(xs) // 2]
 
 
-def host_us(fn, calls: int = 400) -> float:
-    """Median host microseconds of one call, the device idle before it."""
-    for _ in range(50):
-        fn()
-    return median(host_samples(fn, calls))
+ROUNDS = {"rounds": 20, "calls": 20, "warm": 50, "loop": 400}  # a smoke run takes a few of each
 
 
-def host_us_interleaved(cases: dict, steady: str, rounds: int = 20, calls: int = 20) -> tuple[dict, dict]:
+def host_us_interleaved(cases: dict, steady: str) -> tuple[dict, dict]:
     """Every case's median host time over ``rounds`` rounds of ``calls`` calls, the cases taking turns
     within each round, and its median over the rounds of (its round median - ``steady``'s round median):
     a moment when the host runs slower hits every case alike instead of one row."""
+    rounds, calls = ROUNDS["rounds"], ROUNDS["calls"]
     for fn in cases.values():
-        for _ in range(50):
+        for _ in range(ROUNDS["warm"]):
             fn()
     samples = {n: [] for n in cases}
     above = {n: [] for n in cases}
@@ -86,8 +83,15 @@ def host_us_interleaved(cases: dict, steady: str, rounds: int = 20, calls: int =
     return {n: median(v) for n, v in samples.items()}, {n: median(v) for n, v in above.items()}
 
 
-def loop_us(fn, calls: int = 400) -> tuple[float, float]:
-    """(wall, device) microseconds per call of ``calls`` calls back to back (the larger one bounds)."""
+def loop_us(fn) -> tuple[float, float]:
+    """(wall, device) microseconds per call of calls back to back (the larger one bounds; no device time
+    on the CPU)."""
+    calls = ROUNDS["loop"]
+    if not CUDA:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls * 1e6, float("nan")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -102,20 +106,21 @@ def loop_us(fn, calls: int = 400) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/latest")
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    if smoke(args):
+        ROUNDS.update(rounds=2, calls=2, warm=1, loop=2)
     runner = StepGraphRunner(
-        step, BUFFERS, device="cuda", config=RunnerConfig(toggles=Toggles.all(True), buckets=(4, 8, 64), progress=False)
+        step, BUFFERS, device=DEVICE, config=RunnerConfig(toggles=Toggles.all(True), buckets=(4, 8, 64), progress=False)
     )
     names = list(BUFFERS)
-    dev = {n: torch.zeros((B, *BUFFERS[n].shape[1:]), dtype=BUFFERS[n].dtype, device="cuda") for n in names}
-    pinned = {n: t.cpu().pin_memory() for n, t in dev.items()}
+    dev = {n: torch.zeros((B, *BUFFERS[n].shape[1:]), dtype=BUFFERS[n].dtype, device=DEVICE) for n in names}
+    pinned = {n: t.cpu().pin_memory() if CUDA else t.cpu() for n, t in dev.items()}
     pageable = {n: t.cpu() for n, t in dev.items()}
     runner.run(dev, Sampling.GREEDY)  # captures bs=4/greedy
-    graph = runner.stats(runner.key_for(B)).captured.graph
-    cases = {
-        "bare CUDAGraph.replay()": graph.replay,
-        "run(batch_size=3)": lambda: runner.run(batch_size=B),
-    }
+    captured = runner.stats(runner.key_for(B)).captured
+    cases = {"bare CUDAGraph.replay()": captured.graph.replay} if captured is not None else {}
+    cases["run(batch_size=3)"] = lambda: runner.run(batch_size=B)
     for k in (1, 3, 8):
         for where, src in (("device", dev), ("host pinned", pinned), ("host pageable", pageable)):
             chosen = {n: src[n] for n in names[:k]}

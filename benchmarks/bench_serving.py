@@ -31,14 +31,14 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from _timing import env_record, save
+from _timing import add_smoke_flag, elapsed_ms, env_record, example_models, save, smoke, sync
 
 from stepgraph import RunnerConfig, SamplingParams, Toggles
-from stepgraph.examples.model import build
-from stepgraph.keys import Sampling
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.sampling import Sampling
+from stepgraph.speculative.decoder import SpecDecoder
 
 K, MAX_BATCH = 3, 16
+SHAPE = {"prompts": (32, 512), "outputs": (16, 256), "fixed_steps": 30}  # a smoke run's are short
 SAMPLING = {
     "greedy": SamplingParams(),
     "temperature": SamplingParams(temperature=0.8),
@@ -48,19 +48,15 @@ SAMPLING = {
 
 def trace(n: int, rate: float, poisson: bool, vocab: int, seed: int = 0, greedy_only: bool = False) -> dict:
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(32, 513, (n,), generator=g).tolist()
+    (p_lo, p_hi), (o_lo, o_hi) = SHAPE["prompts"], SHAPE["outputs"]
+    lengths = torch.randint(p_lo, p_hi + 1, (n,), generator=g).tolist()
     prompts = [torch.randint(0, vocab, (m,), generator=g).tolist() for m in lengths]
-    outputs = torch.randint(16, 257, (n,), generator=g).tolist()
+    outputs = torch.randint(o_lo, o_hi + 1, (n,), generator=g).tolist()
     kinds = ["greedy", "greedy", "temperature", "top_k_top_p"]
     sampling = [SAMPLING["greedy" if greedy_only else kinds[i % 4]] for i in range(n)]
     gaps = torch.empty(n).exponential_(rate, generator=g) if poisson else torch.zeros(n)
     arrivals = torch.cumsum(gaps, 0).tolist()
     return {"prompts": prompts, "max_new_tokens": outputs, "sampling": sampling, "arrivals": arrivals}
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
@@ -89,8 +85,8 @@ def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
     sync()
     wall = time.perf_counter() - t0
     st = dec.stats
-    step_busy = sum(s.elapsed_time(e) for s, e in dec.step_events) / 1e3
-    prefill_busy = sum(s.elapsed_time(e) for s, e in dec.scheduler.prefill_events) / 1e3
+    step_busy = sum(elapsed_ms(dec.step_events)) / 1e3
+    prefill_busy = sum(elapsed_ms(dec.scheduler.prefill_events)) / 1e3
     gaps = sorted(b - a for a, b in zip(marks, marks[1:]))
     info = dec.info()
     tokens = sum(len(o) for o in out)
@@ -107,7 +103,7 @@ def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
         "step_p99_ms": gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1e3 if gaps else None,
         # the device's busy share of the whole run: steps and prefills (the batch changes as requests join)
         "occupancy": (step_busy + prefill_busy) / (wall - st.idle_seconds) if dec.step_events else None,
-        "occupancy_of_wall": (step_busy + prefill_busy) / wall if dec.step_events else None,  # before run 26
+        "occupancy_of_wall": (step_busy + prefill_busy) / wall if dec.step_events else None,  # idle included
         "idle_s": st.idle_seconds,
         "step_device_ms": step_busy / max(1, st.steps) * 1e3,
         "prefill_s": st.prefill_seconds,
@@ -120,10 +116,11 @@ def serve(dec: SpecDecoder, work: dict, overlap: bool) -> dict:
     }
 
 
-def fixed_loop_ms(dec: SpecDecoder, prompts: list[list[int]], b: int, steps: int = 30) -> float:
+def fixed_loop_ms(dec: SpecDecoder, prompts: list[list[int]], b: int) -> float:
     """Synchronous greedy step time of a resident batch of ``b`` requests through the synchronous loop's
     body (the scheduler's launch, with its step events when the trace records them; the tokens read and
     applied to the requests), the batch held fixed: a trace's step when nobody joins or leaves."""
+    steps = SHAPE["fixed_steps"]
     sched = dec.scheduler
     requests = dec.make_requests(prompts[:b], max_new_tokens=(steps + 2) * (K + 1))  # none finishes by length
     dec.admit(requests)
@@ -141,9 +138,10 @@ def fixed_loop_ms(dec: SpecDecoder, prompts: list[list[int]], b: int, steps: int
     return ms
 
 
-def fixed_batch_ms(dec: SpecDecoder, prompts: list[list[int]], b: int, steps: int = 30) -> float:
+def fixed_batch_ms(dec: SpecDecoder, prompts: list[list[int]], b: int) -> float:
     """Synchronous greedy step time of a resident batch of ``b`` requests (the same loop body: launch, read
     the tokens), stepped back to back."""
+    steps = SHAPE["fixed_steps"]
     requests = dec.make_requests(prompts[:b], max_new_tokens=8)
     slots = dec.admit(requests)
     saved = {n: f.clone() for n, f in dec.step.relay.fields.items()}
@@ -168,20 +166,16 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--rate", type=float, default=40.0, help="Poisson arrivals per second")
     ap.add_argument("--plot", help="only draw the plot of a saved serving.json")
-    ap.add_argument("--preset", default="qwen3-0.6b", help="example model shape (tiny: a CPU smoke run)")
+    ap.add_argument("--preset", default="qwen3-0.6b", help="example model shape")
+    add_smoke_flag(ap)
     args = ap.parse_args()
     if args.plot:
         plot(Path(args.plot))
         return
-    cuda = torch.cuda.is_available()
-    target, draft = build(
-        args.preset,
-        device="cuda" if cuda else "cpu",
-        dtype=torch.bfloat16 if cuda else torch.float32,
-        num_layers=args.layers,
-        max_requests=MAX_BATCH + 2,
-        max_seq_len=1024,
-    )
+    if smoke(args):
+        args.requests, args.rate = 6, 400.0
+        SHAPE.update(prompts=(4, 12), outputs=(2, 8), fixed_steps=2)
+    target, draft = example_models(args.preset, num_layers=args.layers, max_requests=MAX_BATCH + 2, max_seq_len=1024)
     vocab = target.cfg.vocab_size
     modes = {"eager": (False, False), "step graph": (True, False), "step graph + overlap": (True, True)}
     record = {**env_record(), "layers": args.layers, "requests": args.requests, "rate": args.rate, "runs": {}}
@@ -284,7 +278,7 @@ def plot(path: Path) -> None:
     gb = rec["greedy_batching"]
     sizes = sorted(int(b) for b in gb["fixed_batch_ms"])
     axes[1].plot(sizes, [gb["fixed_batch_ms"][str(b)] for b in sizes], "o-", label="fixed batch: launch + read")
-    if "fixed_loop_ms" in gb:  # runs from 2026-12-01 (run 26) on
+    if "fixed_loop_ms" in gb:  # records since the loop's own body became the reference
         axes[1].plot(sizes, [gb["fixed_loop_ms"][str(b)] for b in sizes], "s-", label="fixed batch: the loop's body")
     axes[1].axhline(
         gb["mean_step_ms"], color="tab:red", ls="--", label=f"continuous batching mean ({gb['ratio']:.3f}x)"

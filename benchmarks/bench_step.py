@@ -23,11 +23,11 @@ import time
 from dataclasses import replace
 
 import torch
-from _timing import env_record, save
+from _timing import CUDA, DEVICE, add_smoke_flag, env_record, save, smoke, sync
 
 from stepgraph import RunnerConfig, Sampling, SamplingParams, Toggles
 from stepgraph.examples.model import build
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 K = 3
 PROMPT = 128
@@ -46,12 +46,13 @@ class Setup:
         attention="sdpa",
         models=None,
         matmul="torch",
+        preset: str = "qwen3-0.6b",
     ) -> None:
         self.B = B
         self.target, self.draft = models or build(
-            "qwen3-0.6b",
-            device="cuda",
-            dtype=torch.bfloat16,
+            preset,
+            device=DEVICE,
+            dtype=torch.bfloat16 if CUDA else torch.float32,
             num_layers=layers,
             max_requests=max_requests,
             max_seq_len=max_seq_len,
@@ -60,7 +61,8 @@ class Setup:
         )
         self.decoders = {}
         g = torch.Generator().manual_seed(0)
-        self.prompts = [torch.randint(0, 151936, (prompt,), generator=g).tolist() for _ in range(B)]
+        vocab = self.target.cfg.vocab_size
+        self.prompts = [torch.randint(0, vocab, (prompt,), generator=g).tolist() for _ in range(B)]
 
     def decoder(
         self, name: str, toggles: Toggles, buckets=None, splice_stages=False, sampling=None, compile=False
@@ -103,16 +105,18 @@ GRAPH_TIMING = {"steps": 100, "repeats": 5}  # graph modes are fast: more sample
 
 def time_steps(step_once, dec: SpecDecoder, steps: int = 40, repeats: int = 3) -> float:
     """Median over repeats of the mean wall time per synchronous step (state restored between repeats)."""
+    if GRAPH_TIMING["steps"] < 40:  # a smoke run
+        steps, repeats = GRAPH_TIMING["steps"], 1
     out = []
     for _ in range(repeats):
         restore(dec)
-        for _ in range(3):
+        for _ in range(min(3, steps)):
             step_once()
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for _ in range(steps):
             step_once()
-        torch.cuda.synchronize()
+        sync()
         out.append((time.perf_counter() - t0) / steps)
     return statistics.median(out) * 1e3
 
@@ -143,7 +147,7 @@ def mode_step_graph(setup: Setup, name: str = "graph", **decoder_kwargs) -> tupl
     dec = setup.decoder(name, Toggles.all(True), **decoder_kwargs)
     dec.step.run(dec.slots, Sampling.GREEDY)  # captures the key (on parked state) and replays
     runner = dec.step.runner
-    assert runner.info()["captured_keys"], runner.info()
+    assert runner.info()["captured_keys"] or not CUDA, runner.info()
 
     def once():
         dec.read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
@@ -152,11 +156,7 @@ def mode_step_graph(setup: Setup, name: str = "graph", **decoder_kwargs) -> tupl
     key = runner.key_for(setup.B)
     graph = runner.stats(key).captured
     restore(dec)
-
-    def device_once():
-        graph.replay()
-
-    device_ms = time_steps(device_once, dec, **GRAPH_TIMING)
+    device_ms = time_steps(graph.replay, dec, **GRAPH_TIMING) if graph is not None else float("nan")
     return sync_ms, device_ms, runner.stats(key).capture_seconds * 1e3
 
 
@@ -165,54 +165,60 @@ def mode_spliced(setup: Setup) -> tuple[float, float]:
     dec = setup.decoder("spliced", Toggles.all(True), splice_stages=True)
     dec.step.run(dec.slots, Sampling.GREEDY)
     runner = dec.step.runner
-    assert runner.info()["captured_keys"], runner.info()
+    assert runner.info()["captured_keys"] or not CUDA, runner.info()
 
     def once():
         dec.read_tokens(runner.run(None, Sampling.GREEDY, batch_size=setup.B)["tokens"])
 
     sync_ms = time_steps(once, dec, **GRAPH_TIMING)
     graph = runner.stats(runner.key_for(setup.B)).captured
-    return sync_ms, time_steps(graph.replay, dec, **GRAPH_TIMING)
+    return sync_ms, time_steps(graph.replay, dec, **GRAPH_TIMING) if graph is not None else float("nan")
 
 
 def mode_per_stage(setup: Setup) -> float:
-    """Three graphs (draft, verify, draft-extend) with a host sync between verify and draft-extend."""
+    """The step's stages as three graphs (draft, verify, draft-extend with the relay commit) with a host sync
+    between verify and draft-extend, as a per-stage design needs (on the CPU: the stages run eagerly)."""
     dec = setup.decoder("stages", Toggles.all(True))
     step = dec.step
     B = setup.B
-    slots_buf = step.runner.buffers["slots"]
     step.runner.buffers.copy_in({"slots": dec.slots}, B, B)
-    slots = slots_buf[:B]
-    pool = torch.cuda.graph_pool_handle()
-    s = torch.cuda.Stream()
-    ctx = {}
+    slots = step.runner.buffers["slots"][:B]
+    draft, verify, extend, commit = step.stages
+
+    def stage_calls(ctx):  # the three graphs' contents, in order
+        return (
+            lambda: step.run_stage(draft, ctx),
+            lambda: step.run_stage(verify, ctx),
+            lambda: (step.run_stage(extend, ctx), step.run_stage(commit, ctx)),
+        )
+
     with step.relay.parked():
-        for _ in range(2):  # warm-up on the side stream
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                c = step.draft_stage(step.relay.inputs(slots, B), B)
-                step.verify_stage(c, Sampling.GREEDY)
-                step.extend_stage(c)
-                step.relay.commit(slots, B)
-            torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        graphs = [torch.cuda.CUDAGraph() for _ in range(3)]
-        with torch.cuda.graph(graphs[0], pool=pool, stream=s):
-            ctx.update(step.draft_stage(step.relay.inputs(slots, B), B))
-        with torch.cuda.graph(graphs[1], pool=pool, stream=s):
-            step.verify_stage(ctx, Sampling.GREEDY)
-        with torch.cuda.graph(graphs[2], pool=pool, stream=s):
-            outs = step.extend_stage(ctx)
-            step.relay.commit(slots, B)
+        ctx = step.context(slots, B, Sampling.GREEDY, step.K)
+        calls = stage_calls(ctx)
+        if CUDA:
+            pool, s = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+            for _ in range(2):  # warm-up on the side stream
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for call in calls:
+                        call()
+                torch.cuda.current_stream().wait_stream(s)
+            sync()
+            graphs = [torch.cuda.CUDAGraph() for _ in calls]
+            for graph, call in zip(graphs, calls):
+                with torch.cuda.graph(graph, pool=pool, stream=s):
+                    call()
+            replays = [g.replay for g in graphs]
+        else:
+            replays = list(calls)
     restore(dec)
-    num_acc = ctx["verify"].num_accepted
 
     def once():
-        graphs[0].replay()
-        graphs[1].replay()
-        num_acc.cpu()  # the per-stage design reads accept lengths before planning draft-extend
-        graphs[2].replay()
-        outs["tokens"].cpu()
+        replays[0]()
+        replays[1]()
+        ctx.verified.num_accepted.cpu()  # the per-stage design reads accept lengths before planning draft-extend
+        replays[2]()
+        ctx.verified.tokens.cpu()
 
     return time_steps(once, dec, **GRAPH_TIMING)
 
@@ -225,17 +231,20 @@ def mode_compile(setup: Setup) -> dict:
     views = step.runner.buffers.views(B)
 
     def plain_step():
-        return step.runner.step(views, B, Sampling.GREEDY)["tokens"]  # the step function itself, eager
+        return step.runner.step(views, B, Sampling.GREEDY, step.K)["tokens"]  # the step function itself, eager
 
     try:
         import torch._dynamo
 
         torch._dynamo.reset()
-        compiled = torch.compile(plain_step, mode="reduce-overhead")
+        # on the CPU (a smoke run) the eager backend: the call path without inductor's minutes of compiling
+        compiled = (
+            torch.compile(plain_step, mode="reduce-overhead") if CUDA else torch.compile(plain_step, backend="eager")
+        )
         t0 = time.perf_counter()
         for _ in range(3):  # compile + record the cudagraph tree
             compiled().cpu()
-        torch.cuda.synchronize()
+        sync()
         compile_s = time.perf_counter() - t0
         ms = time_steps(lambda: compiled().cpu(), dec)
         from torch._dynamo.utils import counters
@@ -254,7 +263,7 @@ def memory_keys(setup: Setup) -> dict:
     """Keys 1..8 captured into one shared pool, against each key captured alone."""
     dec = setup.decoder("keys", Toggles.all(True), buckets=tuple(range(1, 9)))
     runner = dec.step.runner
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     with dec.step.relay.parked():
         runner.capture([(b, "greedy") for b in range(1, 9)])
@@ -274,7 +283,7 @@ def memory_keys(setup: Setup) -> dict:
         "shared_pool_bytes": shared,
         "alone_bytes": alone,
         "largest_alone_bytes": max(alone.values()),
-        "ratio_shared_to_largest": shared / max(alone.values()),
+        "ratio_shared_to_largest": shared / max(alone.values()) if max(alone.values()) else float("nan"),
         "capture_ms_per_key": per_key,
         "capture_all_seconds": total_s,
     }
@@ -295,7 +304,12 @@ def main() -> None:
         choices=["sdpa", "triton"],
         help="sdpa: masked SDPA over the whole gathered cache; triton: decode attention up to each length",
     )
+    add_smoke_flag(ap)
     args = ap.parse_args()
+    preset = "qwen3-0.6b"
+    if smoke(args):
+        GRAPH_TIMING.update(steps=2, repeats=1)
+        preset, args.batches, args.layers, args.prompt, args.max_seq_len = "tiny", "1,2", 1, 8, 128
     if args.prompt + (K + 1) * (GRAPH_TIMING["steps"] + 5) > args.max_seq_len:  # the timed steps' positions
         ap.error(f"--prompt {args.prompt} leaves too few cache positions for the timed steps; raise --max-seq-len")
     torch.manual_seed(0)
@@ -315,7 +329,7 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
-        setup = Setup(B, args.layers, max(B, 8) + 1, args.prompt, args.max_seq_len, args.attention)
+        setup = Setup(B, args.layers, max(B, 8) + 1, args.prompt, args.max_seq_len, args.attention, preset=preset)
         eager = mode_eager(setup)
         eager_fused = mode_eager_fused(setup)
         stages = mode_per_stage(setup)
@@ -348,9 +362,10 @@ def main() -> None:
             f"{res.get('speedup_vs_compile', float('nan')):.2f}x | {capture_ms:.1f} | {spliced:.3f} | {spliced_device:.3f} |"
         )
         del setup
-        torch.cuda.empty_cache()
+        if CUDA:
+            torch.cuda.empty_cache()
     if not args.no_memory:
-        mem = memory_keys(Setup(8, args.layers, 9, args.prompt, args.max_seq_len, args.attention))
+        mem = memory_keys(Setup(8, args.layers, 9, args.prompt, args.max_seq_len, args.attention, preset=preset))
         record["memory"] = mem
         rows.append("")
         rows.append(

@@ -19,8 +19,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-import torch
-from _timing import env_record, save
+from _timing import CUDA, add_smoke_flag, env_record, save, smoke, sync
 from bench_step import Setup, restore
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -132,15 +131,16 @@ def profile_mode(
         dec.read_tokens(runner.run(None, params.sampling, batch_size=B)["tokens"])
 
     restore(dec)
-    for _ in range(5):
+    for _ in range(min(5, steps)):
         once()
-    torch.cuda.synchronize()
+    sync()
     restore(dec)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if CUDA else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
         for _ in range(steps):
             with record_function("step"):
                 once()
-        torch.cuda.synchronize()
+        sync()
     return analyse(prof, steps)
 
 
@@ -181,16 +181,29 @@ def main() -> None:
     ap.add_argument("--matmul", default="torch", choices=["torch", "triton"])
     ap.add_argument("--compile", action="store_true", help="also the step graph with compile=True")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager mode")
+    add_smoke_flag(ap)
     args = ap.parse_args()
     params = SAMPLINGS[args.sampling]
-    setup = Setup(args.batch, args.layers, max(args.batch, 8) + 1, attention=args.attention, matmul=args.matmul)
+    preset, prompt, cache = "qwen3-0.6b", 128, 1024
+    if smoke(args):
+        preset, prompt, cache, args.layers, args.steps = "tiny", 8, 128, 1, 2
+    setup = Setup(
+        args.batch,
+        args.layers,
+        max(args.batch, 8) + 1,
+        prompt,
+        cache,
+        args.attention,
+        matmul=args.matmul,
+        preset=preset,
+    )
     record = {"env": env_record(), "layers": args.layers, "batch": args.batch, "modes": {}}
     if not args.no_eager:
         record["modes"]["eager"] = profile_mode(setup, "eager", Toggles.all(False), args.steps, params)
     record["modes"]["step graph"] = profile_mode(setup, "graph", Toggles.all(True), args.steps, params)
     if args.compile:
         record["modes"]["step graph, compile=True"] = profile_mode(
-            setup, "compiled", Toggles.all(True), args.steps, params, compile=True
+            setup, "compiled", Toggles.all(True), args.steps, params, compile=True if CUDA else "eager"
         )
     env = record["env"]
     rows = [

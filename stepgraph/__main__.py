@@ -1,5 +1,8 @@
+"""``python -m stepgraph``: the command line (:mod:`stepgraph.cli`)."""
+
 import sys
 
 from stepgraph.cli import main
 
-sys.exit(main(prog="python -m stepgraph"))
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m stepgraph"))

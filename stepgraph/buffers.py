@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import torch
 
-from stepgraph.kernels.input_copy import LIST_DTYPES, FusedLaunch, InputCopyPlan
+from stepgraph.copy_in import LIST_DTYPES, FusedLaunch, InputCopyPlan
 
 
 class Pad(enum.Enum):
@@ -111,7 +111,7 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
             name: torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for name, spec in specs.items()
         }
         self._views: dict[int, dict[str, torch.Tensor]] = {}
-        self._copy = InputCopyPlan(
+        self._copy = InputCopyPlan(  # the copy-in of every run's inputs
             [self.tensors[n] for n in self.specs],
             [spec.pad if spec.pad is not KEEP else None for spec in self.specs.values()],
             names=list(self.specs),
@@ -130,6 +130,12 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
 
     def __len__(self) -> int:
         return len(self.tensors)
+
+    @property
+    def copy_plan(self) -> InputCopyPlan:
+        """The copy-in plan behind :meth:`stage` / :meth:`commit` (read-only use: its counters and
+        :meth:`~stepgraph.copy_in.InputCopyPlan.staged`)."""
+        return self._copy
 
     # ----------------------------------------------------------------------------------------------
     def views(self, batch_size: int) -> dict[str, torch.Tensor]:
@@ -206,13 +212,13 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
 
     def commit(self, padded_batch: int, then: FusedLaunch | None = None) -> bool:
         """Copy the inputs :meth:`stage` staged into rows ``[0, B)`` and pad rows ``[B, padded_batch)``, in
-        one launch (see :class:`stepgraph.kernels.input_copy.InputCopyPlan`). Nothing staged: nothing.
+        one launch (see :class:`stepgraph.copy_in.InputCopyPlan`). Nothing staged: nothing.
         ``then`` (from :meth:`fuse`): a key's graph launched with the copy; returns whether it was."""
         return self._copy.commit(padded_batch, then)
 
     def fuse(self, graph: torch.cuda.CUDAGraph) -> FusedLaunch | None:
         """The input copy and ``graph`` as one launch for :meth:`commit`, or ``None`` (see
-        :meth:`stepgraph.kernels.input_copy.InputCopyPlan.fuse`)."""
+        :meth:`stepgraph.copy_in.InputCopyPlan.fuse`)."""
         return self._copy.fuse(graph)
 
     def abandon(self) -> None:
@@ -224,7 +230,7 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
 
         Buffers not named in ``inputs`` are left untouched (step state). All copies and pad fills go
         in one kernel launch, which reads host inputs from pinned memory in place; see
-        :class:`stepgraph.kernels.input_copy.InputCopyPlan`.
+        :class:`stepgraph.copy_in.InputCopyPlan`.
         """
         if padded_batch > self.max_batch or padded_batch < batch_size:
             raise ValueError(f"padded batch {padded_batch} must be in [{batch_size}, {self.max_batch}]")

@@ -1,6 +1,6 @@
 """Capture one key as a CUDA graph on the runner's shared pool and capture stream.
 
-Rules (DESIGN.md, and the sharp edges in PyTorch's issue tracker):
+Rules (the sharp edges of CUDA graphs in PyTorch, found in its issue tracker and here):
 
 * one pool handle and one side stream for every key; warm-ups run on that same stream, before the
   capture, so Triton compiles, cuBLAS handles and allocator blocks happen outside it;
@@ -30,8 +30,7 @@ from typing import Protocol
 import torch
 
 from stepgraph.errors import CaptureError, classify_capture_exception
-from stepgraph.graphs import discard_graph, restore_generator, sync_debug_error, trivial_capture
-from stepgraph.kernels._driver import keeps_graphs
+from stepgraph.graphs import discard_graph, keeps_graphs, restore_generator, sync_debug_error, trivial_capture
 from stepgraph.memory import MemoryReader, TorchMemoryReader
 
 StepOutputsDict = Mapping[str, torch.Tensor]
@@ -134,7 +133,7 @@ class CudaGraphBackend:
     ) -> None:
         self.device = device
         self.capture_error_mode = capture_error_mode
-        # kept graphs can be launched together with the input copy (stepgraph.kernels.input_copy.fuse)
+        # kept graphs can be launched together with the input copy (stepgraph.copy_in.InputCopyPlan.fuse)
         self.keep_graph = keeps_graphs() if keep_graph is None else keep_graph
         self.stream = torch.cuda.Stream(device=device)
         self._pool = None

@@ -76,7 +76,7 @@ class CompiledForward:
     ----------
     forward:
         A graph-safe model forward whose tensor arguments all lead with the batch dimension (the
-        :class:`~stepgraph.spec.step.Target` and :class:`~stepgraph.spec.step.Draft` signatures).
+        :class:`~stepgraph.speculative.step.Target` and :class:`~stepgraph.speculative.step.Draft` signatures).
     name:
         For logs and :meth:`info` (``"target"``, ``"draft"``).
     backend:

@@ -1,4 +1,5 @@
-"""Configuration dataclasses: the switches (mirroring the environment) and the runner's settings."""
+"""Configuration dataclasses: the switches (each declared once, with its environment variable) and the
+runner's settings."""
 
 from __future__ import annotations
 
@@ -7,42 +8,92 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 from stepgraph import envs
-from stepgraph.keys import DEFAULT_BUCKETS, Buckets, Sampling
+from stepgraph.keys import DEFAULT_BUCKETS, Buckets
+from stepgraph.sampling import Sampling
 
 MiB = 1 << 20
 
 
+def _switch(kind: str, variable: str, doc: str, default: bool = True):
+    return field(default=default, metadata={"kind": kind, "variable": variable, "doc": doc})
+
+
+def _piece(variable: str, doc: str):
+    return _switch("piece", variable, doc)
+
+
 @dataclass(frozen=True)
 class Toggles:
-    """The master switch and the eight piece toggles (``stepgraph.envs.PIECES``).
+    """The master switch, the piece toggles and debug mode. Each is declared here once, with the environment
+    variable that sets it and what it does; :meth:`from_env`, ``stepgraph bisect`` and the README's table
+    read these declarations.
 
-    ``step_graph`` turns whole-step capture on. Each piece is a resolved boolean: its environment
-    variable if set, else the master switch. Build from the environment with :meth:`from_env`.
+    ``step_graph`` turns whole-step capture on. A piece is a resolved boolean: its variable if set (``0``
+    off, ``1`` on), else the master switch. Greedy output is bitwise identical for every combination.
     """
 
-    step_graph: bool = True
-    fused_greedy_verify: bool = True
-    two_launch_sampling: bool = True
-    lean_sampled_verify: bool = True
-    fused_tail: bool = True
-    fused_relay: bool = True
-    one_launch_copy: bool = True
-    compile_forwards: bool = True
-    tp_broadcast: bool = True
-    debug: bool = False
+    step_graph: bool = _switch(
+        "master",
+        "STEPGRAPH_ENABLE",
+        "master switch: capture each step as one CUDA graph and turn every piece on (default 1)",
+    )
+    fused_greedy_verify: bool = _piece(
+        "STEPGRAPH_FUSED_GREEDY_VERIFY",
+        "greedy verify: one fused two-stage Triton argmax + chain acceptance (off: torch composite)",
+    )
+    two_launch_sampling: bool = _piece(
+        "STEPGRAPH_TWO_LAUNCH_SAMPLING",
+        "stepgraph's sampling kernel wherever it applies: the lean sampled verify and the prefill's first "
+        "sampled token (off: their torch implementations; the general tree path is torch either way)",
+    )
+    lean_sampled_verify: bool = _piece(
+        "STEPGRAPH_LEAN_SAMPLED_VERIFY",
+        "sampled verify specialised for chains (off: the general tree path over materialised probabilities)",
+    )
+    fused_tail: bool = _piece(
+        "STEPGRAPH_FUSED_TAIL",
+        "every topk-1 draft token from the two-stage Triton argmax: the K-1 draft steps and the draft-extend "
+        "tail, whose launch also gathers the selected hidden rows (off: torch argmax and indexing)",
+    )
+    fused_relay: bool = _piece(
+        "STEPGRAPH_FUSED_RELAY",
+        "relay traffic in one launch each: the step's gather of its requests' slots and its store into them; "
+        "a batch of one reads and writes slot 0 through views, no launch (off: one copy per field)",
+    )
+    one_launch_copy: bool = _piece(
+        "STEPGRAPH_ONE_LAUNCH_COPY",
+        "the runner's copy-in: every input of a run and its padding in one launch, made one launch with the "
+        "key's graph where that graph draws nothing from torch's generators (off: one copy per tensor)",
+    )
+    compile_forwards: bool = _piece(
+        "STEPGRAPH_COMPILE",
+        "torch.compile (inductor's kernels, captured into the step graph) of the target and draft forwards of "
+        "a decoder built with compile=True (off: the forwards run as written)",
+    )
+    tp_broadcast: bool = _piece(
+        "STEPGRAPH_TP_BROADCAST",
+        "one packed broadcast of the verify result across tensor-parallel ranks (off: one per field)",
+    )
+    debug: bool = _switch(
+        "debug",
+        "STEPGRAPH_DEBUG",
+        "debug mode: outputs handed out by run() are copies that are poisoned on the next run (default 0)",
+        default=False,
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, default_master: bool = True) -> Toggles:
         """Resolve the toggles from ``STEPGRAPH_*`` variables (see the README table)."""
-        settings = envs.read(environ)
-        master = default_master if settings.master is None else settings.master
-        pieces = {name: master if value is None else value for name, value in settings.pieces.items()}
-        return cls(step_graph=master, debug=bool(settings.debug), **pieces)
+        values = envs.read_switches(cls.variables(), environ)
+        resolved = {f.name: values[f.metadata["variable"]] for f in fields(cls)}
+        master = default_master if resolved["step_graph"] is None else resolved["step_graph"]
+        pieces = {name: master if resolved[name] is None else resolved[name] for name in cls.piece_names()}
+        return cls(step_graph=master, debug=bool(resolved["debug"]), **pieces)
 
     @classmethod
     def all(cls, on: bool) -> Toggles:
         """Every piece and the master switch set to ``on``."""
-        return cls(**{f.name: on for f in fields(cls) if f.name != "debug"})
+        return cls(**{f.name: on for f in fields(cls) if f.metadata["kind"] != "debug"})
 
     def with_piece(self, name: str, on: bool) -> Toggles:
         """A copy with one piece (config field name) changed."""
@@ -50,9 +101,23 @@ class Toggles:
             raise ValueError(f"unknown piece {name!r}; pieces are: {', '.join(self.piece_names())}")
         return replace(self, **{name: on})
 
-    @staticmethod
-    def piece_names() -> tuple[str, ...]:
-        return tuple(field_name for field_name, _ in envs.PIECES.values())
+    @classmethod
+    def piece_names(cls) -> tuple[str, ...]:
+        """The pieces' field names, in declaration order."""
+        return tuple(f.name for f in fields(cls) if f.metadata["kind"] == "piece")
+
+    @classmethod
+    def variables(cls) -> dict[str, str]:
+        """Every declared environment variable -> what it switches (the README's table)."""
+        return {f.metadata["variable"]: f.metadata["doc"] for f in fields(cls)}
+
+    @classmethod
+    def variable(cls, name: str) -> str:
+        """The environment variable of the switch stored in field ``name``."""
+        for f in fields(cls):
+            if f.name == name:
+                return f.metadata["variable"]
+        raise KeyError(name)
 
     def pieces(self) -> dict[str, bool]:
         return {name: getattr(self, name) for name in self.piece_names()}

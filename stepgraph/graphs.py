@@ -7,6 +7,7 @@ Nothing here knows about keys, runners or steps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,3 +88,15 @@ def discard_graph(graph: torch.cuda.CUDAGraph) -> None:
     """Reset ``graph``; a graph whose capture failed may refuse, and then there is nothing else to free."""
     with contextlib.suppress(Exception):
         graph.reset()
+
+
+@functools.cache
+def keeps_graphs() -> bool:
+    """Whether this torch keeps a captured graph's ``cudaGraph_t`` (``CUDAGraph(keep_graph=True)``, torch
+    >= 2.8), which a captured graph's launch together with the input copy needs
+    (:mod:`stepgraph.copy_in`). Call it only where CUDA is available."""
+    try:
+        torch.cuda.CUDAGraph(keep_graph=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True

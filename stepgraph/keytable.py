@@ -2,9 +2,10 @@
 
 For one key: park outside state and pad the buffers, warm up on the capture stream, check memory, vote
 with the other ranks, capture (with the key's splice children), vote again, restore the buffers, and
-record the outcome (captured, refused for memory, failed with its cause). Also: recapture requests and
-release. :class:`~stepgraph.runner.StepGraphRunner` owns one and asks it before each run whether a key
-should be captured now.
+record the outcome (captured, refused for memory, failed with its cause). Also: each key's host-side
+``before_replay`` hook (made once per key, kept with its stats), recapture requests and release.
+:class:`~stepgraph.runner.StepGraphRunner` owns one and asks it before each run whether a key should be
+captured now.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ from stepgraph.compile import seconds_compiling
 from stepgraph.config import RunnerConfig
 from stepgraph.errors import CaptureError, RecaptureRefused, classify_capture_exception
 from stepgraph.graphs import frozen_gc
-from stepgraph.keys import GraphKey, Sampling
+from stepgraph.keys import GraphKey
 from stepgraph.memory import MemoryGuard
+from stepgraph.sampling import Sampling
 
 log = logging.getLogger("stepgraph")
 
-CallStep = Callable[[int, Sampling], dict[str, torch.Tensor]]
+CallStep = Callable[[int, Sampling, int | None], dict[str, torch.Tensor]]  # (batch, sampling, draft_len)
+#: A key's host-side hook: ``hook(batch_size)`` before each replay or eager run, and before its capture.
+ReplayHook = Callable[[int], None]
+#: ``before_replay(key) -> hook``: makes a key's hook (its per-key state) the first time the key is met.
+BeforeReplay = Callable[[GraphKey], ReplayHook | None]
 
 
 class KeyStatus(str, enum.Enum):
@@ -70,6 +76,7 @@ class KeyStats:
     failures: int = 0
     error: str | None = None
     cause: str | None = None
+    hook: ReplayHook | None = None  # the key's before_replay hook, made when the key is first met
 
     def as_dict(self) -> dict:
         return {
@@ -105,6 +112,9 @@ class KeyTable:
     before_capture:
         ``before_capture(key) -> children``: runs after the memory check, before the capture (e.g. capturing
         per-stage graphs), and returns the graphs the step will splice, which the key's graph then holds.
+    before_replay:
+        ``before_replay(key) -> hook``: makes each key's host-side hook once (see
+        :class:`~stepgraph.runner.StepGraphRunner`).
     """
 
     def __init__(
@@ -117,22 +127,37 @@ class KeyTable:
         agree: Callable[[int], int] | None = None,
         parked: Callable[[], contextlib.AbstractContextManager] | None = None,
         before_capture: Callable[[GraphKey], Sequence[Child] | None] | None = None,
+        before_replay: BeforeReplay | None = None,
     ) -> None:
         self.name, self.config, self.backend, self.guard = name, config, backend, guard
         self.agree = agree
         self.parked = parked or contextlib.nullcontext
         self.before_capture = before_capture
+        self.before_replay = before_replay
         self.capture_failures = 0
         self._stats: dict[GraphKey, KeyStats] = {}
+        self._oversize_hooks: dict[GraphKey, ReplayHook | None] = {}  # keys past the largest bucket
         self._captured: list[Captured] = []
 
     # -- reading ------------------------------------------------------------------------------------
     def stats(self, key: GraphKey) -> KeyStats:
-        """The key's stats (made on first use)."""
+        """The key's stats (made on first use, with the key's ``before_replay`` hook)."""
         s = self._stats.get(key)
         if s is None:
             s = self._stats[key] = KeyStats(key)
+            s.hook = self.before_replay(key) if self.before_replay is not None else None
         return s
+
+    def hook(self, key: GraphKey) -> ReplayHook | None:
+        """The key's ``before_replay`` hook; an oversize key (no stats of its own) keeps one here too."""
+        s = self._stats.get(key)
+        if s is not None:
+            return s.hook
+        if self.before_replay is None:
+            return None
+        if key not in self._oversize_hooks:
+            self._oversize_hooks[key] = self.before_replay(key)
+        return self._oversize_hooks[key]
 
     @property
     def keys(self) -> Mapping[GraphKey, KeyStats]:
@@ -158,9 +183,17 @@ class KeyTable:
         Records the outcome in the key's stats; raises :class:`CaptureError` only under
         ``on_capture_error="raise"``.
         """
-        with frozen_gc(), self._padded(buffers, key.batch_size), self.parked():
-            vote, captured, failure = self._decide(key, lambda: call_step(key.batch_size, key.sampling))
         stats = self.stats(key)
+
+        def step() -> dict[str, torch.Tensor]:
+            return call_step(key.batch_size, key.sampling, key.draft_len)
+
+        def plan() -> None:  # the host plans for the padded batch, before each warm-up and the capture
+            if stats.hook is not None:
+                stats.hook(key.batch_size)
+
+        with frozen_gc(), self._padded(buffers, key.batch_size), self.parked():
+            vote, captured, failure = self._decide(key, step, plan)
         if vote is Vote.REFUSE:
             stats.status, stats.runs_since_refusal = KeyStatus.REFUSED, 0
             stats.refusals += 1
@@ -185,13 +218,21 @@ class KeyTable:
             for n, t in saved.items():
                 buffers.tensors[n][:bs].copy_(t)
 
-    def _decide(self, key: GraphKey, fn: Callable[[], dict]) -> tuple[Vote, Captured | None, tuple | None]:
-        """Warm up, check memory, vote, capture, vote again. Returns (vote, graph, failure)."""
+    def _decide(
+        self, key: GraphKey, fn: Callable[[], dict], plan: Callable[[], None]
+    ) -> tuple[Vote, Captured | None, tuple | None]:
+        """Warm up, check memory, vote, capture, vote again. Returns (vote, graph, failure). ``plan`` (the
+        key's host hook) runs before each warm-up and before the capture, never inside it."""
         stats = self.stats(key)
         failure = None
         compiling = seconds_compiling()
+
+        def warm() -> dict:
+            plan()
+            return fn()
+
         try:
-            peak = self.backend.warmup(fn, self.config.warmup_iters)
+            peak = self.backend.warmup(warm, self.config.warmup_iters)
             stats.warmup_peak_bytes = peak
             needed = stats.pool_bytes if stats.pool_bytes else peak
             vote = Vote.CAPTURE if self.guard.check(str(key), needed).allowed else Vote.REFUSE
@@ -204,6 +245,7 @@ class KeyTable:
         captured = None
         try:
             children = self.before_capture(key) if self.before_capture is not None else None
+            plan()
             captured = self.backend.capture(fn, children or ())
         except Exception as e:  # noqa: BLE001
             failure = _failure_of(e)

@@ -17,7 +17,7 @@ import torch
 
 log = logging.getLogger("stepgraph")
 
-#: Cache releases allowed per process (DESIGN: "at most 32 times per process").
+#: Cache releases allowed per process: each one costs a device sync and may drop blocks others reuse.
 MAX_CACHE_RELEASES = 32
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 from rich import box
@@ -13,11 +14,28 @@ from rich.table import Table
 
 from stepgraph.keys import pad_waste, suggest_buckets
 
-if TYPE_CHECKING:
-    from stepgraph.runner import StepGraphRunner
+
+class Reported(Protocol):
+    """What :func:`build_info` reads of a runner (:class:`~stepgraph.runner.StepGraphRunner`)."""
+
+    name: str
+    device: torch.device
+    toggles: Any
+    buckets: Any
+    counters: Any
+    guard: Any
+    table: Any
+    last_warmup: Any
+    unavailable_reason: str | None
+
+    @property
+    def graphs_available(self) -> bool: ...
+
+    @property
+    def keys(self) -> Mapping: ...
 
 
-def build_info(runner: StepGraphRunner) -> dict:
+def build_info(runner: Reported) -> dict:
     """The info dict of a :class:`~stepgraph.runner.StepGraphRunner` (see the README's "Info fields")."""
     c = runner.counters
     t = runner.toggles

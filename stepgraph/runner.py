@@ -1,11 +1,12 @@
-"""StepGraphRunner: one CUDA graph per key (padded batch size x sampling class) for a user's step.
+"""StepGraphRunner: one CUDA graph per key (padded batch size x sampling class [x draft length]) for a step.
 
 ``run(inputs, sampling)`` pads the batch to its bucket, copies the inputs into static buffers, and
 replays the key's graph, or runs the same step eagerly **at the same padded shape** when the key has no
-graph (refused for memory, failed capture, oversize batch, no CUDA). Keys are captured by
-:meth:`capture` / :meth:`warmup` ahead of serving, or on first use, always on pad-filled buffers (never
-on the live batch, whose state a warm-up would advance); their lifecycle lives in
-:class:`~stepgraph.keytable.KeyTable`. This module keeps buffers, padding, ``run`` and hand-out.
+graph (refused for memory, failed capture, oversize batch, no CUDA). Every run takes one path: resolve
+where it goes (a :class:`_Route`, kept for captured keys), count it, call the key's ``before_replay``
+hook, then copy in and replay, or run eagerly. Keys are captured by :meth:`capture` / :meth:`warmup`
+ahead of serving, or on first use, always on pad-filled buffers (never on the live batch, whose state a
+warm-up would advance); their lifecycle lives in :class:`~stepgraph.keytable.KeyTable`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from stepgraph.buffers import Buffer, StaticBuffers
 from stepgraph.capture import Child, CudaGraphBackend, GraphBackend, capture_progress, graphs_unavailable_reason
 from stepgraph.config import RunnerConfig
 from stepgraph.graphs import frozen_gc
-from stepgraph.keys import Buckets, GraphKey, Sampling
-from stepgraph.keytable import KeyStats, KeyStatus, KeyTable
+from stepgraph.keys import Buckets, GraphKey, draft_lengths
+from stepgraph.keytable import BeforeReplay, KeyStats, KeyStatus, KeyTable, ReplayHook
 from stepgraph.memory import MemoryGuard
 from stepgraph.outputs import StepOutputs, poison
+from stepgraph.report import build_info, print_report
+from stepgraph.sampling import Sampling
 from stepgraph.warmup import WarmupReport, warm_up
 
 if TYPE_CHECKING:
@@ -36,9 +39,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stepgraph")
 
-StepFn = Callable[[Mapping[str, torch.Tensor], int, Sampling], Mapping[str, torch.Tensor]]
+#: ``step(buffers, batch_size, sampling) -> {name: tensor}``, or with ``draft_lens``
+#: ``step(buffers, batch_size, sampling, draft_len)``.
+StepFn = Callable[..., Mapping[str, torch.Tensor]]
 
-__all__ = ["KeyStats", "KeyStatus", "RunCounters", "StepFn", "StepGraphRunner", "WarmupReport"]
+__all__ = [
+    "BeforeReplay",
+    "KeyStats",
+    "KeyStatus",
+    "ReplayHook",
+    "RunCounters",
+    "StepFn",
+    "StepGraphRunner",
+    "WarmupReport",
+]
 
 
 @dataclass
@@ -48,6 +62,25 @@ class RunCounters:
     runs: int = 0
     oversize_runs: int = 0
     histogram: Counter = field(default_factory=Counter)  # real batch size -> runs
+
+
+class _Route:
+    """Where the runs of one (real batch size, sampling class, draft length) go, resolved once: the key, its
+    stats and graph (``None`` for an oversize batch, eager at its own size), the padded size, the outputs handed
+    out (views of the graph's outputs sliced to the real batch) and the key's ``before_replay`` hook."""
+
+    __slots__ = ("key", "stats", "captured", "real", "padded", "views", "hook")  # key: GraphKey
+
+    def __init__(self, key, stats, captured, real, padded, hook) -> None:
+        self.key, self.stats, self.captured, self.real, self.padded, self.hook = (
+            key,
+            stats,
+            captured,
+            real,
+            padded,
+            hook,
+        )
+        self.views = None if captured is None else {k: v[:real] for k, v in captured.outputs.items()}
 
 
 def _serialised(method):
@@ -70,6 +103,7 @@ class StepGraphRunner:
         ``step(buffers, batch_size, sampling) -> {name: tensor}``. ``buffers`` maps each declared name to
         its ``[:batch_size]`` view (``batch_size`` is the padded size). Outputs must have the batch first.
         Graph-safe code only: no ``.item()``, ``.tolist()``, ``nonzero`` or Python branches on tensor values.
+        With ``draft_lens`` it is called ``step(buffers, batch_size, sampling, draft_len)``.
     buffers:
         ``{name: Buffer(...)}`` declarations (or a built :class:`StaticBuffers`). The leading dimension
         is the largest batch.
@@ -77,6 +111,9 @@ class StepGraphRunner:
         Where the buffers live (default: CUDA if available, else CPU).
     config:
         :class:`RunnerConfig`; toggles default to the environment.
+    draft_lens:
+        The draft lengths the step comes in (each a key of its own: ``GraphKey.draft_len``); ``None`` for a
+        step without one. :meth:`run` then takes ``draft_len=`` (default: the first of them).
     backend:
         A :class:`~stepgraph.capture.GraphBackend` (default: CUDA graphs when available). Tests inject a
         simulated one, which replaces the device check but not the switch: ``step_graph=False`` runs
@@ -95,6 +132,13 @@ class StepGraphRunner:
         ``before_capture(key) -> children`` runs after the memory check and before the key's capture (e.g.
         capturing per-stage graphs) and returns the graphs the step splices (:mod:`stepgraph.splice`),
         which the key's graph holds while alive.
+    before_replay:
+        ``before_replay(key) -> hook`` is called once per key, when the runner first meets it; the hook it
+        returns (or ``None``) is the key's host-side state, kept in its stats, and is called
+        ``hook(batch_size)`` with the real batch size before every replay and every eager run of the key,
+        and with the padded size before its warm-ups and capture. A backend that plans on the host before
+        each replay keeps its planner there, one per key (FlashInfer's CUDA-graph wrappers: one per batch
+        size). Under ``draft_lens`` and oversize batches, every distinct key gets its own.
     """
 
     def __init__(
@@ -109,6 +153,8 @@ class StepGraphRunner:
         agree: Callable[[int], int] | None = None,
         parked: Callable[[], contextlib.AbstractContextManager] | None = None,
         before_capture: Callable[[GraphKey], Sequence[Child] | None] | None = None,
+        before_replay: BeforeReplay | None = None,
+        draft_lens: Sequence[int] | None = None,
         name: str = "step",
     ) -> None:
         self.config = config or RunnerConfig()
@@ -131,12 +177,12 @@ class StepGraphRunner:
                 f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}"
             )
         self.buckets = Buckets(sizes)
+        self.draft_lens = None if draft_lens is None else draft_lengths(draft_lens)
         self.counters = RunCounters()
         self.last_warmup: WarmupReport | None = None
         self._generation = 0
         self._poison: list[torch.Tensor] = []
-        self._views_cache: dict[tuple[GraphKey, int], dict[str, torch.Tensor]] = {}
-        self._replay_cache: dict[tuple[int | None, Sampling], tuple] = {}  # (batch, sampling) -> fast path
+        self._routes: dict[tuple[int | None, Sampling, int | None], _Route] = {}  # captured keys' routes
         self._lock = threading.RLock()  # run / capture / warm-up / release, one thread at a time
 
         if not self.toggles.step_graph:
@@ -159,6 +205,7 @@ class StepGraphRunner:
             agree=agree,
             parked=parked,
             before_capture=before_capture,
+            before_replay=before_replay,
         )
 
     # ------------------------------------------------------------------------------------------------
@@ -185,10 +232,12 @@ class StepGraphRunner:
         """Every key met so far and its stats."""
         return self.table.keys
 
-    def key_for(self, batch_size: int, sampling: Sampling | str | int = Sampling.GREEDY) -> GraphKey | None:
+    def key_for(
+        self, batch_size: int, sampling: Sampling | str | int = Sampling.GREEDY, draft_len: int | None = None
+    ) -> GraphKey | None:
         """The key a batch of ``batch_size`` runs under, or ``None`` when it exceeds the largest bucket."""
         padded = self.buckets.pad(batch_size)
-        return None if padded is None else GraphKey(padded, Sampling.parse(sampling))
+        return None if padded is None else GraphKey(padded, Sampling.parse(sampling), self._draft_len(draft_len))
 
     def stats(self, key: GraphKey) -> KeyStats:
         """The key's stats (status, graph, memory, counts)."""
@@ -201,6 +250,7 @@ class StepGraphRunner:
         sampling: Sampling | str | int = Sampling.GREEDY,
         *,
         batch_size: int | None = None,
+        draft_len: int | None = None,
         copy_outputs: bool = False,
     ) -> StepOutputs:
         """Run one step for a batch.
@@ -215,6 +265,9 @@ class StepGraphRunner:
             The batch's sampling class (the most general one present).
         batch_size:
             Required when ``inputs`` is empty (the inputs are already in the buffers).
+        draft_len:
+            The step's draft length, one of ``draft_lens`` (default: the first); ``None`` for a runner
+            without draft lengths.
         copy_outputs:
             Return copies instead of views that the next run overwrites.
 
@@ -236,71 +289,73 @@ class StepGraphRunner:
         if type(sampling) is not Sampling:
             sampling = Sampling.parse(sampling)
         with self._lock:
-            if inputs:  # new inputs: checked and staged in one pass, copied by the key's copy-in below
-                real = self.buffers.stage(inputs, batch_size)
-                fast = None if copy_outputs else self._replay_cache.get((real, sampling))
-                if fast is None:
-                    try:
-                        return self._run(sampling, real, copy_outputs)
-                    except BaseException:
-                        self.buffers.abandon()  # a raise before the copy: it never lands later
-                        raise
-                stats, views, real = fast
-                launched = self.buffers.commit(stats.key.batch_size, stats.captured.fused or None)  # the graph too?
-            else:  # steady state: inputs already in place
-                fast = None if copy_outputs else self._replay_cache.get((batch_size, sampling))
-                if fast is None:
-                    return self._run(sampling, self.buffers.stage({}, batch_size), copy_outputs)
-                stats, views, real = fast
-                launched = False
-            self._count(real, stats)
-            if not launched:
-                stats.captured.replay()
+            real = self.buffers.stage(inputs, batch_size) if inputs else batch_size  # checked and staged
+            route = self._routes.get((real, sampling, draft_len))
+            if route is None:
+                try:
+                    route = self._route(self.buffers.stage({}, real) if not inputs else real, sampling, draft_len)
+                except BaseException:
+                    self.buffers.abandon()  # a raise before the copy: it never lands later
+                    raise
+            # every run, whatever its route: the counts, the key's hook, then replay or the eager step
+            self._generation += 1
+            counters = self.counters
+            counters.runs += 1
+            counters.histogram[real] += 1
+            if self._poison:
+                poison(self._poison)
+                self._poison.clear()
+            if route.hook is not None:
+                route.hook(real)
+            stats, captured = route.stats, route.captured
+            if captured is None:
+                return self._run_eagerly(route, sampling, copy_outputs)
+            stats.padded_rows += route.padded - real
+            if not (inputs and self.buffers.commit(route.padded, captured.fused or None)):  # launched together?
+                captured.replay()
             stats.replays += 1
-            return StepOutputs(views, self, self._generation)
+            if captured.fused is None and captured.draws_rng is not None:  # known after its first replay
+                captured.fused = (captured.draws_rng is False and self.buffers.fuse(captured.graph)) or False
+            if copy_outputs or self.toggles.debug:
+                return self._hand_out(route.views, copy_outputs)
+            return StepOutputs(route.views, self, self._generation)
 
-    def _run(self, sampling: Sampling, real: int, copy_outputs: bool) -> StepOutputs:
-        """Every run but the replay fast path; inputs (if any) are staged, committed here."""
-        self._poison_handed_out()
+    def _route(self, real: int, sampling: Sampling, draft_len: int | None) -> _Route:
+        """Where a run goes (its key captured first when due); kept for the next runs of a captured key."""
+        draft_len = self._draft_len(draft_len)
         padded = self.buckets.pad(real)
         if padded is None:  # larger than the largest bucket: eager at its own size, counted
-            self._count(real, None)
-            self.counters.oversize_runs += 1
-            self.buffers.commit(real)
-            return self._hand_out(self._call_step(real, sampling), real, copy_outputs)
-        key = GraphKey(padded, sampling)
+            key = GraphKey(real, sampling, draft_len)
+            return _Route(key, None, None, real, real, self.table.hook(key))
+        key = GraphKey(padded, sampling, draft_len)
         stats = self.table.stats(key)
         if self.table.should_capture(stats):
             self.table.capture(key, self.buffers, self._call_step)  # the staged copy lands after it
-        self.buffers.commit(padded)
-        self._count(real, stats)
-        if stats.captured is None:
+        route = _Route(key, stats, stats.captured, real, padded, self.table.hook(key))
+        if route.captured is not None:
+            self._routes[(real, sampling, draft_len)] = route
+            if self.draft_lens and draft_len == self.draft_lens[0]:  # what run(draft_len=None) means
+                self._routes[(real, sampling, None)] = route
+        return route
+
+    def _run_eagerly(self, route: _Route, sampling: Sampling, copy_outputs: bool) -> StepOutputs:
+        """A key without a graph (or an oversize batch): the step itself at the padded shape."""
+        stats = route.stats
+        self.buffers.commit(route.padded)
+        if stats is None:
+            self.counters.oversize_runs += 1
+        else:
+            stats.padded_rows += route.padded - route.real
             stats.eager_runs += 1
             if stats.status is KeyStatus.REFUSED:
                 stats.runs_since_refusal += 1
-            return self._hand_out(self._call_step(padded, sampling), real, copy_outputs)
-        stats.captured.replay()
-        stats.replays += 1
-        views = self._views_cache.get((key, real))
-        if views is None:
-            views = self._views_cache[(key, real)] = {k: v[:real] for k, v in stats.captured.outputs.items()}
-        if not self.toggles.debug:  # the next run of this batch size and class takes the fast path
-            self._replay_cache[(real, sampling)] = (stats, views, real)
-            c = stats.captured
-            if c.fused is None:  # where it can, a run with new inputs launches its copy and this graph together
-                c.fused = (c.draws_rng is False and self.buffers.fuse(c.graph)) or False
-        return self._hand_out(views, real, copy_outputs)
+        out = self._call_step(route.padded, sampling, route.key.draft_len)
+        real = route.real
+        return self._hand_out({k: v if v.shape[0] == real else v[:real] for k, v in out.items()}, copy_outputs)
 
-    def _count(self, real: int, stats: KeyStats | None) -> None:
-        """The bookkeeping every run does, on every path (the replay fast path included)."""
-        self._generation += 1
-        self.counters.runs += 1
-        self.counters.histogram[real] += 1
-        if stats is not None:
-            stats.padded_rows += stats.key.batch_size - real
-
-    def _call_step(self, batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
-        out = self.step(self.buffers.views(batch), batch, sampling)
+    def _call_step(self, batch: int, sampling: Sampling, draft_len: int | None = None) -> dict[str, torch.Tensor]:
+        views = self.buffers.views(batch)
+        out = self.step(views, batch, sampling) if draft_len is None else self.step(views, batch, sampling, draft_len)
         if not isinstance(out, Mapping):
             raise TypeError(f"the step function must return a mapping of name -> tensor, got {type(out).__name__}")
         for name, t in out.items():
@@ -309,19 +364,14 @@ class StepGraphRunner:
                 raise ValueError(f"step output {name!r} has shape {shape}; outputs must have the batch ({batch}) first")
         return dict(out)
 
-    def _hand_out(self, outputs: dict[str, torch.Tensor], real: int, copy: bool) -> StepOutputs:
-        """Outputs sliced to the real batch: views (valid until the next run), or copies."""
-        tensors = {k: v if v.shape[0] == real else v[:real] for k, v in outputs.items()}
+    def _hand_out(self, tensors: dict[str, torch.Tensor], copy: bool) -> StepOutputs:
+        """Outputs (sliced to the real batch): views valid until the next run, or copies."""
         if copy:
             return StepOutputs({k: v.clone() for k, v in tensors.items()}, None, self._generation)
         if self.toggles.debug:
             tensors = {k: v.clone() for k, v in tensors.items()}
             self._poison.extend(tensors.values())
         return StepOutputs(tensors, self, self._generation)
-
-    def _poison_handed_out(self) -> None:
-        poison(self._poison)
-        self._poison.clear()
 
     # ------------------------------------------------------------------------------------------------
     @_serialised
@@ -335,8 +385,12 @@ class StepGraphRunner:
             log.info("%s: no graphs to capture: %s", self.name, self.unavailable_reason)
             return []
         if keys is None:
-            keys = [GraphKey(b, self.config.default_sampling) for b in self.buckets]
-        todo = sorted({self.buckets.key(k) for k in keys}, key=lambda k: (-k.batch_size, -int(k.sampling)))
+            keys = [
+                GraphKey(b, self.config.default_sampling, k) for b in self.buckets for k in self.draft_lens or (None,)
+            ]
+        todo = sorted(
+            {self._key(k) for k in keys}, key=lambda k: (-k.batch_size, -int(k.sampling), -(k.draft_len or 0))
+        )
         todo = [k for k in todo if self.table.stats(k).captured is None]
         with frozen_gc(), capture_progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
             for key in todo:
@@ -348,13 +402,15 @@ class StepGraphRunner:
     def warmup(
         self,
         max_running_requests: int | None = None,
-        sampling: Sampling | str | int | None = None,
+        sampling: Sampling | str | int | Iterable[Sampling | str | int] | None = None,
         make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None = None,
     ) -> WarmupReport:
         """Capture the keys serving will meet first, then run one batch of each size 1..N through them.
 
-        ``N = min(config.max_warmup_batch, largest bucket, max_running_requests)``. ``make_inputs(k)`` gives
-        inputs for a batch of ``k`` (default: the buffers' pad values, which must make a row a no-op).
+        ``N = min(config.max_warmup_batch, largest bucket, max_running_requests)``; for each sampling class
+        given (one or several; default ``config.default_sampling``) and each of the step's draft lengths.
+        ``make_inputs(k)`` gives inputs for a batch of ``k`` (default: the buffers' pad values, which must
+        make a row a no-op).
         A size whose key is still missing gets one more batch, then a warning. Logs the captured keys
         and the total time.
         """
@@ -382,19 +438,34 @@ class StepGraphRunner:
         graph is live anywhere in the process, ``torch._C._cuda_clearCublasWorkspaces()`` frees it too.
         """
         self.table.release()
-        self._views_cache.clear()
-        self._replay_cache.clear()
+        self._routes.clear()
         self._generation += 1
 
     # ------------------------------------------------------------------------------------------------
     def info(self) -> dict:
         """Counters and per-key figures (see the README's "Info fields")."""
-        from stepgraph.report import build_info
-
         return build_info(self)
 
     def print_report(self, console: Console | None = None) -> None:
         """Print :meth:`info` as tables (rich; to ``console`` or standard output)."""
-        from stepgraph.report import print_report
-
         print_report(self.info(), console=console)
+
+    # ------------------------------------------------------------------------------------------------
+    def _draft_len(self, draft_len: int | None) -> int | None:
+        """``draft_len`` checked against ``draft_lens`` (``None``: the first of them, or none at all)."""
+        if not self.draft_lens:
+            if draft_len is not None:
+                raise ValueError(f"draft_len={draft_len!r}: this runner's step has no draft lengths (draft_lens=None)")
+            return None
+        if draft_len is None:
+            return self.draft_lens[0]
+        if draft_len not in self.draft_lens:
+            raise ValueError(f"draft_len={draft_len!r} is not one of the step's draft lengths {list(self.draft_lens)}")
+        return draft_len
+
+    def _key(self, key: GraphKey | tuple) -> GraphKey:
+        """A key given to :meth:`capture` (a :class:`GraphKey` or a tuple), its batch a bucket and its draft
+        length checked."""
+        key = self.buckets.key(key)
+        draft_len = self._draft_len(key.draft_len)
+        return key if draft_len == key.draft_len else GraphKey(key.batch_size, key.sampling, draft_len)

@@ -7,17 +7,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from stepgraph.compile import seconds_compiling
-from stepgraph.keys import Sampling
-
-if TYPE_CHECKING:
-    from stepgraph.runner import StepGraphRunner
+from stepgraph.sampling import Sampling
 
 log = logging.getLogger("stepgraph")
 
@@ -43,37 +40,66 @@ class WarmupReport:
         }
 
 
+class Warmed(Protocol):
+    """What :func:`warm_up` uses of a runner (:class:`~stepgraph.runner.StepGraphRunner`)."""
+
+    name: str
+    config: Any
+    buckets: Any
+    buffers: Any
+    draft_lens: tuple[int, ...] | None
+
+    @property
+    def graphs_available(self) -> bool: ...
+
+    def key_for(self, batch_size: int, sampling: Any = ..., draft_len: int | None = None) -> Any: ...
+
+    def capture(self, keys: Iterable | None = None) -> list: ...
+
+    def run(self, inputs: Any = None, sampling: Any = ..., **kwargs: Any) -> Any: ...
+
+    def stats(self, key: Any) -> Any: ...
+
+
 def warm_up(
-    runner: StepGraphRunner,
+    runner: Warmed,
     max_running_requests: int | None,
-    sampling: Sampling | str | int | None,
+    sampling: Sampling | str | int | Iterable[Sampling | str | int] | None,
     make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None,
 ) -> WarmupReport:
-    """See :meth:`StepGraphRunner.warmup`."""
+    """See :meth:`StepGraphRunner.warmup`: every batch size 1..N, for each sampling class given and each of
+    the runner's draft lengths."""
     t0, compiling = time.perf_counter(), seconds_compiling()
-    sampling = runner.config.default_sampling if sampling is None else Sampling.parse(sampling)
+    if sampling is None:
+        classes = [runner.config.default_sampling]
+    elif isinstance(sampling, (Sampling, str, int)):
+        classes = [Sampling.parse(sampling)]
+    else:
+        classes = list(dict.fromkeys(Sampling.parse(c) for c in sampling))
     n = min(runner.config.max_warmup_batch, runner.buckets.largest, max_running_requests or math.inf)
     sizes = list(range(1, int(n) + 1))
-    keys = {k: runner.key_for(k, sampling) for k in sizes}
+    variants = [(c, d) for c in classes for d in runner.draft_lens or (None,)]
+    keys = {(k, c, d): runner.key_for(k, c, d) for k in sizes for c, d in variants}
     runner.capture(keys.values())
 
-    def batch(k: int) -> None:
+    def batch(k: int, c: Sampling, d: int | None) -> None:
         if make_inputs is None:
             runner.buffers.pad_rows(list(runner.buffers.specs), 0, runner.buckets.pad(k))
-            runner.run(None, sampling, batch_size=k)
+            runner.run(None, c, batch_size=k, draft_len=d)
         else:
-            runner.run(make_inputs(k), sampling)
+            runner.run(make_inputs(k), c, draft_len=d)
 
-    for k in sizes:
-        batch(k)
+    for k, c, d in keys:
+        batch(k, c, d)
     missing = []
     if runner.graphs_available:
-        for k, key in keys.items():
+        for (k, c, d), key in keys.items():
             if runner.stats(key).captured is None:  # one more try, then a warning
                 runner.capture([key])
-                batch(k)
+                batch(k, c, d)
                 if runner.stats(key).captured is None:
-                    missing.append(k)
+                    if k not in missing:
+                        missing.append(k)
                     status = runner.stats(key).status
                     log.warning(
                         "%s: warm-up: batch size %d still has no graph (key %s: %s)", runner.name, k, key, status

@@ -1,7 +1,7 @@
 """A tensor-parallel decode worker on the example model: test harness for the TP tests and benchmark.
 
 Every rank holds the same example model (replicated weights); what the ranks must agree on is the
-verify result, which :class:`~stepgraph.spec.tp.TensorParallel` broadcasts from rank 0 once per step.
+verify result, which :class:`~stepgraph.speculative.tp.TensorParallel` broadcasts from rank 0 once per step.
 ``perturb`` adds noise to rank 1's verify logits, so without the broadcast the ranks would diverge.
 """
 
@@ -19,8 +19,8 @@ import torch.distributed as dist
 
 from stepgraph.config import RunnerConfig, Toggles
 from stepgraph.examples.model import build
-from stepgraph.spec.generate import SpecDecoder
-from stepgraph.spec.tp import TensorParallel
+from stepgraph.speculative.decoder import SpecDecoder
+from stepgraph.speculative.tp import TensorParallel
 
 
 class _Perturbed:

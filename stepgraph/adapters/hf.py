@@ -36,7 +36,7 @@ import torch
 from stepgraph.config import RunnerConfig
 from stepgraph.kernels._common import use_triton
 from stepgraph.kernels.decode_attention import decode_attention, fits
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 ATTENTIONS = ("auto", "rows", "gather")
 ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers

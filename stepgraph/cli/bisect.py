@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stepgraph import envs
+from stepgraph.config import Toggles
 
 
 @dataclass
@@ -36,11 +37,13 @@ class Trial:
 
 
 def trials() -> list[Trial]:
-    unset = {name: None for name in envs.PIECES}
-    out = [Trial("all pieces on", {envs.MASTER: "1", **unset})]
-    for name, (field, _) in envs.PIECES.items():
-        out.append(Trial(f"{field} off", {envs.MASTER: "1", **unset, name: "0"}))
-    out.append(Trial("all off (plain path)", {envs.MASTER: "0", **unset}))
+    master = Toggles.variable("step_graph")
+    pieces = {name: Toggles.variable(name) for name in Toggles.piece_names()}
+    unset = {variable: None for variable in pieces.values()}
+    out = [Trial("all pieces on", {master: "1", **unset})]
+    for name, variable in pieces.items():
+        out.append(Trial(f"{name} off", {master: "1", **unset, variable: "0"}))
+    out.append(Trial("all off (plain path)", {master: "0", **unset}))
     return out
 
 

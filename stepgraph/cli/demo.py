@@ -20,8 +20,8 @@ import torch
 from rich.console import Console
 
 from stepgraph.config import RunnerConfig, Toggles
-from stepgraph.keys import SamplingParams
 from stepgraph.report import print_report
+from stepgraph.sampling import CLASSES, SamplingParams, sampling_class
 
 
 def positive_int(text: str) -> int:
@@ -71,9 +71,10 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--sampling",
         default="greedy",
-        choices=["greedy", "temperature", "top_k_top_p"],
-        help="top_k_top_p: temperature with the --top-k/--top-p/--min-p filters (a top-k of 1-256 runs in the "
-        "top_k class, others in top_k_top_p)",
+        choices=[c.name for c in CLASSES],
+        help="the requests' sampling class: "
+        + "; ".join(f"{c.name}: {c.summary}" for c in CLASSES)
+        + " (the filtered classes take --top-k, --top-p and --min-p; default greedy)",
     )
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=40)
@@ -87,11 +88,15 @@ def add_parser(sub) -> None:
 
 
 def _params(args) -> SamplingParams:
-    if args.sampling == "greedy":
+    chosen = sampling_class(args.sampling)
+    if chosen.kernel is None:
         return SamplingParams()
-    if args.sampling == "temperature":
+    if not chosen.kernel["filtered"]:
         return SamplingParams(temperature=args.temperature)
-    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    if not chosen.fits(params):
+        raise ValueError(f"--sampling {chosen.name} serves {chosen.summary}; --top-k {args.top_k} is outside it")
+    return params
 
 
 def _overrides(args) -> dict:
@@ -113,7 +118,7 @@ def _overrides(args) -> dict:
 
 def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
     from stepgraph.examples.model import build
-    from stepgraph.spec.generate import GenerationStats, SpecDecoder
+    from stepgraph.speculative.decoder import GenerationStats, SpecDecoder
 
     target, draft = build(args.preset, device=device, dtype=dtype, draft=args.draft, **_overrides(args))
     cfg = RunnerConfig(toggles=toggles if graphs else replace(toggles, step_graph=False), progress=not args.quiet)

@@ -7,7 +7,7 @@ import torch
 
 from stepgraph import RunnerConfig, SamplingParams, Toggles
 from stepgraph.examples.model import build, greedy_reference
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 
 def prompts(n=7, seed=0):
@@ -86,7 +86,7 @@ def test_overlapped_single_request_moves_to_the_view_slot():
     dec, target = decoder(max_batch=4)
     out = dec.generate(prompts(2), max_new_tokens=[4, 30], overlap=True)
     assert out == [greedy_reference(target, p, m) for p, m in zip(prompts(2), [4, 30])]
-    assert "bs=1/greedy" in dec.runner.info()["keys"]  # ran alone at the end, through slot 0
+    assert "bs=1/greedy/k=3" in dec.runner.info()["keys"]  # ran alone at the end, through slot 0
 
 
 def test_generate_leaves_the_callers_random_stream_alone():
@@ -99,8 +99,8 @@ def test_generate_leaves_the_callers_random_stream_alone():
 
 
 def test_sampling_kernels_off_means_off_in_prefill_too(monkeypatch):
-    import stepgraph.spec.pieces as pieces
-    import stepgraph.spec.prefill as prefill
+    import stepgraph.speculative.pieces as pieces
+    import stepgraph.speculative.prefill as prefill
 
     def kernel_called(*args, **kwargs):
         raise AssertionError("a sampling kernel ran with STEPGRAPH_TWO_LAUNCH_SAMPLING=0")
@@ -117,7 +117,7 @@ def test_each_piece_governs_only_its_own_code():
     copy_off = decoder(Toggles.all(True).with_piece("one_launch_copy", False))[0]
     assert not relay_off._gather.fused and not relay_off.single_views  # the relay's gather follows fused_relay
     assert copy_off.step.relay._gather.fused  # ... not the runner's copy-in toggle
-    assert not copy_off.runner.buffers._copy.use_kernel
+    assert not copy_off.runner.buffers.copy_plan.uses_kernel
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
@@ -149,8 +149,8 @@ def test_a_request_taking_over_a_slot_runs_under_its_own_sampling_class():
     out = dec.generate(prompts(2), max_new_tokens=[3, 5], sampling=[SamplingParams(), sampled])
     assert dec.stats.batch_changes == 1  # the same slot list throughout
     keys = dec.runner.info()["keys"]
-    assert keys["bs=1/greedy"]["eager_runs"] >= 1 and keys["bs=1/top_k"]["eager_runs"] >= 1
-    assert keys["bs=1/greedy"]["eager_runs"] + keys["bs=1/top_k"]["eager_runs"] == dec.stats.steps
+    assert keys["bs=1/greedy/k=3"]["eager_runs"] >= 1 and keys["bs=1/top_k/k=3"]["eager_runs"] >= 1
+    assert keys["bs=1/greedy/k=3"]["eager_runs"] + keys["bs=1/top_k/k=3"]["eager_runs"] == dec.stats.steps
     alone, _ = decoder(max_batch=1)
     assert out[1] == alone.generate(prompts(2)[1:], max_new_tokens=5, sampling=sampled)[0]
 
@@ -178,6 +178,6 @@ def test_launch_sees_a_batch_list_changed_in_place():
     batch.append(second)
     dec.scheduler.launch(batch)
     runs = {k: v["eager_runs"] for k, v in dec.runner.info()["keys"].items()}
-    assert runs == {"bs=1/greedy": 1, "bs=2/top_k": 1}
+    assert runs == {"bs=1/greedy/k=3": 1, "bs=2/top_k/k=3": 1}
     dec.finish(batch)
     assert dec.in_use == (0, 0)

@@ -10,7 +10,7 @@ import torch
 from stepgraph import RunnerConfig, Toggles
 from stepgraph.cli import main
 from stepgraph.examples.model import build
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]]
 
@@ -43,7 +43,7 @@ def test_toggles_reach_the_step_through_the_environment(monkeypatch):
     assert cfg.toggles.step_graph and not cfg.toggles.fused_tail and cfg.toggles.fused_relay
     target, draft = build("tiny")
     dec = SpecDecoder.for_example(target, draft, config=cfg)
-    assert dec.step.pieces.t.fused_tail is False and dec.step.relay.single_views is True
+    assert dec.step.pieces.toggles.fused_tail is False and dec.step.relay.single_views is True
 
 
 def _bisect(code, tmp_path, capsys):

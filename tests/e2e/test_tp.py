@@ -43,9 +43,10 @@ def agree_worker(rank: int, world: int, port: int, out_dir: str, fault: str) -> 
     """Capture decisions must agree: rank 1's scripted memory refuses (``fault="memory"``) or its capture
     fails (``fault="capture"``), and both ranks take that outcome."""
     from stepgraph import Buffer, RunnerConfig, StepGraphRunner, Toggles
-    from stepgraph.keys import GraphKey, Sampling
+    from stepgraph.keys import GraphKey
     from stepgraph.memory import MemoryGuard, MemoryReading, ReleaseBudget
-    from stepgraph.spec.tp import TensorParallel
+    from stepgraph.sampling import Sampling
+    from stepgraph.speculative.tp import TensorParallel
     from tests.helpers import ScriptedReader, SimulatedBackend
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -89,7 +90,7 @@ def test_capture_failure_on_one_rank_discards_the_key_on_all(tmp_path):
 
 
 def test_tensor_parallel_needs_an_initialised_group():
-    from stepgraph.spec.tp import TensorParallel
+    from stepgraph.speculative.tp import TensorParallel
 
     with pytest.raises(RuntimeError, match="init_process_group"):
         TensorParallel()

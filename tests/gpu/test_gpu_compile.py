@@ -8,7 +8,7 @@ import torch
 from stepgraph import RunnerConfig, Toggles
 from stepgraph.compile import CompiledForward
 from stepgraph.examples.model import build, greedy_reference
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 pytestmark = pytest.mark.gpu
 

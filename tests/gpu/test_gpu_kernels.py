@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from stepgraph.kernels import _sampling_topk
+from stepgraph.copy_in import input_copy
+from stepgraph.kernels import _sampling_topk, input_copy_ref
 from stepgraph.kernels.chain_sampling import (
     chain_verify_sampling,
     filter_cut_keys,
@@ -12,7 +13,6 @@ from stepgraph.kernels.chain_sampling import (
 )
 from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, draft_extend_tail_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
-from stepgraph.kernels.input_copy import input_copy, input_copy_ref
 from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
 from stepgraph.kernels.skinny_matmul import MAX_ROWS, skinny_matmul, skinny_matmul_ref
 

@@ -7,7 +7,7 @@ import torch
 
 from stepgraph import RecaptureRefused, RunnerConfig, SamplingParams, Toggles
 from stepgraph.examples.model import build, greedy_reference
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 pytestmark = pytest.mark.gpu
 

@@ -6,7 +6,7 @@ import torch
 from stepgraph import RunnerConfig, SamplingParams, Toggles
 from stepgraph.errors import ReleasedError
 from stepgraph.examples.model import build
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.splice import SpliceError, StageGraph, splice, support
 
 pytestmark = pytest.mark.gpu

@@ -8,7 +8,7 @@ import torch.multiprocessing as mp
 
 from stepgraph import RunnerConfig, Toggles
 from stepgraph.examples.model import build
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 from tests.e2e.test_tp import _port
 from tests.tp_worker import prompts, worker
 

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from stepgraph.kernels.input_copy import StaticCopy, input_copy, input_copy_ref
+from stepgraph.copy_in import input_copy
+from stepgraph.kernels import StaticCopy, input_copy_ref
 from stepgraph.kernels.inventory import KERNELS, print_inventory
 from stepgraph.kernels.relay import (
     RelayGather,
@@ -95,7 +96,7 @@ def test_relay_state_clear_resets_one_slot_to_its_pads(fused):
     """A request's slot given back: every field of that slot back to its pad value (one launch when
     fused), the other slots untouched."""
     from stepgraph.config import Toggles
-    from stepgraph.spec.relay import RelayState
+    from stepgraph.speculative.relay import RelayState
 
     relay = RelayState(
         5, 4, 3, torch.bfloat16, torch.device(DEV), 9, Toggles.all(True).with_piece("fused_relay", fused)

@@ -7,7 +7,7 @@ from stepgraph import Buffer, RunnerConfig, SamplingParams, StepGraphRunner, Tog
 from stepgraph.examples.model import build
 from stepgraph.kernels.chain_sampling import chain_verify_sampling
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 
 def runner():

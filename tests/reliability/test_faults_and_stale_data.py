@@ -7,8 +7,9 @@ import torch
 
 from stepgraph import Buffer, RunnerConfig, StaleOutputError, StepGraphRunner, Toggles
 from stepgraph.examples.model import build, greedy_reference
-from stepgraph.keys import GraphKey, Sampling
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.keys import GraphKey
+from stepgraph.sampling import Sampling
+from stepgraph.speculative.decoder import SpecDecoder
 from tests.helpers import SimulatedBackend
 
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from stepgraph import Buffer, RunnerConfig, StepGraphRunner, Toggles
-from stepgraph.keys import GraphKey, Sampling
+from stepgraph.keys import GraphKey
 from stepgraph.memory import MemoryGuard, ReleaseBudget, TorchMemoryReader
+from stepgraph.sampling import Sampling
 
 pytestmark = pytest.mark.gpu
 MiB = 1 << 20
@@ -107,7 +108,7 @@ def test_first_use_captures_survive_decoders_dropped_before_them(models):
     the middle of a later capture would destroy their graphs there and fail it. Collections are made
     frequent here; every capture on first use (no warm-up) must still succeed."""
     from stepgraph.examples.model import build
-    from stepgraph.spec.generate import SpecDecoder
+    from stepgraph.speculative.decoder import SpecDecoder
 
     config = RunnerConfig(toggles=Toggles.all(True), progress=False)
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]

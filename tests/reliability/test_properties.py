@@ -4,9 +4,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stepgraph.copy_in import input_copy
+from stepgraph.kernels import input_copy_ref
 from stepgraph.kernels.draft_extend_tail import draft_extend_tail, draft_extend_tail_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
-from stepgraph.kernels.input_copy import input_copy, input_copy_ref
 from stepgraph.kernels.relay import relay_gather, relay_gather_ref, relay_store, relay_store_ref
 from tests.conftest import HAS_CUDA
 

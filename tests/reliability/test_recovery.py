@@ -8,7 +8,7 @@ import torch
 
 from stepgraph import Buffer, RunnerConfig, StepGraphRunner, Toggles
 from stepgraph.examples.model import build, greedy_reference
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 
 
 class Flaky:

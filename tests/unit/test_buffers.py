@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from stepgraph import KEEP, Buffer, StaticBuffers
-from stepgraph import kernels as ic  # the launchers and references, exported by the package
+from stepgraph.copy_in import STAGING_RING, input_copy
+from stepgraph.kernels import input_copy_ref
 
 
 def specs():
@@ -53,13 +54,13 @@ def test_copy_in_pads_tail_by_policy(one_launch):
 def test_one_launch_and_per_tensor_give_identical_bytes():
     a = StaticBuffers(specs(), "cpu", one_launch_copy=True)
     p = StaticBuffers(specs(), "cpu", one_launch_copy=False)
-    assert a._copy.use_kernel and not p._copy.use_kernel
+    assert a.copy_plan.uses_kernel and not p.copy_plan.uses_kernel
     x = inputs(5)
     for bufs in (a, p):
         bufs.copy_in(x, 5, 8)
     for name in specs():
         assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), name
-    assert a._copy.launches == 1
+    assert a.copy_plan.launches == 1
 
 
 def test_staged_copy_path_table_and_host_rows_in_one_copy():
@@ -72,7 +73,7 @@ def test_staged_copy_path_table_and_host_rows_in_one_copy():
             bufs.copy_in(x, n, padded)
         for name in specs():
             assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), (name, n)
-    assert a._copy.launches == 3
+    assert a.copy_plan.launches == 3
 
 
 def test_kernel_falls_back_per_tensor_where_it_cannot_apply():
@@ -80,7 +81,7 @@ def test_kernel_falls_back_per_tensor_where_it_cannot_apply():
     strided = torch.randn(3, 6)[:, ::2]  # rows are not one contiguous run of bytes
     b.copy_in({"x": strided, "y": torch.arange(3)}, 3, 4)
     assert torch.equal(b["x"][:3], strided) and torch.equal(b["y"][:3], torch.arange(3))
-    assert b._copy.launches == 1  # y went through the kernel, x fell back
+    assert b.copy_plan.launches == 1  # y went through the kernel, x fell back
 
 
 def test_kernel_reads_sources_whose_rows_are_contiguous_but_not_the_tensor():
@@ -94,21 +95,22 @@ def test_kernel_reads_sources_whose_rows_are_contiguous_but_not_the_tensor():
     odd_row = torch.as_strided(torch.arange(20, dtype=torch.int16), (1, 2), (11, 1), 5)
     given = {"x": wide[:, 2:5], "y": torch.arange(6)[::2], "z": odd_row}
     assert not given["x"].is_contiguous() and not given["y"].is_contiguous() and odd_row.is_contiguous()
-    b._copy.stage(given, 1)
-    assert b._copy._pending[3] == 3  # all three through the kernel, none left to copy_
-    b._copy.commit(2)
+    plan = b.copy_plan
+    plan.stage(given, 1)
+    assert plan.staged().forms == {0: "device", 1: "device", 2: "device"}  # all three through the kernel
+    plan.commit(2)
     assert torch.equal(b["x"][:1], wide[:1, 2:5]) and b["y"][:1].tolist() == [0] and b["z"][0].tolist() == [5, 6]
     b.copy_in({"x": wide[:, 2:5], "y": torch.arange(6)[::2]}, 3, 4)
     assert torch.equal(b["x"][:3], wide[:, 2:5]) and b["y"][:3].tolist() == [0, 2, 4]
-    assert b._copy.launches == 2
+    assert b.copy_plan.launches == 2
 
 
 def test_input_copy_functional_many_tensors():
     srcs = [torch.randn(5, k) for k in range(1, 10)]
     dsts = [torch.zeros(7, k) for k in range(1, 10)]
     ref = [d.clone() for d in dsts]
-    ic.input_copy(srcs, dsts, 5, 7, [1.0] * 9)
-    ic.input_copy_ref(srcs, ref, 5, 7, [1.0] * 9)
+    input_copy(srcs, dsts, 5, 7, [1.0] * 9)
+    input_copy_ref(srcs, ref, 5, 7, [1.0] * 9)
     assert all(torch.equal(a, b) for a, b in zip(dsts, ref))
 
 
@@ -152,8 +154,6 @@ def test_mismatched_batch_dims_rejected():
 def test_copy_in_ring_wraps_and_leaves_buffers_not_given_alone():
     """More calls than host tables in the ring: a buffer given once keeps its rows afterwards (its old table
     entry no longer matches the call's generation), and every call's bytes are right."""
-    from stepgraph.kernels.input_copy import STAGING_RING
-
     a = StaticBuffers(specs(), "cpu", one_launch_copy=True, staged_copy=True)
     p = StaticBuffers(specs(), "cpu", one_launch_copy=False)
     first = inputs(4)
@@ -168,7 +168,7 @@ def test_copy_in_ring_wraps_and_leaves_buffers_not_given_alone():
         for name in specs():
             assert torch.equal(as_bytes(a[name]), as_bytes(p[name])), (name, call)
     assert torch.equal(as_bytes(a["probs"][:4]), as_bytes(first["probs"]))  # given once, never since
-    assert a._copy.launches == calls + 1
+    assert a.copy_plan.launches == calls + 1
 
 
 @pytest.mark.parametrize(("one_launch", "staged"), [(True, True), (True, False), (False, False)])
@@ -226,9 +226,6 @@ def test_an_entry_alternating_between_its_dense_and_general_forms_copies_right()
     mark and address (the rest fixed per ring buffer); a misaligned or strided one writes all its per-call
     columns. One destination switching between the forms from call to call, around the ring more than
     once, copies the same bytes as copy_ + fill_."""
-    from stepgraph.kernels._copy_in_kernel import ACTIVE, COLS, DENSE, HEADER
-    from stepgraph.kernels.input_copy import STAGING_RING
-
     decl = {"x": Buffer((6, 4), torch.int16, pad=-3), "y": Buffer((6,), torch.int64, pad=9)}  # x: 8-byte words
     a = StaticBuffers(decl, "cpu", one_launch_copy=True)
     p = StaticBuffers(decl, "cpu", one_launch_copy=False)
@@ -241,11 +238,9 @@ def test_an_entry_alternating_between_its_dense_and_general_forms_copies_right()
             2: (base + call)[:48].view(12, 4)[::2],
         }[form][:n]
         given = {"x": x, "y": torch.arange(n) * (call + 1)}
-        a._copy.stage(given)
-        slot, gen = a._copy._pending[:2]
-        marks = [a._copy.ring.words[slot][HEADER + COLS * i + ACTIVE] for i in range(2)]
-        assert marks == [gen + DENSE if form == 0 else gen, gen + DENSE]  # the form each entry took
-        a._copy.commit(min(6, n + 2))
+        a.stage(given)
+        assert a.copy_plan.staged().forms == {0: "dense" if form == 0 else "device", 1: "dense"}  # as taken
+        a.commit(min(6, n + 2))
         p.copy_in(given, n, min(6, n + 2))
         for name in decl:
             assert torch.equal(a[name], p[name]), (name, call, form)
@@ -255,8 +250,6 @@ def test_an_entry_alternating_between_its_dense_and_general_forms_copies_right()
 def test_a_failed_or_dropped_stage_copies_nothing_and_the_next_copy_is_right(staged):
     """Nothing half-done: a call whose second input is bad copies none of its inputs, a staged copy that
     is never committed never lands, and many of both (more than the ring holds) leave the ring working."""
-    from stepgraph.kernels.input_copy import STAGING_RING
-
     b = StaticBuffers(specs(), "cpu", one_launch_copy=True, staged_copy=staged)
     b.copy_in(inputs(4), 4, 6)
     before = {n: as_bytes(t).clone() for n, t in b.tensors.items()}
@@ -266,8 +259,8 @@ def test_a_failed_or_dropped_stage_copies_nothing_and_the_next_copy_is_right(sta
             b.stage(bad)
         b.stage({"tokens": torch.arange(3) + 70})  # staged, then dropped by the next stage
     assert all(torch.equal(as_bytes(t), before[n]) for n, t in b.tensors.items())
-    if b._copy.ring is not None:  # buffers taken and dropped are taken again: the ring counts launches only
-        assert b._copy.ring.turn == 1 and b._copy.launches == 1
+    # buffers taken and dropped are taken again: the ring counts launches only
+    assert b.copy_plan.copies_launched == 1 and b.copy_plan.launches == 1
     assert b.check_inputs({"tokens": torch.arange(2)}) == 2  # checks only
     h16 = torch.full((2, 1), 3.0).half()  # a source the copy reads at commit: alive until then
     b.stage({"h16": h16})

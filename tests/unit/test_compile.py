@@ -12,7 +12,7 @@ from stepgraph.buffers import Buffer
 from stepgraph.compile import CompiledForward, backend_name
 from stepgraph.examples.model import build, greedy_reference
 from stepgraph.report import print_report
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 from tests.helpers import SimulatedBackend
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [1, 2, 3, 4]]

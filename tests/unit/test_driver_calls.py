@@ -2,7 +2,7 @@
 
 import torch
 
-from stepgraph.kernels import _driver
+from stepgraph.copy_in import driver as _driver
 
 
 class Recorder:

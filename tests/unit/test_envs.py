@@ -36,11 +36,13 @@ def test_unknown_name_lists_valid_ones():
     assert "STEPGRAPH_FUSED_TIAL" in str(e.value)
 
 
-def test_eight_pieces_and_config_mirror():
-    assert len(envs.PIECES) == 8
-    assert set(Toggles.piece_names()) == {field for field, _ in envs.PIECES.values()}
-    for name in envs.PIECES:
-        assert envs.piece_variable(envs.PIECES[name][0]) == name
+def test_each_switch_is_declared_once_with_its_variable():
+    assert len(Toggles.piece_names()) == 8
+    variables = Toggles.variables()
+    assert len(variables) == 10 and all(v.startswith("STEPGRAPH_") for v in variables)  # master, 8 pieces, debug
+    for name in Toggles.piece_names():
+        on = Toggles.from_env({Toggles.variable(name): "0"})
+        assert not getattr(on, name) and all(v for n, v in on.pieces().items() if n != name)
 
 
 def test_runner_config_reads_env(monkeypatch):
@@ -63,11 +65,7 @@ def test_environment_read_only_in_envs_module():
     root = pathlib.Path(__file__).resolve().parents[2]
     pattern = re.compile(r"os\.environ|os\.getenv|getenv\(")
     offenders = []
-    for path in [
-        *root.joinpath("stepgraph").rglob("*.py"),
-        *root.joinpath("kernels").rglob("*.py"),
-        *root.joinpath("examples").rglob("*.py"),
-    ]:
+    for path in root.joinpath("stepgraph").rglob("*.py"):
         if path.name == "envs.py":
             continue
         if pattern.search(path.read_text()):
@@ -77,9 +75,9 @@ def test_environment_read_only_in_envs_module():
 
 def test_readme_documents_every_variable():
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    for name in envs.VARIABLES:
-        row = f"| `{name}` | {envs.VARIABLES[name]} |"  # the table says what the code says
-        assert row in readme, f"README's row for {name} differs from stepgraph/envs.py; it should read: {row}"
+    for name, doc in Toggles.variables().items():
+        row = f"| `{name}` | {doc} |"  # the table says what the code says
+        assert row in readme, f"README's row for {name} differs from stepgraph/config.py; it should read: {row}"
 
 
 @pytest.mark.parametrize(
@@ -95,10 +93,11 @@ def test_readme_documents_every_variable():
         ("", False),
     ],
 )
-def test_triton_interpret_is_read_as_triton_reads_it(value, on, monkeypatch):
-    assert envs.triton_interpret({"TRITON_INTERPRET": value}) is on
+def test_the_kernels_read_triton_interpret_as_triton_reads_it(value, on, monkeypatch):
+    from stepgraph.kernels import triton_interprets
+
     monkeypatch.setenv("TRITON_INTERPRET", value)
-    assert envs.triton_interpret() is on  # asks Triton itself
+    assert triton_interprets() is on  # asks Triton itself
 
 
 def test_kernels_fall_back_to_torch_when_the_interpreter_is_off(monkeypatch):

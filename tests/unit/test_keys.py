@@ -2,7 +2,8 @@ import itertools
 
 import pytest
 
-from stepgraph.keys import Buckets, GraphKey, Sampling, SamplingParams, pad_waste, suggest_buckets
+from stepgraph.keys import Buckets, GraphKey, pad_waste, suggest_buckets
+from stepgraph.sampling import Sampling, SamplingParams
 
 
 def test_sampling_order_and_most_general():

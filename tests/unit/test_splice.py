@@ -3,7 +3,7 @@ import torch
 
 from stepgraph import RunnerConfig, Toggles
 from stepgraph.examples.model import build
-from stepgraph.spec.generate import SpecDecoder
+from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.splice import SpliceError, StageGraph, support
 
 

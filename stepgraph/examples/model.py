@@ -1,0 +1,311 @@
+"""Example models: a small Llama-style target and an EAGLE-style draft head, plain PyTorch.
+
+Both keep a static KV cache indexed by *cache row* (one per request, plus a scratch row that padded
+batch rows write to), so a forward over ``[B, T]`` tokens is graph-safe: fixed shapes, no host syncs.
+Weights are random but deterministic (a seeded generator); nothing is downloaded.
+
+The residual branches are scaled down (``residual_scale``) so each token's next-token prediction is
+dominated by the token itself; a draft head that shares the embedding and LM head then agrees with the
+target often, which gives realistic acceptance lengths on random weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from stepgraph.kernels import triton_interprets
+from stepgraph.kernels.decode_attention import decode_attention, fits
+from stepgraph.kernels.skinny_matmul import skinny_matmul
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the example target (and its draft head)."""
+
+    vocab_size: int = 512
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 128
+    max_seq_len: int = 256
+    max_requests: int = 8
+    residual_scale: float = 0.05
+    rope_theta: float = 10000.0
+    seed: int = 0
+    #: "sdpa": gather the cache rows and run masked SDPA over the whole cache (any device);
+    #: "triton": decode and verify forwards read the rows in place up to each request's length
+    #: (:mod:`stepgraph.kernels.decode_attention`), prefill keeps SDPA
+    attention: str = "sdpa"
+    #: "torch": the layers' projections through torch.mm / torch.addmm;
+    #: "triton": the MLP's down projection (the longest reduction) through
+    #: :func:`stepgraph.kernels.skinny_matmul`, made for the few rows of decode and verify forwards, where
+    #: cuBLAS splits the reduction and adds a second kernel; on the other projections cuBLAS was as fast
+    #: or faster on the H200 (``bench_kernels.py --only matmul``). Prefill's many rows still go to torch.
+    matmul: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("sdpa", "triton"):
+            raise ValueError(f"attention must be 'sdpa' or 'triton', got {self.attention!r}")
+        if self.matmul not in ("torch", "triton"):
+            raise ValueError(f"matmul must be 'torch' or 'triton', got {self.matmul!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+
+    @property
+    def scratch_row(self) -> int:
+        """Cache row that padded batch rows read and write (never a real request's)."""
+        return self.max_requests
+
+
+#: The Qwen3-0.6B shape (random weights) used by the GPU benchmarks.
+QWEN3_0_6B = ModelConfig(
+    vocab_size=151936,
+    hidden_size=1024,
+    num_layers=28,
+    num_heads=16,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    max_seq_len=1024,
+    max_requests=64,
+)
+
+PRESETS = {"tiny": ModelConfig(), "qwen3-0.6b": QWEN3_0_6B}
+
+
+def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding over interleaved pairs, in float32 (real arithmetic, which torch.compile fuses).
+    x ``[B, T, H, hd]``, cos/sin ``[B, T, 1, hd/2]``."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2).to(x.dtype)
+
+
+def _project(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, *, skinny: bool = False):
+    """``x @ w (+ residual)`` over the last dimension of x ``[..., K]``; returns ``[..., N]``."""
+    x2 = x.reshape(-1, x.shape[-1])
+    r2 = None if residual is None else residual.reshape(-1, w.shape[1])
+    if skinny:
+        out = skinny_matmul(x2, w, r2)
+    else:
+        out = x2 @ w if r2 is None else torch.addmm(r2, x2, w)  # residual add in the GEMM
+    return out.view(*x.shape[:-1], w.shape[1])
+
+
+class _Init:
+    def __init__(self, seed: int, device, dtype) -> None:
+        dev = torch.device(device)
+        self.gen = torch.Generator(device=dev).manual_seed(seed)
+        self.device, self.dtype = dev, dtype
+
+    def normal(self, *shape: int, std: float) -> torch.Tensor:
+        t = torch.randn(*shape, generator=self.gen, device=self.device, dtype=torch.float32) * std
+        return t.to(self.dtype)
+
+    def ones(self, n: int) -> torch.Tensor:
+        return torch.ones(n, device=self.device, dtype=self.dtype)
+
+
+class _Layer:
+    """One decoder layer: RMSNorm, GQA attention with RoPE over the static cache, SwiGLU MLP.
+
+    Fused projections (QKV, gate-up) and one cache tensor for K and V keep it to ~18 kernels.
+    """
+
+    def __init__(self, cfg: ModelConfig, init: _Init, scale: float) -> None:
+        d, hd = cfg.hidden_size, cfg.head_dim
+        std = 1.0 / math.sqrt(d)
+        self.cfg = cfg
+        self.ln1, self.ln2 = init.ones(d), init.ones(d)
+        self.w_qkv = init.normal(d, (cfg.num_heads + 2 * cfg.num_kv_heads) * hd, std=std)
+        self.wo = init.normal(cfg.num_heads * hd, d, std=scale / math.sqrt(cfg.num_heads * hd))
+        self.w_gate_up = init.normal(d, 2 * cfg.intermediate_size, std=std)
+        self.w_down = init.normal(cfg.intermediate_size, d, std=scale / math.sqrt(cfg.intermediate_size))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
+
+    def __call__(self, x, rope, kv_cache, rows, positions, mask) -> torch.Tensor:
+        cfg = self.cfg
+        B, T, _ = x.shape
+        H, KVH = cfg.num_heads, cfg.num_kv_heads
+        qkv = _project(_rms_norm(x, self.ln1), self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
+        qk = _rope(qkv[:, :, : H + KVH], *rope)
+        kv = torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2)  # [B, T, 2, KVH, hd]
+        kv_cache[rows[:, None].expand(B, T), :, :, positions] = kv  # into the rows at their positions
+        if mask is None:  # read the rows in place, up to each query's position
+            attn = decode_attention(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
+        else:
+            cached = kv_cache[rows]  # [B, 2, KVH, S, hd]
+            q = qk[:, :, :H].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
+            attn = attn.transpose(1, 2).reshape(B * T, -1)
+        x = _project(attn, self.wo, x).view(B, T, -1)
+        gate, up = _project(_rms_norm(x, self.ln2), self.w_gate_up).chunk(2, dim=-1)
+        return _project(F.silu(gate) * up, self.w_down, x, skinny=cfg.matmul == "triton")
+
+
+class _Stack:
+    """Embedding-free decoder stack with its own static KV cache and rotary tables.
+
+    The cache is one tensor per layer, ``kv_caches[i]`` ``[max_requests + 1, 2, KVH, S, hd]``, not slices
+    of one tensor: torch.compile then writes the new keys and values in place (a write into a slice of a
+    larger input is compiled as a copy of the whole tensor).
+    """
+
+    def __init__(self, cfg: ModelConfig, num_layers: int, init: _Init) -> None:
+        self.cfg = cfg
+        self.layers = [_Layer(cfg, init, cfg.residual_scale) for _ in range(num_layers)]
+        shape = (cfg.max_requests + 1, 2, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
+        self.kv_caches = [torch.zeros(shape, device=init.device, dtype=init.dtype) for _ in range(num_layers)]
+        half = torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim
+        freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] / cfg.rope_theta**half
+        self.cos, self.sin = freqs.cos(), freqs.sin()  # [S, hd/2]
+        self.key_pos = torch.arange(cfg.max_seq_len, device=init.device)
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        rope = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
+        cfg = self.cfg
+        if cfg.attention == "triton" and fits(cfg.num_heads, cfg.num_kv_heads, positions.shape[1]):
+            mask = None  # decode attention: no mask, no gather
+        else:
+            mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        for layer, kv_cache in zip(self.layers, self.kv_caches):
+            x = layer(x, rope, kv_cache, rows, positions, mask)
+        return x
+
+
+class ExampleTarget:
+    """The target: ``target(tokens, positions, cache_rows) -> (logits, hidden)``.
+
+    Shapes: tokens/positions ``[B, T]`` int64, cache_rows ``[B]`` int64 (``cfg.scratch_row`` for padding);
+    returns logits ``[B, T, V]`` and the final hidden states (before the last norm) ``[B, T, D]``.
+    CUDA graph: safe (static cache, fixed shapes, no host syncs).
+    """
+
+    def __init__(self, cfg: ModelConfig = ModelConfig(), *, device="cpu", dtype=torch.float32) -> None:
+        if cfg.attention == "triton" and torch.device(device).type != "cuda" and not triton_interprets():
+            raise ValueError(
+                "attention='triton' runs Triton kernels: build on a CUDA device, or set TRITON_INTERPRET=1 to "
+                "run them through Triton's CPU interpreter (slow), or use attention='sdpa'"
+            )
+        init = _Init(cfg.seed, device, dtype)
+        self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
+        self.embed = init.normal(cfg.vocab_size, cfg.hidden_size, std=1.0)
+        self.lm_head = init.normal(cfg.hidden_size, cfg.vocab_size, std=1.0 / math.sqrt(cfg.hidden_size))
+        self.norm = init.ones(cfg.hidden_size)
+        self.stack = _Stack(cfg, cfg.num_layers, init)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    @property
+    def hidden_size(self) -> int:
+        return self.cfg.hidden_size
+
+    @property
+    def scratch_row(self) -> int:
+        return self.cfg.scratch_row
+
+    def __call__(self, tokens, positions, cache_rows):
+        x = self.stack(self.embed[tokens], positions, cache_rows)
+        return _rms_norm(x, self.norm) @ self.lm_head, x
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        out = {"embed": self.embed, "lm_head": self.lm_head, "norm": self.norm}
+        for i, layer in enumerate(self.stack.layers):
+            out.update({f"layers.{i}.{k}": v for k, v in layer.tensors().items()})
+        return out
+
+
+class EagleDraft:
+    """EAGLE-style draft head: one decoder layer over ``fc([embed(token), feature])``.
+
+    ``draft(tokens, positions, hidden, cache_rows) -> (logits, hidden_out)``: ``hidden`` is the feature of
+    the previous position (the target's, or the draft's own while drafting). Shares the target's
+    embedding and LM head. Shapes as :class:`ExampleTarget`, hidden ``[B, T, D]``.
+    """
+
+    def __init__(self, target: ExampleTarget, *, seed: int | None = None) -> None:
+        cfg = replace(target.cfg, seed=target.cfg.seed + 1 if seed is None else seed)
+        init = _Init(cfg.seed, target.device, target.dtype)
+        d = cfg.hidden_size
+        self.cfg, self.target = cfg, target
+        # fc starts near "take the token's embedding": the head then predicts what the target predicts
+        eye = torch.eye(d, device=init.device, dtype=torch.float32)
+        fc = torch.cat([eye, torch.zeros(d, d, device=init.device)], 0) + init.normal(2 * d, d, std=0.02).float()
+        self.fc = fc.to(target.dtype)
+        self.norm = init.ones(d)
+        self.stack = _Stack(cfg, 1, init)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.cfg.hidden_size
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        x = torch.cat([self.target.embed[tokens], hidden.to(self.target.dtype)], -1) @ self.fc
+        x = self.stack(x, positions, cache_rows)
+        return _rms_norm(x, self.norm) @ self.target.lm_head, x
+
+
+class ModelDraft:
+    """A plain draft model: any target-like model used as the draft (ignores the hidden states).
+
+    ``ModelDraft(ExampleTarget(cfg))`` with the target's config is a draft identical to the target: it
+    accepts all K tokens (a check of the accept-length bookkeeping).
+    """
+
+    def __init__(self, model: ExampleTarget) -> None:
+        self.model = model
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.hidden_size
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        return self.model(tokens, positions, cache_rows)
+
+
+def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str = "eagle", **overrides):
+    """``(target, draft)`` for a preset (``tiny`` or ``qwen3-0.6b``) with config ``overrides``.
+
+    ``draft``: ``"eagle"`` (EAGLE head) or ``"same"`` (a copy of the target: accepts everything).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    cfg = replace(PRESETS[preset], **overrides)
+    target = ExampleTarget(cfg, device=device, dtype=dtype)
+    if draft == "eagle":
+        return target, EagleDraft(target)
+    if draft == "same":
+        return target, ModelDraft(ExampleTarget(cfg, device=device, dtype=dtype))
+    raise ValueError(f"draft must be 'eagle' or 'same', got {draft!r}")
+
+
+def greedy_reference(
+    target: ExampleTarget, prompt: list[int], max_new_tokens: int, *, cache_row: int = 0, eos: int | None = None
+) -> list[int]:
+    """Plain greedy decoding of the target alone (no speculation), one token per forward."""
+    dev = target.device
+    rows = torch.tensor([cache_row], device=dev)
+    logits, _ = target(torch.tensor([prompt], device=dev), torch.arange(len(prompt), device=dev)[None], rows)
+    out = [int(torch.argmax(logits[0, -1]))]
+    pos = len(prompt)
+    while len(out) < max_new_tokens and (eos is None or out[-1] != eos):
+        logits, _ = target(torch.tensor([[out[-1]]], device=dev), torch.tensor([[pos]], device=dev), rows)
+        out.append(int(torch.argmax(logits[0, -1])))
+        pos += 1
+    return out

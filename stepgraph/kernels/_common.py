@@ -1,0 +1,62 @@
+"""Shared helpers for the kernels: where Triton can run, and input checks with clear messages."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+
+def triton_interprets() -> bool:
+    """Whether Triton runs kernels through its CPU interpreter (``TRITON_INTERPRET``, as Triton itself reads
+    it: its ``knobs``)."""
+    from triton import knobs
+
+    return bool(knobs.runtime.interpret)
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    """True when ``t``'s device runs Triton: CUDA, or the CPU through Triton's interpreter."""
+    if t.device.type == "cuda":
+        return True
+    return t.device.type == "cpu" and triton_interprets()
+
+
+def is_capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def written_into(result, out: dict | None):
+    """A reference's ``result`` (a NamedTuple) with each field named in ``out`` copied into that tensor and
+    returned in its place: a reference given ``out=`` writes where its kernel would."""
+    if not out:
+        return result
+    placed = {}
+    for name, t in out.items():
+        t.copy_(getattr(result, name))
+        placed[name] = t
+    return result._replace(**placed)
+
+
+def check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
+
+
+def check_same_device(name: str, t: torch.Tensor, ref: torch.Tensor, ref_name: str) -> None:
+    check(t.device == ref.device, f"{name} is on {t.device} but {ref_name} is on {ref.device}; put them on one device")
+
+
+def next_pow2(n: int) -> int:
+    return triton.next_power_of_2(max(1, int(n)))
+
+
+def vocab_split(rows: int, vocab: int, *, block: int, target_programs: int = 264, max_block_iters: int = 8) -> int:
+    """Vocabulary elements per program for a two-stage reduction over ``rows`` rows of ``vocab``.
+
+    Aims for about ``target_programs`` programs (two waves on 132 SMs) while keeping each program's
+    loop short; the result is a multiple of ``block``.
+    """
+    blocks = triton.cdiv(vocab, block)
+    per_row = max(1, target_programs // max(rows, 1))
+    iters = max(1, min(max_block_iters, triton.cdiv(blocks, per_row)))
+    return iters * block

@@ -1,0 +1,351 @@
+"""The cut-off of chain verify sampling when every filtered row has a small top-k (``1..TOP_K_MAX``).
+
+Such a row keeps at most ``top_k`` entries plus the ties at the k-th value, so the top-p and min-p filters
+(which keep an upper part of the top-k set) need only a few entries. They are found without a sort or a
+radix select over the vocabulary, from a lower bound on the k-th key. Launches:
+
+1. per (row, vocabulary split): the argmax and, for each of ``MAXIMA_PER_ROW / splits`` disjoint subsets
+   of the split's entries, the largest key (the running maxima the argmax keeps anyway). A row without any
+   filter, or a greedy one, gets the temperature class's per-split softmax instead;
+2. one program per row: the bound ``T``, the k-th largest of the row's subset maxima. ``k`` subsets hold
+   a maximum ``>= T``, so at least ``k`` entries do and the k-th key is ``>= T``; on real rows only a few
+   entries more than ``k`` reach ``T``;
+3. per (row, split): the split's entries ``>= T`` listed in vocabulary order (``-inf`` entries are
+   counted instead: they carry no mass);
+4. one program per row: the k-th key ``cut`` among the listed entries, the top-p cut among those ``>=
+   cut`` (a search for the least key whose larger entries hold less than ``top_p`` of the top-k mass, in
+   float64), then the kept mass of every split without the row's draft token (with min-p). Those feed the
+   filtered class's last launch unchanged. A row whose splits list more than ``GATHER_CAP`` entries (ties
+   at ``T`` by the thousand) finds ``cut`` in this program by a radix select over the whole row instead:
+   slower, exact.
+
+Counts are exact integers and every float sum runs in a fixed order, so the kept set does not depend on
+how a row is split (it is the same at every batch size).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._argmax import lanes_argmax, sortable_key, track_argmax
+from ._common import next_pow2
+from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key
+from ._sampling_mass import split_softmax
+
+#: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
+#: logit, a few more than k, so a larger k would take their slow path more often.
+TOP_K_MAX = 256
+CAP: tl.constexpr = tl.constexpr(TOP_K_MAX)
+MAXIMA_PER_ROW = 1024  # subset maxima per row (>= 2 * TOP_K_MAX: a row's splits keep at least half of them)
+GATHER_CAP = 512  # entries >= T one row may list (a power of 2 >= TOP_K_MAX); past it, the radix select
+PASS_BLOCK, PASS_WARPS = 1024, 4  # entries per step (divides every split) and warps of the vocabulary passes
+CUT_WARPS = 8  # warps of the per-row program (its searches run over GATHER_CAP entries)
+P_PROBES: tl.constexpr = tl.constexpr(16)  # keys tried at once by the searches
+LOWEST: tl.constexpr = tl.constexpr(-(1 << 40))  # below every key (int64)
+NONE32: tl.constexpr = tl.constexpr(-2147483648)  # below every key in int32 (no NaN is canonicalised to it)
+
+
+@triton.jit
+def _ukey(x, SHIFT: tl.constexpr):
+    """Unsigned key of float32 ``x`` in ``[0, 2**(32 - SHIFT))``, in the order of :func:`row_key`."""
+    return (sortable_key(x) ^ -2147483648).to(tl.uint32, bitcast=True) >> SHIFT
+
+
+@triton.jit
+def _is_candidate_row(temp_ptr, topk_ptr, b):
+    """A sampled row whose top-k is on and small: its kept set is found among its listed entries."""
+    k = tl.load(topk_ptr + b).to(tl.int64)
+    return (tl.load(temp_ptr + b) > 0) & (k >= 1) & (k <= CAP)
+
+
+@triton.jit
+def _kth_largest(keys, valid, k, lo, hi):
+    """The k-th largest of int32 ``keys`` where ``valid``, given ``count(keys >= lo) >= k`` and
+    ``count(keys >= hi) < k`` (int64 scalars): the largest ``c`` in ``[lo, hi)`` with ``count(keys >= c)
+    >= k``, narrowed ``P_PROBES``-fold a round."""
+    lo = tl.zeros_like(hi) + lo
+    probes = tl.arange(0, P_PROBES).to(tl.int64) + 1
+    while hi - lo > 1:
+        at = tl.minimum(lo + (hi - lo + P_PROBES - 1) // P_PROBES * probes, hi)
+        n = tl.sum((valid[None, :] & (keys[None, :] >= at.to(tl.int32)[:, None])).to(tl.int32), axis=1)
+        lo = tl.max(tl.where(n >= k, at, lo), axis=0)
+        hi = tl.min(tl.where(n >= k, hi, at), axis=0)
+    return lo
+
+
+@triton.jit
+def _list_selected(out, n, offs, sel, GCAP: tl.constexpr):
+    """Appends the block's ``offs`` where ``sel`` to the list ``out`` holding ``n`` entries (the first
+    ``GCAP`` are kept, in order); returns the new count. A block with nothing selected costs one test."""
+    if tl.max(sel.to(tl.int32), axis=0) > 0:
+        pos = n + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(out + pos, offs, mask=sel & (pos < GCAP))
+        n += tl.sum(sel.to(tl.int32), axis=0)
+    return n
+
+
+@triton.jit
+def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, gkey_ptr, gidx_ptr,
+                  m_ptr, s_ptr, maxima_ptr, V, K, K1, n_splits, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                  M: tl.constexpr):  # fmt: skip
+    """Launch 1, per (row, split): argmax; the ``M`` subset maxima (candidate rows) or the split's softmax
+    partials ``m = max z``, ``sum exp(z - m)`` without the draft token (other rows)."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    b = row // K1
+    j = row % K1
+    base = logits_ptr + b * stride_b + j * stride_j
+    start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
+    out = row * n_splits + sp
+    if _is_candidate_row(temp_ptr, topk_ptr, b):
+        g_best = tl.full([BLOCK], -2147483648, tl.int32)
+        g_idx = tl.zeros([BLOCK], tl.int32)
+        for i in range(0, SPLIT, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
+        # lane l's running maximum covers entries l, l + BLOCK, ...: subset s is lanes [s * BLOCK / M, ...)
+        tl.store(maxima_ptr + out * M + tl.arange(0, M), tl.max(tl.reshape(g_best, [M, BLOCK // M]), axis=1))
+        gk, gi = lanes_argmax(g_best, g_idx)
+        tl.store(gkey_ptr + out, gk)
+        tl.store(gidx_ptr + out, gi)
+    else:
+        t = tl.load(temp_ptr + b).to(tl.float32)
+        inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+        excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+        gk, gi, m, s = split_softmax(base, start, V, tl.where(j < K, excl, -1), inv_t, SPLIT, BLOCK)
+        tl.store(gkey_ptr + out, gk)
+        tl.store(gidx_ptr + out, gi)
+        tl.store(m_ptr + out, m)
+        tl.store(s_ptr + out, s)
+
+
+@triton.jit
+def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M: tl.constexpr,
+                  MAXIMA: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
+    """Launch 2, one program per candidate row: the bound ``T``, the k-th largest of its subset maxima."""
+    row = tl.program_id(0).to(tl.int64)
+    if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
+        k = tl.minimum(tl.load(topk_ptr + row // K1), V).to(tl.int64)
+        c = tl.arange(0, MAXIMA)
+        has = c // M < n_splits
+        mx = tl.load(maxima_ptr + row * n_splits * M + c, mask=has, other=NONE32) >> SHIFT
+        least = tl.min(tl.where(has, mx, 2147483647), axis=0).to(tl.int64)
+        top = tl.max(mx, axis=0).to(tl.int64)
+        tl.store(bound_ptr + row, _kth_largest(mx, has, k, least, top + 1).to(tl.int32))
+
+
+@triton.jit
+def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr, list_ptr, count_ptr, ninf_ptr, V,
+                   K1, n_splits, SPLIT: tl.constexpr, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
+                   GCAP: tl.constexpr):  # fmt: skip
+    """Launch 3, per (row, split) of a candidate row: the split's entries ``>= T`` (``-inf`` ones aside)
+    listed in vocabulary order (the first ``GCAP``), their count, and the split's count of ``-inf`` entries
+    when ``T`` is ``-inf``."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    b = row // K1
+    if _is_candidate_row(temp_ptr, topk_ptr, b):
+        bound = tl.load(bound_ptr + row)
+        neg_inf = NEG_INF_KEY_C >> SHIFT
+        thresh = tl.maximum(bound, neg_inf + 1)
+        count_inf = bound <= neg_inf
+        base = logits_ptr + b * stride_b + (row % K1) * stride_j
+        out = list_ptr + (row * n_splits + sp) * GCAP
+        start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
+        end = tl.minimum(start + SPLIT, V)
+        n = sp * 0
+        n_inf = sp * 0
+        for i in range(0, SPLIT, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            inb = offs < end
+            key = sortable_key(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)) >> SHIFT
+            n = _list_selected(out, n, offs, inb & (key >= thresh), GCAP)
+        if count_inf:  # rare (fewer finite subset maxima than k): a second look at the split
+            for i in range(0, SPLIT, BLOCK):
+                offs = start + i + tl.arange(0, BLOCK)
+                inb = offs < end
+                key = sortable_key(tl.load(base + offs, mask=inb, other=0.0).to(tl.float32)) >> SHIFT
+                n_inf += tl.sum((inb & (key == neg_inf)).to(tl.int32), axis=0)
+        tl.store(count_ptr + row * n_splits + sp, n)
+        tl.store(ninf_ptr + row * n_splits + sp, n_inf)
+
+
+@triton.jit
+def _descend(h, k_rem, DIGIT: tl.constexpr):
+    """One radix level: from its histogram ``h`` and the entries still to place ``k_rem`` to ``(digit of
+    the k-th key, k_rem below it, count equal to it at this level)``."""
+    bins = tl.arange(0, 1 << DIGIT)
+    g = tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # entries in bins >= b
+    d = tl.max(tl.where(g >= k_rem, bins, 0), axis=0)
+    g_d = tl.sum(tl.where(bins == d, g, 0), axis=0)
+    h_d = tl.sum(tl.where(bins == d, h, 0), axis=0)
+    return d, k_rem - (g_d - h_d), h_d
+
+
+@triton.jit
+def _row_radix_list(base, V, k, out, NS_P2: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                    SHIFT: tl.constexpr, BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+    """The slow path, in one program: the k-th key ``cut`` of the row by a radix select over all its
+    entries (8-bit digits), then the entries ``>= cut`` listed in ``out`` in vocabulary order, or only
+    those ``> cut`` when the ties would overflow ``GCAP``; the ties are then counted per split. Returns
+    ``(entries listed, cut as a row key, unlisted ties, unlisted ties per split [NS_P2])``."""
+    DIGIT: tl.constexpr = 8
+    prefix = (k * 0).to(tl.uint32)
+    k_rem = k
+    n_eq = k
+    for level in tl.static_range(BITS // DIGIT):
+        low = BITS - DIGIT * level - DIGIT
+        hist = tl.zeros([1 << DIGIT], tl.int32)
+        for i in range(0, V, BLOCK):
+            offs = i + tl.arange(0, BLOCK)
+            inb = offs < V
+            u = _ukey(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32), SHIFT)
+            live = inb
+            if level > 0:
+                live = inb & ((u >> (low + DIGIT)) == prefix)
+            hist += tl.histogram(((u >> low) & ((1 << DIGIT) - 1)).to(tl.int32), 1 << DIGIT, mask=live)
+        d, k_rem, n_eq = _descend(hist, k_rem, DIGIT)
+        prefix = (prefix << DIGIT) | d.to(tl.uint32)
+    unlisted = k - k_rem + n_eq > GCAP
+    thresh = tl.where(unlisted, prefix + 1, prefix)  # prefix < the largest key: NaNs are canonicalised
+    sps = tl.arange(0, NS_P2)
+    ties = tl.zeros([NS_P2], tl.int32)
+    n = (k * 0).to(tl.int32)
+    for i in range(0, V, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        inb = offs < V
+        u = _ukey(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32), SHIFT)
+        n = _list_selected(out, n, offs, inb & (u >= thresh), GCAP)
+        if unlisted:  # a block lies in one split (BLOCK divides SPLIT)
+            ties += tl.where(sps == i // SPLIT, tl.sum((inb & (u == prefix)).to(tl.int32), axis=0), 0)
+    cut = prefix.to(tl.int64) - (1 << (BITS - 1))
+    return n, cut, tl.where(unlisted, n_eq, 0).to(tl.int64), ties
+
+
+@triton.jit
+def _key_value(key, SHIFT: tl.constexpr):
+    """The float32 value of a row key (the inverse of :func:`row_key`; -0.0 comes back as +0.0). The
+    bits ``>> SHIFT`` dropped are ones in a negative value's key (its float's are zeros)."""
+    b = ((key << SHIFT) | tl.where(key < 0, (1 << SHIFT) - 1, 0)).to(tl.int32)
+    return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, minp_ptr,
+                bound_ptr, list_ptr, count_ptr, ninf_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
+                SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
+                BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+    """Launch 4, one program per row: the k-th key, the top-p cut, then the kept mass of every split
+    without the draft token (min-p applied), and ``m``, for the last launch. Other rows: the cut lets all
+    through."""
+    row = tl.program_id(0).to(tl.int64)
+    b = row // K1
+    j = row % K1
+    if _is_candidate_row(temp_ptr, topk_ptr, b):
+        k = tl.minimum(tl.load(topk_ptr + b), V).to(tl.int64)
+        logits_row = logits_ptr + b * stride_b + j * stride_j
+        sps = tl.arange(0, NS_P2)
+        counts = tl.load(count_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
+        total = tl.sum(counts, axis=0)
+        c = tl.arange(0, GCAP)
+        if total <= GCAP:  # the entries >= T: each split's list, one after another
+            ends = tl.cumsum(counts, axis=0)
+            s = tl.sum((c[:, None] >= ends[None, :]).to(tl.int32), axis=1)  # the split of position c
+            first = tl.sum(tl.where(sps[None, :] == s[:, None], (ends - counts)[None, :], 0), axis=1)
+            valid = c < total
+            idx = tl.load(list_ptr + (row * n_splits + s) * GCAP + c - first, mask=valid, other=0).to(tl.int64)
+            x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
+            key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
+            ninf = tl.load(ninf_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
+            enough = total >= k  # else the k-th key is -inf: every -inf entry ties at the cut (no mass)
+            cut = k * 0 + (NEG_INF_KEY_C >> SHIFT)
+            if enough:  # every listed key is >= the gather's threshold
+                lo = tl.maximum(tl.load(bound_ptr + row).to(tl.int64), cut + 1)
+                cut = _kth_largest(key, valid, k, lo, tl.max(key, axis=0).to(tl.int64) + 1)
+            n_ties = tl.where(enough, 0, tl.sum(ninf, axis=0)).to(tl.int64)
+            tie_n = tl.where(enough, 0, ninf)
+        else:  # more than GCAP entries reach T: the row's own radix select
+            out = list_ptr + row * n_splits * GCAP
+            n_listed, cut, n_ties, tie_n = _row_radix_list(logits_row, V, k, out, NS_P2, SPLIT, BLOCK, SHIFT, BITS,
+                                                           GCAP)  # fmt: skip
+            tl.debug_barrier()  # the list's stores are seen by every thread of the program
+            valid = c < n_listed
+            idx = tl.load(out + c, mask=valid, other=0).to(tl.int64)
+            x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
+            key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
+        listed = valid & (key >= cut)
+        t = tl.load(temp_ptr + b).to(tl.float32)
+        inv_t = 1.0 / t
+        top_p = tl.load(topp_ptr + b).to(tl.float64)
+        min_p = tl.load(minp_ptr + b).to(tl.float32)
+        top = tl.max(tl.where(listed, key, NONE32), axis=0).to(tl.int64)
+        top = tl.where(top > NONE32, top, cut)  # the row's largest key
+        m = _key_value(top, SHIFT) * inv_t  # max z, as the reference computes it (z rises with the key)
+        w = tl.where(listed, tl.exp(x * inv_t - m), 0.0)
+        w_tie = tl.exp(_key_value(cut, SHIFT) * inv_t - m)
+        cut_p = cut
+        if top_p < 1.0:
+            # M(c), the mass of listed entries with a key > c, falls as c rises; an entry is kept when
+            # M(its key) < goal. Find the least such c in (cut - 1, top] with 16 probes a round.
+            w64 = w.to(tl.float64)
+            goal = top_p * (tl.sum(w64, axis=0) + n_ties.to(tl.float64) * w_tie.to(tl.float64))
+            lo = cut - 1  # M(lo) is the whole top-k mass: >= goal
+            hi = top  # M(top) = 0 < goal
+            probes = tl.arange(0, P_PROBES).to(tl.int64) + 1
+            while hi - lo > 1:
+                at = tl.minimum(lo + (hi - lo + P_PROBES - 1) // P_PROBES * probes, hi)
+                below = tl.sum(tl.where(key[None, :] > at.to(tl.int32)[:, None], w64[None, :], 0.0), axis=1) < goal
+                hi = tl.min(tl.where(below, at, hi), axis=0)
+                lo = tl.max(tl.where(below, lo, at), axis=0)
+            cut_p = tl.min(tl.where(listed & (key >= hi), key, 2147483647), axis=0).to(tl.int64)  # least kept
+            cut_p = tl.where((n_ties > 0) & (hi <= cut), cut, cut_p)
+        excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+        excl = tl.where(j < K, excl, -1)
+        kept = listed & (key >= cut_p) & (w >= min_p) & (idx != excl)
+        in_split = (idx // SPLIT)[:, None] == sps[None, :]
+        mass = tl.sum(tl.where(kept[:, None] & in_split, w[:, None], 0.0), axis=0)
+        excl_ok = (excl >= 0) & (excl < V)
+        x_excl = tl.load(logits_row + tl.where(excl_ok, excl, 0)).to(tl.float32)
+        excl_tie = (n_ties > 0) & excl_ok & (row_key(x_excl, SHIFT) == cut)  # the draft is an unlisted tie
+        tie_n -= (excl_tie & (sps == excl // SPLIT)).to(tie_n.dtype)
+        mass += tl.where((cut >= cut_p) & (w_tie >= min_p), tie_n.to(tl.float32) * w_tie, 0.0)
+        tl.store(m_ptr + row * n_splits + sps, tl.zeros([NS_P2], tl.float32) + m, mask=sps < n_splits)
+        tl.store(s_ptr + row * n_splits + sps, mass, mask=sps < n_splits)
+        tl.store(cut_ptr + row, cut_p)
+    else:
+        tl.store(cut_ptr + row, LOWEST)
+
+
+def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
+    """The small-top-k class up to the kept mass (:func:`filtered_mass`'s contract): fills ``m_part``,
+    ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
+    B, K1, V = logits.shape
+    rows, dev = B * K1, logits.device
+    n_splits, split = layout
+    shift = key_shift(logits.dtype)
+    ns_p2 = next_pow2(n_splits)
+    per_split = MAXIMA_PER_ROW // ns_p2
+    maxima = torch.empty((rows, n_splits, per_split), dtype=torch.int32, device=dev)
+    bound = torch.empty(rows, dtype=torch.int32, device=dev)
+    listed = torch.empty((rows, n_splits, GATHER_CAP), dtype=torch.int32, device=dev)
+    counts = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
+    ninf = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
+    cut = torch.empty(rows, dtype=torch.int64, device=dev)
+    grid = (rows, n_splits)
+    head = (logits, logits.stride(0), logits.stride(1))
+    draft = (drafts, drafts.stride(0))
+    sizes = dict(SPLIT=split, BLOCK=PASS_BLOCK, num_warps=PASS_WARPS)
+    _stats_kernel[grid](*head, *draft, temperature, top_k, gkey, gidx, m_part, s_part, maxima, V, K1 - 1, K1,
+                        n_splits, M=per_split, **sizes)  # fmt: skip
+    _bound_kernel[(rows,)](temperature, top_k, maxima, bound, V, K1, n_splits, M=per_split, MAXIMA=per_split * ns_p2,
+                           SHIFT=shift, num_warps=8)  # fmt: skip
+    _gather_kernel[grid](*head, temperature, top_k, bound, listed, counts, ninf, V, K1, n_splits, SHIFT=shift,
+                         GCAP=GATHER_CAP, **sizes)  # fmt: skip
+    _cut_kernel[(rows,)](*head, *draft, temperature, top_k, top_p, min_p, bound, listed, counts, ninf, m_part, s_part,
+                         cut, V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=ns_p2, SHIFT=shift,
+                         BITS=32 - shift, GCAP=GATHER_CAP, num_warps=CUT_WARPS)  # fmt: skip
+    return cut

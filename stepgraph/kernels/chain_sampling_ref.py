@@ -1,0 +1,201 @@
+"""Chain verify sampling in plain torch: the reference the kernels are tested against, the path the
+``two_launch_sampling`` piece falls back to, and the one definition of the kept set every path shares.
+
+The kept set of a sampled row, with ``z = x * (1 / T)`` (float32), ``m = max z`` and the weights
+``w = exp(z - m)`` (float32):
+
+* top-k (``0 < k < V``): entries whose logit is ``>=`` the k-th largest (ties at the k-th value kept;
+  ``-0.0 == +0.0``); ``k = 0`` or ``k >= V`` is off;
+* top-p (``p < 1``), over the top-k set: an entry is kept when the mass (float64 sum of ``w``) of
+  top-k entries with a strictly larger logit is ``< p * `` the top-k set's mass; ``p = 1`` is off;
+* min-p (``min_p > 0``): entries with ``w >= min_p`` (probability at least ``min_p`` times the largest);
+  ``min_p = 0`` is off.
+
+``q`` is ``w`` over the kept set, renormalised. Greedy rows (``T == 0``) and degenerate rows (a NaN or
+``+inf``, or every entry ``-inf``) are one-hot at the argmax.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ._common import written_into
+
+
+class SampledVerifyOutput(NamedTuple):
+    """Shapes: ``tokens [B, K+1]`` int64 (accepted drafts, then the correction or bonus, then -1);
+    ``num_accepted [B]`` int64; ``bonus [B]`` int64 (the last emitted token); ``extend_tokens [B, K+1]``
+    (``tokens`` with the -1 tail replaced by valid ids, the draft-extend input); optional
+    ``accept_len``, ``new_seq_lens``, ``select`` as in :class:`GreedyVerifyOutput`."""
+
+    tokens: torch.Tensor
+    num_accepted: torch.Tensor
+    bonus: torch.Tensor
+    extend_tokens: torch.Tensor
+    accept_len: torch.Tensor | None = None
+    new_seq_lens: torch.Tensor | None = None
+    select: torch.Tensor | None = None
+
+
+def assemble_output(accepted, n, final, offset, seq_lens) -> SampledVerifyOutput:
+    """The outputs of a sampled verify from ``accepted [B, K]`` (tokens along the path; only the first
+    ``n`` count), ``n [B]`` and ``final [B]`` (correction or bonus). Advances ``offset`` by one."""
+    B, K = accepted.shape
+    dev = accepted.device
+    j = torch.arange(K + 1, device=dev)[None, :]
+    padded = torch.cat([accepted.long(), torch.zeros((B, 1), dtype=torch.long, device=dev)], 1)
+    tokens = torch.where(j < n[:, None], padded, torch.where(j == n[:, None], final[:, None], -1))
+    offset.add_(1)
+    return SampledVerifyOutput(
+        tokens=tokens,
+        num_accepted=n,
+        bonus=final,
+        extend_tokens=torch.where(j < n[:, None], padded, final[:, None]),
+        accept_len=n + 1,
+        new_seq_lens=(seq_lens + n + 1).to(seq_lens.dtype) if seq_lens is not None else None,
+        select=torch.arange(B, device=dev) * (K + 1) + n,
+    )
+
+
+def _degenerate_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Rows (``[..., V]``) that fall back to greedy: any NaN or +inf, or every entry -inf."""
+    x = logits.float()
+    return torch.isnan(x).any(-1) | (x == float("inf")).any(-1) | (x == float("-inf")).all(-1)
+
+
+def sortable_keys(logits: torch.Tensor) -> torch.Tensor:
+    """int64 keys in the kernels' order: ``a < b`` iff key(a) < key(b), ``-0.0`` and ``+0.0`` equal, every
+    NaN largest. 16-bit keys for bfloat16 logits (their float32 keys end in 16 zero bits), else 32-bit."""
+    x = logits.float()
+    x = torch.where(torch.isnan(x), torch.full_like(x, float("nan")), x)
+    x = torch.where(x == 0, torch.zeros_like(x), x)
+    b = x.view(torch.int32)
+    key = b ^ ((b >> 31) & 0x7FFFFFFF)
+    if logits.dtype == torch.bfloat16:
+        key = key >> 16
+    return key.long()
+
+
+def _weights(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """``w = exp(z - max z)`` with ``z = x * (1 / T)`` in float32, ``[B, R, V]``."""
+    B = logits.shape[0]
+    t = temperature.float().view(B, 1, 1)
+    z = logits.float() * (1.0 / torch.where(t > 0, t, torch.ones_like(t)))
+    return torch.exp(z - z.amax(-1, keepdim=True))
+
+
+def kept_mask(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The kept set (module docstring) of every row: ``[B, R, V]`` bool, for logits ``[B, R, V]`` and
+    per-request ``[B]`` settings. Meaningful for sampled rows with regular logits. Cost: a sort per row."""
+    B, R, V = logits.shape
+    w = _weights(logits, temperature)
+    key = sortable_keys(logits)
+    skey, order = torch.sort(key, dim=-1, descending=True, stable=True)
+    k = top_k.long().view(B, 1, 1)
+    kth = skey.gather(-1, (k.clamp(1, V) - 1).expand(B, R, 1))
+    keep = torch.where((k > 0) & (k < V), key >= kth, torch.ones_like(key, dtype=torch.bool))
+    ws = torch.where(keep, w, torch.zeros_like(w)).double().gather(-1, order)
+    before = torch.cumsum(ws, -1) - ws
+    starts = torch.ones_like(skey, dtype=torch.bool)
+    starts[..., 1:] = skey[..., 1:] != skey[..., :-1]
+    arange = torch.arange(V, device=logits.device).expand_as(skey)
+    first = torch.cummax(torch.where(starts, arange, torch.zeros_like(arange)), -1).values
+    p = top_p.double().view(B, 1, 1)
+    keep_sorted = (before.gather(-1, first) < p * ws.sum(-1, keepdim=True)) | (p >= 1.0)
+    keep = keep & torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    if min_p is not None:
+        mp = min_p.float().view(B, 1, 1)
+        keep = keep & ((w >= mp) | (mp <= 0))
+    return keep
+
+
+def filter_cut_keys_ref(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
+    """The smallest kept key of every row after top-k and top-p, ``[B, R]`` int64 (:func:`sortable_keys`)."""
+    key = sortable_keys(logits)
+    kept = kept_mask(logits, temperature, top_k, top_p)
+    return torch.where(kept, key, torch.full_like(key, 2**62)).amin(-1)
+
+
+def sampling_probs(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    *,
+    filtered: bool = True,
+    min_p: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The sampling distribution ``q`` of every row, materialised: ``[B, R, V]`` float32 (rows sum to 1).
+
+    The kept set of :func:`kept_mask` when ``filtered`` (else every entry). Greedy and degenerate rows
+    come back as a one-hot at the argmax. Graph-safe (no host syncs). Cost: a sort per row when filtered.
+    """
+    B = logits.shape[0]
+    e = _weights(logits, temperature)
+    if filtered:
+        e = torch.where(kept_mask(logits, temperature, top_k, top_p, min_p), e, torch.zeros_like(e))
+    probs = e / e.sum(-1, keepdim=True)
+    greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)
+    one_hot = torch.zeros_like(probs).scatter(-1, torch.argmax(logits, -1, keepdim=True), 1.0)
+    return torch.where(greedy[..., None], one_hot, probs)
+
+
+def chain_verify_sampling_ref(
+    logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    min_p: torch.Tensor | None = None,
+    filtered: bool = True,
+    small_top_k: bool = False,
+    seq_lens: torch.Tensor | None = None,
+    with_accept_len: bool = True,
+    with_select: bool = True,
+    out: dict[str, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
+) -> SampledVerifyOutput:
+    """Plain torch implementation of the same rule (materialised ``q``, torch RNG). Graph-safe.
+    ``small_top_k`` and the ``with_*`` flags are accepted for parity with the kernels and change nothing
+    (every filter applies, every field is computed); ``out`` as in the kernel.
+
+    Randomness comes from torch's generator (``generator`` or the default one, which a CUDA graph
+    advances on every replay), not from ``seed``; ``offset`` is still advanced by one for parity.
+    Cost: ``sampling_probs`` (a sort per row when filtered) + O(B*(K+1)*V) elementwise work.
+    """
+    B, K1, V = logits.shape
+    K = K1 - 1
+    dev = logits.device
+    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=filtered, min_p=min_p)  # [B, K1, V]
+    predict = torch.argmax(logits, -1)
+    greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)  # [B, K1]
+    d = draft_tokens.long()
+    d_ok = (d >= 0) & (d < V)
+    d_safe = torch.where(d_ok, d, torch.zeros_like(d))
+    q_d = probs[:, :K].gather(-1, d_safe[..., None]).squeeze(-1)
+    coins = torch.rand((B, K1), device=dev, generator=generator)
+    accept = d_ok & torch.where(greedy[:, :K], d == predict[:, :K], coins[:, :K] < q_d)
+    n = accept.long().cumprod(1).sum(1) if K > 0 else torch.zeros(B, dtype=torch.long, device=dev)
+    row = probs.gather(1, n.view(B, 1, 1).expand(B, 1, V)).squeeze(1)  # q_n  [B, V]
+    excl = torch.where(n < K, d_safe.gather(1, n.clamp(max=max(K - 1, 0)).view(B, 1)).squeeze(1) if K > 0 else n, -1)
+    row = torch.where(torch.arange(V, device=dev)[None, :] == excl[:, None], torch.zeros_like(row), row)
+    gumbel = -torch.log(-torch.log(torch.rand((B, V), device=dev, generator=generator)))
+    score = torch.where(row > 0, torch.log(row) + gumbel, torch.full_like(row, float("-inf")))
+    sample = torch.argmax(score, -1)
+    pred_n = predict.gather(1, n.view(B, 1)).squeeze(1)
+    use_greedy = greedy.gather(1, n.view(B, 1)).squeeze(1) | ~(row > 0).any(-1)
+    final = torch.where(use_greedy, pred_n, sample)
+    return written_into(assemble_output(d, n, final, offset, seq_lens), out)

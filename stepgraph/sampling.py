@@ -1,0 +1,198 @@
+"""Sampling: per-request settings, and the sampling classes a step graph is keyed by, declared once.
+
+A *sampling class* is what a key's graph was captured for: greedy, temperature only, a small top-k, or
+any filter. Each class is declared once in :data:`CLASSES`: which requests it serves exactly
+(``fits``), the options its sampling kernel takes, and a summary for the documentation and the demo's
+flags. A request runs in the least general class that fits it; a batch in the most general class among
+its requests (that graph serves every less general request exactly: a temperature-0 row in a
+temperature batch gives the greedy token).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from stepgraph.kernels.chain_sampling import TOP_K_MAX
+
+INT64_MAX = 2**63 - 1
+
+
+def check_int64(name: str, value: object) -> int:
+    """``value`` as an int, or a clear error when it is not an integer in the int64 range (seeds live in
+    int64 device tensors)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{name}={value} does not fit int64; use a value in [-2**63, 2**63 - 1]")
+    return int(value)
+
+
+#: The largest top-k of the ``TOP_K`` class: what its kernels' small top-k path handles.
+SMALL_TOP_K_MAX = TOP_K_MAX
+
+
+class Sampling(enum.IntEnum):
+    """Sampling class of a batch, ordered from least to most general.
+
+    A batch that mixes classes uses the most general one present: its graph handles every less general
+    request exactly (a temperature-0 row inside a TEMPERATURE batch gives the greedy result).
+
+    ``TOP_K``: a top-k of 1 to :data:`SMALL_TOP_K_MAX`, with or without top-p and min-p (its kernels look
+    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: any other filter (top-p or min-p
+    without such a top-k, or a larger top-k).
+    """
+
+    GREEDY = 0
+    TEMPERATURE = 1
+    TOP_K = 2
+    TOP_K_TOP_P = 3
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, value: str | int | Sampling) -> Sampling:
+        """A class from itself, its name (``"greedy"``, ``"top-k-top-p"``, any case) or its number.
+
+        Raises
+        ------
+        ValueError
+            For an unknown name or number, or a value of another type (``None`` included).
+        """
+        if isinstance(value, Sampling):
+            return value
+        names = ", ".join(str(s) for s in cls)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < len(cls):
+                raise ValueError(f"unknown sampling class {value}; use one of: {names} (or 0..{len(cls) - 1})")
+            return cls(value)
+        if not isinstance(value, str):
+            raise ValueError(f"sampling must be a Sampling, its name or number, got {value!r}; use one of: {names}")
+        try:
+            return cls[value.strip().upper().replace("-", "_")]
+        except KeyError:
+            raise ValueError(f"unknown sampling class {value!r}; use one of: {names}") from None
+
+    @classmethod
+    def most_general(cls, classes: Iterable[Sampling]) -> Sampling:
+        """The most general class among ``classes`` (GREEDY for none)."""
+        return max((cls(c) for c in classes), default=cls.GREEDY)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling settings.
+
+    ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
+    ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
+    probable one). A top-k of 1 to 256 puts the request in the ``TOP_K`` class (top-p and min-p may come
+    with it); any other filter in the ``TOP_K_TOP_P`` class.
+    ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+        if not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool):
+            raise TypeError(f"top_k must be an int (0 disables it), got {self.top_k!r}")
+        if self.seed is not None:
+            check_int64("seed", self.seed)
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (0.0 <= self.min_p <= 1.0):
+            raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {self.min_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+
+    @property
+    def sampling(self) -> Sampling:
+        """The least general class whose step serves these settings exactly (see :data:`CLASSES`)."""
+        return class_of(self)
+
+    def request_values(self) -> dict[str, float | int]:
+        """The values a request carries on the device for its sampling (:data:`REQUEST_FIELDS`)."""
+        return {name: getattr(self, name) for name in REQUEST_FIELDS}
+
+
+@dataclass(frozen=True)
+class SamplingClass:
+    """One sampling class, declared once.
+
+    ``fits(params)``: this class's step serves requests with these settings exactly. ``kernel``: the
+    options of :func:`stepgraph.kernels.chain_verify_sampling` for a batch of this class (``None``: no
+    sampling kernel, greedy verify). ``summary``: one line for the documentation and ``--help``.
+    """
+
+    sampling: Sampling
+    summary: str
+    fits: Callable[[SamplingParams], bool]
+    kernel: Mapping[str, bool] | None
+
+    @property
+    def name(self) -> str:
+        return str(self.sampling)
+
+
+def _filtered(p: SamplingParams) -> bool:
+    return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
+
+
+#: Every sampling class, least general first (the order of :class:`Sampling`).
+CLASSES: tuple[SamplingClass, ...] = (
+    SamplingClass(Sampling.GREEDY, "argmax (temperature 0)", lambda p: p.temperature == 0.0, None),
+    SamplingClass(
+        Sampling.TEMPERATURE,
+        "temperature, no filter",
+        lambda p: p.temperature == 0.0 or not _filtered(p),
+        {"filtered": False, "small_top_k": False},
+    ),
+    SamplingClass(
+        Sampling.TOP_K,
+        f"temperature with a top-k of 1 to {SMALL_TOP_K_MAX}, with or without top-p and min-p",
+        lambda p: p.temperature == 0.0 or not _filtered(p) or 1 <= p.top_k <= SMALL_TOP_K_MAX,
+        {"filtered": True, "small_top_k": True},
+    ),
+    SamplingClass(
+        Sampling.TOP_K_TOP_P,
+        "temperature with any top-k, top-p and min-p (top-p or min-p alone, a larger top-k)",
+        lambda p: True,
+        {"filtered": True, "small_top_k": False},
+    ),
+)
+assert [c.sampling for c in CLASSES] == list(Sampling), "one declaration per class, in the enum's order"
+
+#: What each request carries on the device for its sampling: field -> (dtype, the value of a padded row).
+#: The relay holds one slot row of each; :meth:`SamplingParams.request_values` gives a request's values.
+REQUEST_FIELDS: dict[str, tuple[torch.dtype, float | int]] = {
+    "temperature": (torch.float32, 0.0),
+    "top_k": (torch.int64, 0),
+    "top_p": (torch.float32, 1.0),
+    "min_p": (torch.float32, 0.0),
+    "seed": (torch.int64, 0),
+}
+
+
+def sampling_class(sampling: Sampling | str | int) -> SamplingClass:
+    """The declaration of ``sampling`` (a class, its name or its number)."""
+    return CLASSES[Sampling.parse(sampling)]
+
+
+def class_of(params: SamplingParams) -> Sampling:
+    """The least general class that serves ``params`` exactly."""
+    return next(c.sampling for c in CLASSES if c.fits(params))

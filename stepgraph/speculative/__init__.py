@@ -1,0 +1,7 @@
+"""The chain speculative step (EAGLE topk-1) assembled from switchable pieces, and generation."""
+
+from stepgraph.speculative.decoder import GenerationStats, Request, SpecDecoder
+from stepgraph.speculative.step import ChainStep, Draft, Target
+from stepgraph.speculative.tp import TensorParallel
+
+__all__ = ["ChainStep", "Draft", "GenerationStats", "Request", "SpecDecoder", "Target", "TensorParallel"]

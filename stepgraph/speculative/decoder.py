@@ -1,0 +1,299 @@
+"""Speculative generation over the chain step: the decoder a user holds.
+
+:class:`SpecDecoder` wires the parts together: :class:`~stepgraph.speculative.step.ChainStep` (the step
+graph), :class:`~stepgraph.speculative.slots.SlotAllocator` (relay slots, cache rows),
+:class:`~stepgraph.speculative.prefill.Prefill` and :class:`~stepgraph.speculative.scheduler.Scheduler`
+(the synchronous and overlapped loops).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from stepgraph.config import RunnerConfig
+from stepgraph.keys import draft_lengths
+from stepgraph.runner import StepGraphRunner, WarmupReport
+from stepgraph.sampling import Sampling, SamplingParams, check_int64
+from stepgraph.speculative.prefill import Prefill
+from stepgraph.speculative.requests import GREEDY, GenerationStats, Request, RequestRules, normalize_eos
+from stepgraph.speculative.scheduler import Scheduler
+from stepgraph.speculative.slots import SlotAllocator
+from stepgraph.speculative.step import ChainStep, Draft, Target
+from stepgraph.speculative.tp import TensorParallel
+
+__all__ = ["GenerationStats", "Request", "SpecDecoder"]
+
+
+class SpecDecoder:
+    """Speculative decoding with the chain step graph.
+
+    Parameters
+    ----------
+    target, draft:
+        Graph-safe callables over static KV caches, with ``max_requests`` real cache rows plus the
+        scratch row ``scratch_cache_row``.
+    num_draft_tokens:
+        K, the draft tokens per step (0: plain decoding), or several draft lengths: each gets its keys,
+        and the step runs with the first.
+    max_requests:
+        Cache rows (requests alive at once, draining ones included).
+    max_seq_len:
+        Cache length; a request needs ``len(prompt) + max_new_tokens + 2 * (K + 1) <= max_seq_len``.
+    vocab_size, draft_hidden_size, hidden_dtype, scratch_cache_row:
+        Model facts (``SpecDecoder.for_example`` reads them off the example models).
+    max_batch:
+        Largest batch per step, in ``1..max_requests`` (default: ``min(max_requests, 64)``).
+    eos_token_id:
+        An id, or a list of ids (as Hugging Face generation configs carry), that stops a request when
+        emitted (it is kept in the output); each in ``[0, vocab_size)``.
+    seed:
+        Seeds requests without their own seed (their random streams on the device). The torch sampling
+        paths (sampling pieces switched off) draw from torch's default generator, which
+        :meth:`generate` seeds with it and restores afterwards: the caller's own stream is left as it was.
+    tp:
+        Tensor parallelism: rank 0's verify result is broadcast once per step (:mod:`stepgraph.speculative.tp`).
+    splice_stages:
+        Build step graphs from spliced per-stage graphs (:mod:`stepgraph.splice`).
+    compile:
+        ``True``: the step's target and draft forwards go through ``torch.compile`` (inductor's kernels, no
+        CUDA graphs of their own), compiled during warm-up and captured into the step graph; a backend name
+        (``"aot_eager"``) picks another backend. Prefill runs the forwards as written. Compiled kernels
+        round differently: greedy output can differ from the uncompiled decoder's (``STEPGRAPH_COMPILE=0``
+        turns compiling off, so ``stepgraph bisect`` can name it). See :mod:`stepgraph.compile`.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        draft: Draft,
+        *,
+        num_draft_tokens: int | Sequence[int] = 3,
+        max_requests: int,
+        max_seq_len: int,
+        vocab_size: int,
+        draft_hidden_size: int,
+        hidden_dtype: torch.dtype,
+        scratch_cache_row: int,
+        device: torch.device | str = "cpu",
+        max_batch: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        config: RunnerConfig | None = None,
+        seed: int = 0,
+        tp: TensorParallel | None = None,
+        splice_stages: bool = False,
+        compile: bool | str = False,
+    ) -> None:
+        self.target, self.draft = target, draft
+        self.draft_lens = draft_lengths(num_draft_tokens)
+        self.K = self.draft_lens[0]
+        self.device = torch.device(device)
+        self.max_requests, self.max_seq_len = max_requests, max_seq_len
+        if max_batch is None:
+            max_batch = min(max_requests, 64)
+        if not 1 <= max_batch <= max_requests:
+            raise ValueError(
+                f"max_batch must be in 1..max_requests ({max_requests}), got {max_batch}; "
+                "leave it unset for min(max_requests, 64)"
+            )
+        self.max_batch = max_batch
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+        self.seed = check_int64("seed", seed)
+        self.step = ChainStep(
+            target,
+            draft,
+            num_draft_tokens=num_draft_tokens,
+            num_slots=max_requests + 1,
+            max_batch=self.max_batch,
+            vocab_size=vocab_size,
+            draft_hidden_size=draft_hidden_size,
+            hidden_dtype=hidden_dtype,
+            scratch_cache_row=scratch_cache_row,
+            device=self.device,
+            config=config,
+            tp=tp,
+            splice_stages=splice_stages,
+            compile=compile,
+        )
+        self.toggles = self.step.toggles
+        self.slots = SlotAllocator(max_requests, self.step.relay)
+        prefill = Prefill(target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling)
+        self.scheduler = Scheduler(self.step, self.slots, prefill, max_batch=max_batch, device=self.device)
+        self._next_id = 0
+
+    @classmethod
+    def for_example(cls, target: Any, draft: Draft, **kwargs) -> SpecDecoder:
+        """A decoder for the example models (``stepgraph.examples.model``: ``target`` an ``ExampleTarget``,
+        whose config gives the cache and vocabulary sizes)."""
+        cfg = target.cfg
+        return cls(
+            target,
+            draft,
+            max_requests=cfg.max_requests,
+            max_seq_len=cfg.max_seq_len,
+            vocab_size=cfg.vocab_size,
+            draft_hidden_size=draft.hidden_size,
+            hidden_dtype=target.dtype,
+            scratch_cache_row=cfg.scratch_row,
+            device=target.device,
+            **kwargs,
+        )
+
+    # ---- state ---------------------------------------------------------------------------------
+    @property
+    def eos_token_id(self) -> tuple[int, ...]:
+        """The ids that end a request (kept in its output); empty when none is set."""
+        return self._eos
+
+    @eos_token_id.setter
+    def eos_token_id(self, value: int | Sequence[int] | None) -> None:
+        self._eos = normalize_eos(value, self.vocab_size)
+
+    @property
+    def runner(self) -> StepGraphRunner:
+        return self.step.runner
+
+    @property
+    def in_use(self) -> tuple[int, int]:
+        """``(relay slots, cache rows)`` held by requests: ``(0, 0)`` between :meth:`generate` calls,
+        also after one that raised."""
+        return self.slots.in_use
+
+    @property
+    def stats(self) -> GenerationStats:
+        """Counts over every :meth:`generate` since construction (assign a new one to start afresh)."""
+        return self.scheduler.stats
+
+    @stats.setter
+    def stats(self, value: GenerationStats) -> None:
+        self.scheduler.stats = value
+
+    @property
+    def record_step_events(self) -> bool:
+        """Record a (start, end) CUDA event pair around every step in :attr:`step_events` (benchmarks)."""
+        return self.scheduler.record_step_events
+
+    @record_step_events.setter
+    def record_step_events(self, on: bool) -> None:
+        self.scheduler.record_step_events = on
+
+    @property
+    def step_events(self) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+        return self.scheduler.step_events
+
+    # ---- generation ------------------------------------------------------------------------------
+    def warmup(
+        self, max_running_requests: int | None = None, sampling: Sampling | str = Sampling.GREEDY
+    ) -> WarmupReport:
+        """Capture the keys for batch sizes 1..N before serving (see :meth:`StepGraphRunner.warmup`)."""
+        return self.step.warmup(max_running_requests or self.max_batch, Sampling.parse(sampling))
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int | Sequence[int] = 32,
+        sampling: SamplingParams | Sequence[SamplingParams] = GREEDY,
+        overlap: bool = False,
+        on_step: Callable[[int], None] | None = None,
+        arrivals: Sequence[float] | None = None,
+    ) -> list[list[int]]:
+        """Generate for every prompt; returns the new tokens of each (EOS included when hit).
+
+        ``prompts``: token-id lists (or 1-D integer tensors). ``on_step(batch_size)`` is called once per
+        step on the host (scheduling work, for benchmarks). ``arrivals``: seconds after the call at which
+        each request may join (a serving trace; default: all at once); requests join and leave the batch
+        as they arrive and finish. Whatever raises inside reaches the caller after every slot and cache
+        row is given back.
+        """
+        requests = self.make_requests(prompts, max_new_tokens, sampling)
+        if not requests:
+            return []
+        if arrivals is not None:
+            if len(arrivals) != len(requests) or any(not (a >= 0.0) for a in arrivals):
+                raise ValueError("arrivals: give one time >= 0 (seconds) per prompt")
+            for r, a in zip(requests, arrivals):
+                r.arrival = float(a)
+        stats = self.scheduler.stats
+        prefill0, idle0, t0 = stats.prefill_seconds, stats.idle_seconds, time.perf_counter()
+        with torch.random.fork_rng(devices=self._cuda_index()):
+            torch.manual_seed(self.seed)  # the torch sampling paths draw from torch's generator
+            self.scheduler.run(requests, overlap=overlap, on_step=on_step)
+        elapsed = time.perf_counter() - t0
+        stats.decode_seconds += elapsed - (stats.prefill_seconds - prefill0) - (stats.idle_seconds - idle0)
+        return [r.output for r in requests]
+
+    def _cuda_index(self) -> list[int]:
+        if self.device.type != "cuda":
+            return []
+        return [self.device.index if self.device.index is not None else torch.cuda.current_device()]
+
+    def make_requests(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int | Sequence[int] = 32,
+        sampling: SamplingParams | Sequence[SamplingParams] = GREEDY,
+    ) -> list[Request]:
+        """Checked :class:`Request` objects, one per prompt (``max_new_tokens`` and ``sampling``: one for
+        all or one per prompt). They hold no slot until admitted."""
+        n = len(prompts)
+        limits = [max_new_tokens] * n if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        params = [sampling] * n if isinstance(sampling, SamplingParams) else list(sampling)
+        if len(limits) != n or len(params) != n:
+            raise ValueError("give one max_new_tokens and one SamplingParams per prompt (or one for all)")
+        rules = RequestRules(self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos)
+        requests = [
+            rules.make(self._next_id + i, p, m, sp) for i, (p, m, sp) in enumerate(zip(prompts, limits, params))
+        ]
+        self._next_id += n
+        return requests
+
+    # ---- public hooks for benchmarks and custom loops ---------------------------------------------
+    def admit(self, requests: Sequence[Request]) -> torch.Tensor:
+        """Prefill ``requests`` into slots and keep them resident (a lone request in the view slot); returns
+        their slot list ``[B]`` for :meth:`ChainStep.run`. Give them back with :meth:`finish`."""
+        for r in requests:
+            self.scheduler.admit(r)
+        if len(requests) == 1 and self.step.relay.single_views and requests[0].slot != 0:
+            self.slots.move_to_slot0(requests[0])
+        return torch.tensor([r.slot for r in requests], dtype=torch.int64)
+
+    def finish(self, requests: Sequence[Request]) -> None:
+        """Give back the slots and cache rows that ``requests`` hold."""
+        self.slots.give_back_all(requests, self.device)
+
+    def read_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """A step's ``tokens [B, K+1]`` on the host (one copy into pinned memory, then a wait)."""
+        return self.scheduler.read_tokens(tokens)
+
+    # ---- the rest ------------------------------------------------------------------------------------
+    def info(self) -> dict:
+        return {**self.step.info(), "generation": self.stats.as_dict()}
+
+    def release(self) -> None:
+        """Release every graph of the step (the step runs eagerly until it captures again). Under tensor
+        parallelism, call it before ``dist.destroy_process_group()``."""
+        self.step.release()
+
+    def device_step_ms(self, batch_size: int, steps: int = 50) -> float:
+        """Device time of one step at ``batch_size``: back-to-back replays of its captured graph with no
+        host sync in between (milliseconds; NaN when the key has no graph). The relay state is restored
+        afterwards. For benchmarks."""
+        key = self.runner.key_for(batch_size)
+        captured = self.runner.stats(key).captured if key is not None else None
+        if captured is None:
+            return float("nan")
+        saved = {n: f.clone() for n, f in self.step.relay.fields.items()}
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            captured.replay()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / steps * 1e3
+        for n, f in self.step.relay.fields.items():
+            f.copy_(saved[n])
+        return ms

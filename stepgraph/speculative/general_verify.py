@@ -1,0 +1,118 @@
+"""The general sampled-verify path (``lean_sampled_verify`` off): tree target-only sampling over
+materialised probabilities, as tree-based engines do it. A chain is the tree with one child per node.
+
+Per request: walk from the root; at each depth try the current node's children in sibling order,
+accepting child ``c`` with probability ``q_cur(token_c)``; a rejected child's token is removed from the
+current node's distribution. At the first depth with no accepted child, sample from the remaining
+distribution (inverse CDF with one coin). Greedy rows (``q`` one-hot at the argmax) give the greedy
+result. Graph-safe: static loops over depth and siblings, no host syncs.
+Cost: materialises ``q`` for every node (``[B, N, V]`` floats, a sort per row for top-k/top-p).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from stepgraph.kernels import written_into
+from stepgraph.kernels.chain_sampling_ref import SampledVerifyOutput, assemble_output, sampling_probs
+
+
+def chain_verify_sampling_tree(
+    logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    min_p: torch.Tensor | None = None,
+    filtered: bool = True,
+    small_top_k: bool = False,
+    seq_lens: torch.Tensor | None = None,
+    with_accept_len: bool = True,
+    with_select: bool = True,
+    out: dict[str, torch.Tensor] | None = None,
+) -> SampledVerifyOutput:
+    """A chain's sampled verify through the general tree path, in the signature of
+    :func:`stepgraph.kernels.chain_verify_sampling` (``seed``, ``filtered``, ``small_top_k`` and the ``with_*``
+    flags are taken for parity: randomness comes from torch's generator, every filter applies, every
+    field is computed). Shapes as there."""
+    B, K1, _ = logits.shape
+    nxt, sib = chain_tree(K1 - 1, logits.device)
+    root = torch.zeros((B, 1), dtype=torch.long, device=logits.device)  # the root's token is never read
+    candidates = torch.cat([root, draft_tokens.long()], 1)
+    r = tree_verify_sampling(
+        logits, candidates, nxt, sib, temperature, top_k, top_p, offset, max_depth=K1 - 1, seq_lens=seq_lens,
+        min_p=min_p,
+    )  # fmt: skip
+    return written_into(r, out)
+
+
+def chain_tree(num_draft: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(next_token, next_sibling)`` over ``N = K + 1`` nodes for a chain: node j's child is j+1."""
+    n = num_draft + 1
+    nxt = torch.arange(1, n + 1, device=device)
+    nxt[-1] = -1
+    return nxt, torch.full((n,), -1, device=device, dtype=torch.long)
+
+
+def tree_verify_sampling(
+    logits: torch.Tensor,
+    candidates: torch.Tensor,
+    next_token: torch.Tensor,
+    next_sibling: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    max_depth: int,
+    max_siblings: int = 1,
+    seq_lens: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    min_p: torch.Tensor | None = None,
+) -> SampledVerifyOutput:
+    """Target-only tree verification.
+
+    Shapes: ``logits [B, N, V]`` (one row per node), ``candidates [B, N]`` (node tokens; node 0 is the
+    root), ``next_token``/``next_sibling`` ``[N]`` (-1 for none), per-request ``temperature``/``top_k``/
+    ``top_p``/``offset`` ``[B]`` (and ``min_p``, ``None`` for off). Returns tokens along the accepted path
+    (then the sampled token, then -1).
+    """
+    B, N, V = logits.shape
+    dev = logits.device
+    probs = sampling_probs(logits, temperature, top_k, top_p, filtered=True, min_p=min_p)  # [B, N, V]
+    coins = torch.rand((B, N), device=dev, generator=generator)
+    final_coin = torch.rand((B,), device=dev, generator=generator)
+    rows = torch.arange(B, device=dev)
+    cur = torch.zeros(B, dtype=torch.long, device=dev)
+    n = torch.zeros(B, dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    removed = torch.zeros((B, V), dtype=torch.bool, device=dev)
+    path = torch.full((B, max_depth), -1, dtype=torch.long, device=dev)
+    for depth in range(max_depth):
+        child = next_token[cur]
+        moved = torch.zeros(B, dtype=torch.bool, device=dev)
+        for _ in range(max_siblings):
+            valid = (child >= 0) & ~done & ~moved
+            c = child.clamp(min=0)
+            tok = candidates[rows, c]
+            q = probs[rows, cur, tok]
+            acc = valid & (coins[rows, c] < q)
+            rej = valid & ~acc
+            removed = torch.where(acc[:, None], torch.zeros_like(removed), removed)
+            removed[rows, tok] |= rej
+            path[:, depth] = torch.where(acc, tok, path[:, depth])
+            cur = torch.where(acc, c, cur)
+            n = n + acc.long()
+            moved |= acc
+            child = torch.where(rej, next_sibling[c], child)
+        done |= ~moved
+    row = probs[rows, cur] * ~removed
+    total = row.sum(-1, keepdim=True)
+    cdf = torch.cumsum(row, -1)
+    pick = torch.searchsorted(cdf, (final_coin[:, None] * total).contiguous(), right=True).squeeze(1).clamp(max=V - 1)
+    fallback = torch.argmax(probs[rows, cur], -1)
+    final = torch.where(total.squeeze(1) > 0, pick, fallback)
+    return assemble_output(path, n, final, offset, seq_lens)

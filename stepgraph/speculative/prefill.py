@@ -1,0 +1,73 @@
+"""Prefill (eager): the target over a prompt, the first token, and the draft over the prompt, which
+leave a request's relay slot ready for its first chain step."""
+
+from __future__ import annotations
+
+import torch
+
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
+from stepgraph.sampling import Sampling, SamplingParams, sampling_class
+from stepgraph.speculative.relay import RelayState
+from stepgraph.speculative.requests import Request
+from stepgraph.speculative.step import Draft, Target
+
+
+class Prefill:
+    """Runs a request's prompt through both models into its cache row and relay slot.
+
+    ``kernels``: sample the first token with stepgraph's sampling kernel (the
+    ``two_launch_sampling`` piece), else with its torch reference.
+    """
+
+    def __init__(self, target: Target, draft: Draft, relay: RelayState, device: torch.device, *, kernels: bool) -> None:
+        self.target, self.draft, self.relay, self.device = target, draft, relay, device
+        self.kernels = kernels
+
+    def __call__(self, r: Request) -> int:
+        """Fill ``r``'s cache row and relay slot (``r`` holds both); returns its first token."""
+        dev = self.device
+        L = len(r.prompt)
+        tokens = torch.tensor([r.prompt], dtype=torch.int64, device=dev)
+        positions = torch.arange(L, device=dev)[None, :]
+        rows = torch.tensor([r.cache_row], device=dev)
+        logits, hidden = self.target(tokens, positions, rows)
+        p = r.params
+        seed = torch.tensor([p.seed], dtype=torch.int64, device=dev)
+        offset = torch.zeros(1, dtype=torch.int64, device=dev)
+        first = self.first_token(logits[:, -1:], p, seed, offset)  # [1]
+        d_tokens = torch.cat([tokens, first[:, None]], 1)
+        d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
+        d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
+        self.relay.write(
+            r.slot,
+            token=first[0],
+            draft=torch.argmax(d_logits[0, -1]),
+            seq_len=L,
+            cache_row=r.cache_row,
+            hidden=d_hid[0, -1],
+            offset=offset[0],
+            **p.request_values(),
+        )
+        return int(first.item())
+
+    def first_token(
+        self, logits: torch.Tensor, p: SamplingParams, seed: torch.Tensor, offset: torch.Tensor
+    ) -> torch.Tensor:
+        """The first token ``[1]`` from the prompt's last logits ``[1, 1, V]``: greedy, or sampled from the
+        request's stream (``seed``, ``offset``) like a verify with no drafts."""
+        if p.sampling is Sampling.GREEDY:
+            return torch.argmax(logits[:, 0], -1)
+        dev = logits.device
+        sample = chain_verify_sampling if self.kernels else chain_verify_sampling_ref
+        out = sample(
+            logits,
+            torch.zeros((1, 0), dtype=torch.int64, device=dev),
+            torch.tensor([p.temperature], dtype=torch.float32, device=dev),
+            torch.tensor([p.top_k], dtype=torch.int64, device=dev),
+            torch.tensor([p.top_p], dtype=torch.float32, device=dev),
+            seed,
+            offset,
+            min_p=torch.tensor([p.min_p], dtype=torch.float32, device=dev),
+            **sampling_class(p.sampling).kernel,
+        )
+        return out.bonus

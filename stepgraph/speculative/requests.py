@@ -1,0 +1,140 @@
+"""Generation requests: what one carries, how its stopping rule applies, and the checks made when one is
+given (prompt ids, lengths, seeds, EOS ids)."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from stepgraph.sampling import INT64_MAX, SamplingParams
+
+GREEDY = SamplingParams()
+
+
+@dataclass
+class Request:
+    """One generation request and its progress (``slot``/``cache_row`` are -1 while it holds none)."""
+
+    id: int
+    prompt: list[int]
+    max_new_tokens: int
+    params: SamplingParams
+    eos: tuple[int, ...] = ()
+    arrival: float = 0.0  # seconds after generate() starts at which it may join a batch
+    output: list[int] = field(default_factory=list)
+    slot: int = -1
+    cache_row: int = -1
+    finished: bool = False
+    finish_reason: str | None = None
+
+    def append(self, tokens: Sequence[int]) -> None:
+        """Add emitted tokens up to the first EOS id (kept) or the length limit; sets ``finished``."""
+        if len(self.output) + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
+            self.output.extend(tokens)  # the common case: no EOS among them, room after them
+            return
+        for tok in tokens:
+            self.output.append(tok)
+            if tok in self.eos:
+                self.finished, self.finish_reason = True, "eos"
+                return
+            if len(self.output) >= self.max_new_tokens:
+                self.finished, self.finish_reason = True, "length"
+                return
+
+
+@dataclass
+class GenerationStats:
+    steps: int = 0
+    request_steps: int = 0  # sum over steps of the requests that used the step's output
+    emitted: int = 0  # tokens produced by steps (accepted drafts + bonus), before truncation
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0  # the loop's time, prefills and idle waits not counted
+    idle_seconds: float = 0.0  # waiting for a request to arrive, nothing running
+    discarded_steps: int = 0  # overlapped loop: extra steps of requests that had already finished
+    batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
+
+    @property
+    def mean_accept_len(self) -> float:
+        """Tokens per request per step, the bonus included (K + 1 when every draft is accepted)."""
+        return self.emitted / self.request_steps if self.request_steps else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "steps": self.steps,
+            "request_steps": self.request_steps,
+            "emitted": self.emitted,
+            "mean_accept_len": round(self.mean_accept_len, 4),
+            "prefill_seconds": round(self.prefill_seconds, 4),
+            "decode_seconds": round(self.decode_seconds, 4),
+            "idle_seconds": round(self.idle_seconds, 4),
+            "discarded_steps": self.discarded_steps,
+            "batch_changes": self.batch_changes,
+        }
+
+
+@dataclass(frozen=True)
+class RequestRules:
+    """What every request of a decoder must satisfy, and what it inherits (EOS ids, the run's seed)."""
+
+    vocab_size: int
+    max_seq_len: int
+    num_draft_tokens: int
+    seed: int
+    eos: tuple[int, ...]
+
+    def make(
+        self, rid: int, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, params: SamplingParams
+    ) -> Request:
+        """A checked :class:`Request` (``ValueError``/``TypeError`` naming what to change)."""
+        prompt = token_ids(prompt)
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"sampling must be a SamplingParams (or one per prompt), got {type(params).__name__}")
+        if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool):
+            raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
+        if not prompt:
+            raise ValueError("empty prompt: give at least one token")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise ValueError(f"prompt token ids must be in [0, {self.vocab_size}); got {min(prompt)}..{max(prompt)}")
+        need = len(prompt) + max_new_tokens + 2 * (self.num_draft_tokens + 1)
+        if need > self.max_seq_len:
+            raise ValueError(
+                f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + 2*(K+1) = {need} exceeds max_seq_len "
+                f"{self.max_seq_len}; lower max_new_tokens or build the models with a longer cache"
+            )
+        if params.seed is None:
+            params = replace(params, seed=(self.seed * 1_000_003 + rid) % (INT64_MAX + 1))
+        return Request(rid, prompt, int(max_new_tokens), params, self.eos)
+
+
+def token_ids(prompt: Sequence[int] | torch.Tensor) -> list[int]:
+    """A prompt as a list of ints: a sequence of integers or a 1-D integer tensor. Floats (which
+    ``int()`` would truncate), bools and strings are refused."""
+    if isinstance(prompt, torch.Tensor):
+        dt = prompt.dtype
+        if prompt.dim() != 1 or dt.is_floating_point or dt.is_complex or dt == torch.bool:
+            raise ValueError(f"a prompt tensor must be 1-D of an integer dtype, got {dt} {tuple(prompt.shape)}")
+        return prompt.tolist()
+    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
+        raise TypeError(f"a prompt must be a sequence of token ids (ints), got {type(prompt).__name__}")
+    for t in prompt:
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool):
+            raise TypeError(f"prompt token ids must be integers, got {t!r} ({type(t).__name__}); tokenize first")
+    return [int(t) for t in prompt]
+
+
+def normalize_eos(value: int | Sequence[int] | None, vocab_size: int) -> tuple[int, ...]:
+    """``eos_token_id`` (``None``, an id, or a list of ids) as a tuple of ids in ``[0, vocab_size)``."""
+    if value is None:
+        return ()
+    ids = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    for i in ids:
+        if not isinstance(i, numbers.Integral) or isinstance(i, bool):
+            raise TypeError(f"eos_token_id must be an int or a list of ints, got {i!r} ({type(i).__name__})")
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"eos_token_id {i} is outside the vocabulary [0, {vocab_size}); it would never match")
+    return tuple(dict.fromkeys(int(i) for i in ids))

@@ -1,0 +1,246 @@
+"""The decode loops: admit requests (prefill), launch chain steps, apply their tokens, let finished
+requests go. Requests of different lengths share a batch; finished ones leave and waiting ones join, so
+the key changes as the batch shrinks and grows.
+
+* synchronous (``overlap=False``, the reference): launch step N, read its tokens, decide step N+1;
+* overlapped (``overlap=True``): launch step N+1 *before* reading step N's tokens. Step N+1 reads its
+  inputs from the relay slots step N wrote, on the device; step N's tokens come back through a
+  non-blocking copy into pinned memory and an event. EOS and length limits are therefore seen one step
+  late: a request that finished at step N also runs step N+1, whose output is discarded. A slot (and
+  cache row) is reused only after every step that reads it has completed. On the CPU the same loop runs
+  (its copies and events are synchronous), which is how it is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+import torch
+
+from stepgraph.outputs import StepOutputs
+from stepgraph.sampling import Sampling
+from stepgraph.speculative.requests import GenerationStats, Request
+from stepgraph.speculative.slots import SlotAllocator
+from stepgraph.speculative.step import ChainStep
+
+OnStep = Callable[[int], None]
+
+
+class Scheduler:
+    """Runs requests to completion over a :class:`ChainStep`.
+
+    ``prefill(request) -> first token`` fills a request's cache row and relay slot. ``record_step_events``
+    records a (start, end) CUDA event pair around every step in ``step_events`` and every prefill in
+    ``prefill_events`` (benchmarks: summed elapsed times are the device's busy time, whatever the host
+    did in between).
+    """
+
+    def __init__(
+        self,
+        step: ChainStep,
+        slots: SlotAllocator,
+        prefill: Callable[[Request], int],
+        *,
+        max_batch: int,
+        device: torch.device,
+    ) -> None:
+        self.step, self.slots, self.prefill = step, slots, prefill
+        self.max_batch, self.device = max_batch, device
+        self.width = step.max_draft_len + 1  # a step's tokens per request, at the longest draft
+        self.stats = GenerationStats()
+        self.record_step_events = False
+        self.step_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.prefill_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._last_slots: list[int] | None = None
+        self._last_batch: list[Request] | None = None  # the requests of the last step, and their class:
+        self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
+        self._host_tokens: torch.Tensor | None = None
+        self._t0 = 0.0
+
+    # ---- requests in and out ---------------------------------------------------------------------
+    def admit(self, r: Request) -> None:
+        """Give ``r`` a slot and a cache row and prefill it (its first token appended)."""
+        t0 = time.perf_counter()
+        self.slots.take(r)
+        with self._recorded(self.prefill_events):
+            first = self.prefill(r)
+        r.append([first])
+        self.stats.prefill_seconds += time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def _recorded(self, events: list) -> Iterator[None]:
+        """A (start, end) CUDA event pair around the block, when ``record_step_events`` is on."""
+        if not (self.record_step_events and self.device.type == "cuda"):
+            yield
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        stream = torch.cuda.current_stream(self.device)  # asked once for both records
+        start.record(stream)
+        yield
+        end.record(stream)
+        events.append((start, end))
+
+    def _admit_waiting(self, pending: deque, active: list[Request]) -> None:
+        now = time.perf_counter() - self._t0
+        while pending and len(active) < self.max_batch and self.slots.available() and pending[0].arrival <= now:
+            r = pending.popleft()
+            self.admit(r)
+            if r.finished:  # one token was enough
+                self.slots.give_back(r)
+            else:
+                active.append(r)
+
+    def launch(
+        self, batch: list[Request], on_step: OnStep | None = None, drain: Callable[[], None] | None = None
+    ) -> StepOutputs:
+        """Launch one chain step for ``batch`` (a lone request moves to the view slot first); returns its
+        outputs (``tokens [B, K+1]``, ``num_accepted [B]``), valid until the next step."""
+        if len(batch) == 1 and self.step.relay.single_views and batch[0].slot != 0:
+            key = self.step.runner.key_for(1)
+            if key is not None and key.batch_size == 1:
+                self.slots.move_to_slot0(batch[0], drain)
+        if batch != self._last_batch:  # requests joined or left (a slot may have changed hands)
+            self._sampling = Sampling.most_general(r.params.sampling for r in batch)
+            self._last_batch = list(batch)  # a copy: a caller may change its list in place
+        sampling = self._sampling
+        slots = [r.slot for r in batch]
+        if on_step is not None:
+            on_step(len(batch))
+        with self._recorded(self.step_events):
+            if slots == self._last_slots:
+                out = self.step.run(None, sampling, batch_size=len(batch))
+            else:
+                out = self.step.run(slots, sampling)  # the list itself: no tensor is made for it
+                self._last_slots = slots
+                self.stats.batch_changes += 1
+        self.stats.steps += 1
+        return out
+
+    def read_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """A step's tokens on the host: one copy into a reused pinned buffer, then wait for it."""
+        if tokens.device.type != "cuda":
+            return tokens
+        if self._host_tokens is None:
+            self._host_tokens = torch.empty((self.max_batch, self.width), dtype=torch.int64, pin_memory=True)
+        host = self._host_tokens[: tokens.shape[0], : tokens.shape[1]]
+        host.copy_(tokens, non_blocking=True)
+        torch.cuda.current_stream(tokens.device).synchronize()
+        return host
+
+    def consume(self, batch: list[Request], tokens: torch.Tensor) -> list[Request]:
+        """Apply one step's tokens (``[B, K+1]`` on the host); return the requests that finished."""
+        done = []
+        for r, row in zip(batch, tokens.tolist(), strict=True):
+            if r.finished:  # overlapped loop: the extra step of a finished request
+                self.stats.discarded_steps += 1
+                continue
+            emitted = [t for t in row if t >= 0]
+            self.stats.request_steps += 1
+            self.stats.emitted += len(emitted)
+            r.append(emitted)
+            if r.finished:
+                done.append(r)
+        return done
+
+    # ---- loops -------------------------------------------------------------------------------------
+    def run(self, requests: list[Request], *, overlap: bool, on_step: OnStep | None = None) -> None:
+        """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed.
+        Whatever raises, every slot and cache row comes back first."""
+        self._last_slots = self._last_batch = None
+        self._t0 = time.perf_counter()
+        pending = deque(sorted(requests, key=lambda r: r.arrival))
+        try:
+            (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
+        except BaseException:
+            self.slots.give_back_all(requests, self.device)
+            self._last_slots = self._last_batch = None
+            raise
+
+    def _loop_sync(self, pending: deque, on_step: OnStep | None) -> None:
+        active: list[Request] = []
+        while pending or active:
+            self._admit_waiting(pending, active)
+            if not active:
+                self._wait_for_arrival(pending)
+                continue
+            batch = list(active)
+            out = self.launch(batch, on_step)
+            for r in self.consume(batch, self.read_tokens(out["tokens"])):
+                active.remove(r)
+                self.slots.give_back(r)
+
+    def _loop_overlapped(self, pending: deque, on_step: OnStep | None) -> None:
+        active: list[Request] = []
+        cuda = self.device.type == "cuda"
+        pinned = [torch.empty((self.max_batch, self.width), dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
+        inflight = None  # (batch, its pinned tokens [B, K+1], event)
+        turn = 0
+        waiting: list[tuple] = []  # (event, requests): frees pending on a step's completion
+
+        def free_completed(block: bool = False) -> None:
+            while waiting and (block or waiting[0][0].query()):
+                ev, reqs = waiting.pop(0)
+                ev.synchronize()
+                for r in reqs:
+                    self.slots.give_back(r)
+
+        while pending or active or inflight is not None:
+            free_completed()
+            self._admit_waiting(pending, active)
+            if not active and inflight is None:
+                self._wait_for_arrival(pending, drain=lambda: free_completed(block=True))
+                continue
+            current = None
+            if active:
+                batch = list(active)
+                out = self.launch(batch, on_step, drain=lambda: free_completed(block=True))
+                tokens = out["tokens"]
+                buf = pinned[turn % 2][: len(batch), : tokens.shape[1]]  # this step's [B, K+1]
+                turn += 1
+                buf.copy_(tokens, non_blocking=True)
+                ev = torch.cuda.Event() if cuda else _Done()
+                ev.record()
+                current = (batch, buf, ev)
+            if inflight is not None:
+                b, buf, ev = inflight
+                ev.synchronize()
+                finished = self.consume(b, buf)
+                for r in finished:
+                    active.remove(r)
+                # the step just launched still reads their slots: free them when it completes
+                if finished:
+                    waiting.append((current[2] if current is not None else ev, finished))
+            inflight = current
+        free_completed(block=True)
+
+    def _wait_for_arrival(self, pending: deque, drain: Callable[[], None] | None = None) -> None:
+        """Nothing runs: sleep until the next request arrives, or (it has arrived but found no free slot)
+        ``drain`` the slots of finished requests whose last step is still in flight."""
+        if not pending:
+            return
+        delay = pending[0].arrival - (time.perf_counter() - self._t0)
+        if delay > 0:
+            t0 = time.perf_counter()
+            time.sleep(delay)
+            self.stats.idle_seconds += time.perf_counter() - t0  # no step and no prefill ran
+            return
+        if drain is not None:
+            drain()
+        if not self.slots.available():
+            raise RuntimeError("no relay slot or cache row is free while no request runs")
+
+
+class _Done:
+    """The event of a step on the CPU: work there is synchronous, so it has always completed."""
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass

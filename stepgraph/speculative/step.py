@@ -1,0 +1,301 @@
+"""The EAGLE-style chain speculative step (topk-1, K draft tokens) as one graph per key.
+
+Per request, with state (token ``t`` at position ``s``, first draft ``d_1``, draft feature ``f``):
+
+1. draft: ``d_2..d_K`` by K-1 topk-1 draft steps from ``(d_1, f)`` at positions ``s+1..s+K-1``;
+2. verify: the target over ``[t, d_1..d_K]`` at ``s..s+K``; greedy or sampled acceptance gives ``n``
+   accepted drafts and one more token (the bonus or the correction);
+3. draft-extend: the draft over the K+1 verified positions ``s+1..s+K+1`` with the target's hidden
+   states, then the tail: row ``n`` gives the next step's ``d_1`` and feature;
+4. commit: next state (bonus, next ``d_1``, feature, ``s + n + 1``, random offset) into the request's slot.
+
+The stages are data (:mod:`stepgraph.speculative.stages`). K is part of each key: a step built for
+several draft lengths captures each, and K = 0 is plain decoding (the target over ``[t]``, its sampling,
+and the draft over that one position, so the draft's cache and the relay stay current for any K next).
+Everything stays on the device; the only per-step host input is the batch's slot list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+import torch
+
+from stepgraph.buffers import Buffer
+from stepgraph.compile import CompiledForward, backend_name
+from stepgraph.config import RunnerConfig
+from stepgraph.keys import GraphKey, draft_lengths
+from stepgraph.outputs import StepOutputs
+from stepgraph.runner import StepGraphRunner, WarmupReport
+from stepgraph.sampling import Sampling
+from stepgraph.speculative.pieces import Pieces
+from stepgraph.speculative.relay import RelayState
+from stepgraph.speculative.stages import Drafted, Extended, Stage, StageResult, StepContext, Verified
+from stepgraph.speculative.tp import TensorParallel
+from stepgraph.splice import SpliceError, StageGraph, splice
+from stepgraph.splice import support as splice_support
+
+
+class Target(Protocol):
+    """``target(tokens [B, T], positions [B, T], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, D])``."""
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, cache_rows: torch.Tensor): ...
+
+
+class Draft(Protocol):
+    """``draft(tokens, positions, hidden [B, T, D], cache_rows) -> (logits [B, T, V], hidden [B, T, Dd])``;
+    a plain draft model ignores ``hidden``."""
+
+    def __call__(self, tokens, positions, hidden, cache_rows): ...
+
+
+class ChainStep:
+    """The chain step over user models: relay state, pieces, stages, and a :class:`StepGraphRunner`.
+
+    Parameters
+    ----------
+    target, draft:
+        Graph-safe callables over static KV caches (see :class:`Target`, :class:`Draft`).
+    num_draft_tokens:
+        K, the chain length, or several of them (each K its own keys; K = 0 is plain decoding). A run
+        names its K (default: the first).
+    num_slots:
+        Relay slots (at least the number of requests alive at once, plus one while a slot drains).
+    max_batch:
+        Largest batch (the runner's buffers).
+    vocab_size, draft_hidden_size, hidden_dtype:
+        Model shapes: logits width and the draft feature size and dtype.
+    scratch_cache_row:
+        The models' cache row for padded batch rows.
+    config:
+        Runner settings; its toggles choose the pieces.
+    tp:
+        Tensor-parallel broadcast of what the stages declare shared (``None``: single rank).
+    splice_stages:
+        Build each key's step graph from per-stage graphs (draft, verify, draft-extend) spliced as child
+        nodes, with the input copies and the relay commit captured around them (:mod:`stepgraph.splice`).
+    compile:
+        ``True`` (inductor) or a torch.compile backend name: the step's target and draft forwards run
+        compiled, with no CUDA graphs of their own, inside the step graph (:mod:`stepgraph.compile`);
+        ``STEPGRAPH_COMPILE=0`` turns it off.
+    before_replay:
+        A per-key host hook for the models' backend (see :class:`~stepgraph.runner.StepGraphRunner`).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        draft: Draft,
+        *,
+        num_draft_tokens: int | Sequence[int],
+        num_slots: int,
+        max_batch: int,
+        vocab_size: int,
+        draft_hidden_size: int,
+        hidden_dtype: torch.dtype,
+        scratch_cache_row: int,
+        device: torch.device | str,
+        config: RunnerConfig | None = None,
+        tp: TensorParallel | None = None,
+        splice_stages: bool = False,
+        compile: bool | str = False,
+        before_replay=None,
+    ) -> None:
+        self.draft_lens = draft_lengths(num_draft_tokens)
+        self.config = config or RunnerConfig()
+        self.toggles = self.config.toggles
+        self.device = torch.device(device)
+        backend = backend_name(compile)  # validated even when STEPGRAPH_COMPILE=0 turns it off
+        backend = backend if self.toggles.compile_forwards else None
+        self.compiled: dict[str, CompiledForward] = {}
+        if backend is not None:
+            self.compiled = {
+                "target": CompiledForward(target, name="target", backend=backend),
+                "draft": CompiledForward(draft, name="draft", backend=backend),
+            }
+            target, draft = self.compiled["target"], self.compiled["draft"]
+        self.target, self.draft, self.tp = target, draft, tp
+        if tp is not None and tp.packed is None:
+            tp.packed = self.toggles.tp_broadcast  # STEPGRAPH_TP_BROADCAST: one packed broadcast, or one per field
+        self.V = vocab_size
+        self.relay = RelayState(
+            num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles
+        )
+        workspace = torch.zeros(max_batch * (self.max_draft_len + 1), dtype=torch.int32, device=self.device)
+        self.pieces = Pieces(self.toggles, self.device, workspace)
+        self._offsets = {k: torch.arange(k + 1, device=self.device) for k in self.draft_lens}  # [K+1] positions
+        #: The step, as data: each stage a function of the context returning what it made.
+        self.stages: tuple[Stage, ...] = (
+            Stage("draft", self._draft),
+            Stage("verify", self._verify),
+            Stage("extend", self._extend),
+            Stage("commit", self._commit, spliced=False),
+        )
+        buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
+        self._spliced: dict[GraphKey, dict[str, StageGraph]] = {}
+        if splice_stages:
+            ok, why = splice_support()
+            if not ok and self.device.type == "cuda":
+                raise SpliceError(f"splice_stages=True but {why}")
+        self.runner = StepGraphRunner(
+            self._step,
+            buffers,
+            device=self.device,
+            config=self.config,
+            agree=tp.agree if tp is not None else None,
+            parked=self.relay.parked,
+            before_capture=self._capture_stages if splice_stages else None,
+            before_replay=before_replay,
+            draft_lens=self.draft_lens,
+            name="chain step",
+        )
+
+    @property
+    def K(self) -> int:
+        """The default draft length (the first of :attr:`draft_lens`)."""
+        return self.draft_lens[0]
+
+    @property
+    def max_draft_len(self) -> int:
+        return max(self.draft_lens)
+
+    # ------------------------------------------------------------------------------------------------
+    def context(self, slots: torch.Tensor, batch: int, sampling: Sampling, draft_len: int) -> StepContext:
+        """The context of one step over the requests in ``slots[:batch]``: their relay rows gathered (one
+        launch, or slot-0 views for a single request) and where the next step's state goes."""
+        state = self.relay.inputs(slots, batch)
+        return StepContext(batch, sampling, draft_len, state, self.relay.outputs(batch), slots)
+
+    def run_stage(self, stage: Stage, ctx: StepContext) -> StageResult:
+        """One stage: its result recorded in ``ctx``, and what it declares shared broadcast across ranks."""
+        result = stage.run(ctx)
+        ctx.results[stage.name] = result
+        if self.tp is not None and result.SHARED:
+            self.tp.broadcast(result.shared())
+        return result
+
+    def _step(
+        self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling, draft_len: int
+    ) -> dict[str, torch.Tensor]:
+        ctx = self.context(buf["slots"], batch, sampling, draft_len)
+        spliced = self._spliced.get(GraphKey(batch, sampling, draft_len))
+        for stage in self.stages:
+            if spliced is not None and stage.spliced:  # splice the stage's graph; the glue is captured here
+                graph = spliced[stage.name]
+                splice(graph)
+                ctx.results[stage.name] = result = graph.outputs
+                if self.tp is not None and result.SHARED:
+                    self.tp.broadcast(result.shared())
+            else:
+                self.run_stage(stage, ctx)
+        v = ctx.verified
+        return {"tokens": v.tokens, "num_accepted": v.num_accepted}
+
+    # The stages: each reads the context and returns what it made.
+    def _draft(self, ctx: StepContext) -> Drafted:
+        """K-1 topk-1 draft steps from the first draft token and feature in the relay (none for K <= 1)."""
+        st, K = ctx.state, ctx.draft_len
+        s, rows = st["seq_len"], st["cache_row"]
+        if K == 0:
+            return Drafted(st["draft"][:, None][:, :0])  # [B, 0]: plain decoding
+        drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
+        for i in range(1, K):
+            logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
+            tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
+            drafts.append(tok)
+        return Drafted(torch.stack(drafts, 1))
+
+    def _verify(self, ctx: StepContext) -> Verified:
+        """Target forward over ``[t, d_1..d_K]`` and acceptance (greedy or sampled)."""
+        st, drafts, nxt = ctx.state, ctx.drafted.drafts, ctx.next
+        positions = st["seq_len"][:, None] + self._offsets[ctx.draft_len]  # [B, K+1]
+        logits, hidden = self.target(torch.cat([st["token"][:, None], drafts], 1), positions, st["cache_row"])
+        if ctx.sampling is Sampling.GREEDY:
+            v = self.pieces.greedy_verify(logits, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
+        else:
+            v = self.pieces.sampled_verify(logits, drafts, st, ctx.sampling, nxt["token"], nxt["seq_len"])
+        return Verified(
+            v.tokens, v.extend_tokens, v.num_accepted, v.accepted_row, hidden, positions, nxt["token"], nxt["seq_len"]
+        )
+
+    def _extend(self, ctx: StepContext) -> Extended:
+        """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""
+        v, nxt = ctx.verified, ctx.next
+        d_logits, d_hidden = self.draft(v.extend_tokens, v.positions + 1, v.hidden, ctx.state["cache_row"])
+        flat = ctx.batch * (ctx.draft_len + 1)  # [B, K+1, V] as rows
+        self.pieces.tail(
+            d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), v.accepted_row, nxt["draft"], nxt["hidden"]
+        )
+        return Extended(nxt["draft"], nxt["hidden"])
+
+    def _commit(self, ctx: StepContext) -> StageResult:
+        """The next step's state into the requests' slots (one relay store; nothing for a single request)."""
+        self.relay.commit(ctx.slots, ctx.batch)
+        return StageResult()
+
+    def _capture_stages(self, key: GraphKey) -> list[StageGraph]:
+        """Splice mode: capture each spliced stage as a child graph for ``key`` (called by the runner after
+        its memory check, on parked state), each primed with one replay for the next. Returns them: the
+        key's graph holds them while alive."""
+        ctx = self.context(
+            self.runner.buffers.views(key.batch_size)["slots"], key.batch_size, key.sampling, key.draft_len
+        )
+        backend = self.runner.backend
+        opts = {"pool": backend.pool(), "stream": backend.stream}
+        graphs: dict[str, StageGraph] = {}
+        for stage in self.stages:
+            if stage.spliced:
+                graph = StageGraph(lambda stage=stage: stage.run(ctx), name=f"{stage.name} {key}", **opts)
+                graphs[stage.name] = graph
+                ctx.results[stage.name] = graph.outputs
+        self._spliced[key] = graphs
+        return list(graphs.values())
+
+    # ------------------------------------------------------------------------------------------------
+    def run(
+        self,
+        slots: torch.Tensor | Sequence[int] | None,
+        sampling: Sampling,
+        *,
+        batch_size: int | None = None,
+        draft_len: int | None = None,
+    ) -> StepOutputs:
+        """One step for the requests in ``slots`` (``[B]``, a tensor or a list of ints, which goes into the
+        copy-in's pinned buffer without becoming a tensor; ``None`` = the same slots as the last run), with
+        ``draft_len`` draft tokens (one of :attr:`draft_lens`; default the first).
+
+        Returns ``tokens [B, K+1]`` (accepted drafts, then the bonus/correction, then -1) and
+        ``num_accepted [B]``, valid until the next run.
+        """
+        if slots is None:
+            return self.runner.run(None, sampling, batch_size=batch_size, draft_len=draft_len)
+        return self.runner.run({"slots": slots}, sampling, draft_len=draft_len)
+
+    def warmup(
+        self, max_running_requests: int | None = None, sampling: Sampling | Iterable[Sampling] | None = None
+    ) -> WarmupReport:
+        with self.relay.parked():
+            return self.runner.warmup(max_running_requests, sampling)
+
+    def capture(self, keys: Iterable[GraphKey | tuple] | None = None) -> list[GraphKey]:
+        return self.runner.capture(keys)
+
+    def info(self) -> dict:
+        compiled = {"compile": {n: f.info() for n, f in self.compiled.items()}} if self.compiled else {}
+        return {**self.runner.info(), "num_draft_tokens": self.K, "draft_lens": list(self.draft_lens), **compiled}
+
+    def update_weights(self, apply: Callable[[], None]) -> None:
+        """Apply a weight update that moves tensors (new addresses): refused while graphs are live
+        (:class:`~stepgraph.errors.RecaptureRefused`); after :meth:`release` it applies, and the next run
+        captures again with the new weights."""
+        self.runner.request_recapture("weight update")
+        apply()
+
+    def release(self) -> None:
+        """Release the step graphs, then the per-stage graphs they held (splice mode)."""
+        self.runner.release()
+        for graphs in self._spliced.values():
+            for graph in graphs.values():
+                graph.release()
+        self._spliced.clear()

@@ -1,0 +1,37 @@
+"""Every benchmark script runs, each of its modes at a tiny shape (``--smoke``; eager where there is no GPU),
+so that none rots between runs on the GPU machine."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
+#: scripts whose kernels run in Triton's interpreter on a CPU (the others use the torch references there)
+INTERPRETED = {"bench_kernels.py"}
+
+
+def test_every_script_is_smoke_run():
+    assert {"bench_kernels.py", "bench_step.py", "bench_serving.py"} <= set(SCRIPTS)
+    for name in SCRIPTS:
+        assert "add_smoke_flag" in (BENCHMARKS / name).read_text(), f"{name} has no --smoke"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_smoke_run(script, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPGRAPH_", "TRITON_INTERPRET"))}
+    if script in INTERPRETED:
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run(
+        [sys.executable, script, "--smoke", "--out", str(tmp_path)],
+        cwd=BENCHMARKS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(tmp_path.glob("*.json")) and list(tmp_path.glob("*.md")), "no result files written"
