@@ -79,6 +79,11 @@ class StagingRing:
             self._graph = self._capture()
             self._graph_exec = getattr(self._graph, "raw_cuda_graph_exec", lambda: None)()
 
+    def copies_fetched(self) -> int:
+        """The device's count of copies fetched (read back: a host sync; for tests and diagnostics). It
+        equals :attr:`turn` whenever no launch is in doubt."""
+        return int(self._counter.item()) if self._cuda else self.turn
+
     @property
     def driver_refusals(self) -> int:
         """Calls the CUDA driver refused (each went through torch instead)."""

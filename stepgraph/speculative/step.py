@@ -234,6 +234,10 @@ class ChainStep:
         self.relay.commit(ctx.slots, ctx.batch)
         return StageResult()
 
+    def stage_graphs(self, key: GraphKey) -> dict[str, StageGraph]:
+        """Splice mode: the per-stage graphs captured for ``key`` (by stage name; empty when none)."""
+        return dict(self._spliced.get(key, {}))
+
     def _capture_stages(self, key: GraphKey) -> list[StageGraph]:
         """Splice mode: capture each spliced stage as a child graph for ``key`` (called by the runner after
         its memory check, on parked state), each primed with one replay for the next. Returns them: the

@@ -42,7 +42,7 @@ def expected(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 def in_step(ring) -> bool:
     """The device's count of copies fetched equals the host's count of copies launched."""
     torch.cuda.synchronize()
-    return int(ring._counter.item()) == ring.turn
+    return ring.copies_fetched() == ring.turn
 
 
 def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes():
@@ -50,7 +50,7 @@ def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes()
     is its own inputs', the fused launch is used for captured keys, and the device's count of copies
     stays equal to the host's."""
     r = make(buckets=(2, 4))  # batches of 5..8 are larger than every bucket: eager, the copy on its own
-    ring_plan = r.buffers._copy
+    ring_plan = r.buffers.copy_plan
     outs = []
     for i in range(40):
         b = 1 + i % 8
@@ -103,7 +103,7 @@ def test_a_refused_input_and_release_leave_the_copy_count_in_step():
     """A run refused after its copy was staged, and a release (which closes the fused launches) followed by
     new captures: later runs still copy their own inputs."""
     r = make()
-    ring_plan = r.buffers._copy
+    ring_plan = r.buffers.copy_plan
     r.run(inputs(0, 3, "cpu"))
     r.run(inputs(1, 3, "cpu"))
     with pytest.raises(ValueError):

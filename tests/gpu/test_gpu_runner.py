@@ -234,13 +234,13 @@ def test_copies_stay_with_their_runs_while_the_device_lags_behind():
         wants.append(x * 3)
     torch.cuda.synchronize()
     assert all(torch.equal(o.cpu(), w) for o, w in zip(outs, wants, strict=True))
-    assert r.buffers._copy.launches == 60 and r.info()["replays"] == 60
+    assert r.buffers.copy_plan.launches == 60 and r.info()["replays"] == 60
 
 
 def test_a_copy_plans_first_copy_inside_a_capture_is_refused_and_leaves_the_capture_intact():
     """The first copy makes the staging ring, whose copy graphs cannot be captured inside another capture:
     it is refused before anything is launched, and the capture around it still ends cleanly."""
-    from stepgraph.kernels import InputCopyPlan
+    from stepgraph.copy_in import InputCopyPlan
 
     plan = InputCopyPlan([torch.zeros(4, dtype=torch.int64, device="cuda")], [0])
     src, out = torch.arange(2, device="cuda"), torch.zeros(2, device="cuda")

@@ -35,7 +35,7 @@ def test_spliced_step_equals_directly_captured_step():
     assert a == b
     info = spliced.info()
     key = info["keys"][info["captured_keys"][0]]
-    assert [c["name"].split()[0] for c in key["children"]] == ["draft", "verify", "draft-extend"]
+    assert [c["name"].split()[0] for c in key["children"]] == ["draft", "verify", "extend"]
     assert key["pool_bytes"] >= sum(c["pool_bytes"] for c in key["children"])
     assert info["graph_pool_bytes"] >= key["pool_bytes"]
 
@@ -64,7 +64,8 @@ def test_torch_sampling_path_falls_back_to_eager_with_clear_cause():
 def test_stage_held_by_live_parent_cannot_be_released():
     dec = decoder(True)
     dec.generate(prompts()[:1], max_new_tokens=8)
-    stage = next(iter(dec.step._stages.values()))[0]
+    key = dec.runner.key_for(1, "greedy", dec.step.K)
+    stage = dec.step.stage_graphs(key)["draft"]
     assert stage.parents == 1
     with pytest.raises(ReleasedError, match="live parent"):
         stage.release()
