@@ -29,9 +29,9 @@ class GraphKey:
         return f"bs={self.batch_size}/{self.sampling}{k}"
 
 
-def draft_lengths(num_draft_tokens: int | Sequence[int]) -> tuple[int, ...]:
+def draft_lengths(num_draft_tokens: int | Sequence[int], name: str = "num_draft_tokens") -> tuple[int, ...]:
     """``num_draft_tokens`` (an int, or several) as a tuple of distinct draft lengths >= 0, in the order
-    given (the first is the default).
+    given (the first is the default); ``name`` is the argument's name in the messages.
 
     Raises
     ------
@@ -42,11 +42,11 @@ def draft_lengths(num_draft_tokens: int | Sequence[int]) -> tuple[int, ...]:
     values = list(num_draft_tokens) if many else [num_draft_tokens]
     for k in values:
         if not isinstance(k, numbers.Integral) or isinstance(k, bool):
-            raise TypeError(f"num_draft_tokens must be an int or a list of ints, got {k!r} ({type(k).__name__})")
+            raise TypeError(f"{name} must be an int or a list of ints, got {k!r} ({type(k).__name__})")
         if k < 0:
-            raise ValueError(f"num_draft_tokens must be >= 0 (0 is plain decoding), got {k}")
+            raise ValueError(f"{name} must be >= 0 (0 is plain decoding), got {k}")
     if not values or len(set(values)) != len(values):
-        raise ValueError(f"num_draft_tokens: give distinct draft lengths, got {num_draft_tokens!r}")
+        raise ValueError(f"{name}: give distinct draft lengths, got {num_draft_tokens!r}")
     return tuple(int(k) for k in values)
 
 

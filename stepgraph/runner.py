@@ -177,7 +177,7 @@ class StepGraphRunner:
                 f"no bucket fits the buffers' batch size {self.buffers.max_batch}; buckets: {self.config.buckets}"
             )
         self.buckets = Buckets(sizes)
-        self.draft_lens = None if draft_lens is None else draft_lengths(draft_lens)
+        self.draft_lens = None if draft_lens is None else draft_lengths(draft_lens, "draft_lens")
         self.counters = RunCounters()
         self.last_warmup: WarmupReport | None = None
         self._generation = 0

@@ -94,10 +94,15 @@ class Scheduler:
                 active.append(r)
 
     def launch(
-        self, batch: list[Request], on_step: OnStep | None = None, drain: Callable[[], None] | None = None
+        self,
+        batch: list[Request],
+        on_step: OnStep | None = None,
+        drain: Callable[[], None] | None = None,
+        draft_len: int | None = None,
     ) -> StepOutputs:
-        """Launch one chain step for ``batch`` (a lone request moves to the view slot first); returns its
-        outputs (``tokens [B, K+1]``, ``num_accepted [B]``), valid until the next step."""
+        """Launch one chain step for ``batch`` with ``draft_len`` draft tokens (default: the step's first);
+        a lone request moves to the view slot first. Returns its outputs (``tokens [B, K+1]``,
+        ``num_accepted [B]``), valid until the next step."""
         if len(batch) == 1 and self.step.relay.single_views and batch[0].slot != 0:
             key = self.step.runner.key_for(1)
             if key is not None and key.batch_size == 1:
@@ -111,9 +116,9 @@ class Scheduler:
             on_step(len(batch))
         with self._recorded(self.step_events):
             if slots == self._last_slots:
-                out = self.step.run(None, sampling, batch_size=len(batch))
+                out = self.step.run(None, sampling, batch_size=len(batch), draft_len=draft_len)
             else:
-                out = self.step.run(slots, sampling)  # the list itself: no tensor is made for it
+                out = self.step.run(slots, sampling, draft_len=draft_len)  # the list itself: no tensor is made
                 self._last_slots = slots
                 self.stats.batch_changes += 1
         self.stats.steps += 1

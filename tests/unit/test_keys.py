@@ -110,3 +110,32 @@ def test_suggest_buckets_is_optimal(hist, m):
     sug = suggest_buckets(hist, m)
     assert len(sug) <= m and max(hist) in sug
     assert pad_waste(hist, sug) == _brute_force(hist, m)
+
+
+def test_the_readme_lists_every_sampling_class_as_declared():
+    import pathlib
+
+    from stepgraph.sampling import CLASSES
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for c in CLASSES:
+        row = f"| `{c.name}` | {c.summary} |"
+        assert row in readme, f"README's row for {c.name} differs from stepgraph/sampling.py; it should read: {row}"
+
+
+def test_each_request_runs_in_the_least_general_class_that_serves_it():
+    from stepgraph.sampling import CLASSES, class_of
+
+    cases = {
+        SamplingParams(): Sampling.GREEDY,
+        SamplingParams(temperature=0.0, top_k=5): Sampling.GREEDY,
+        SamplingParams(temperature=0.7): Sampling.TEMPERATURE,
+        SamplingParams(temperature=0.7, top_k=256, top_p=0.5): Sampling.TOP_K,
+        SamplingParams(temperature=0.7, top_k=257): Sampling.TOP_K_TOP_P,
+        SamplingParams(temperature=0.7, top_p=0.9): Sampling.TOP_K_TOP_P,
+        SamplingParams(temperature=0.7, min_p=0.1): Sampling.TOP_K_TOP_P,
+    }
+    for params, want in cases.items():
+        assert class_of(params) is want and params.sampling is want
+        # every more general class serves it too (a batch runs in its most general request's class)
+        assert all(c.fits(params) for c in CLASSES[want:])

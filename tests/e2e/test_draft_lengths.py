@@ -1,0 +1,58 @@
+"""A step with several draft lengths: K changes from one step to the next (K = 0 is plain decoding), and
+greedy output stays the target's own greedy decoding."""
+
+import itertools
+
+import pytest
+
+from stepgraph import RunnerConfig, SamplingParams, SpecDecoder, Toggles
+from stepgraph.examples.model import build, greedy_reference
+
+
+def prompts():
+    return [[5, 17, 99, 3, 8], [42, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+
+
+def decode_with_changing_k(dec, ks, new_tokens, sampling=SamplingParams()):
+    """The decoder's own loop body (launch, read, apply) with the draft length taken from ``ks`` in turn."""
+    requests = dec.make_requests(prompts(), max_new_tokens=new_tokens, sampling=sampling)
+    for r in requests:
+        dec.scheduler.admit(r)
+    active, order = list(requests), itertools.cycle(ks)
+    while active:
+        batch = list(active)
+        out = dec.scheduler.launch(batch, draft_len=next(order))
+        for r in dec.scheduler.consume(batch, dec.read_tokens(out["tokens"])):
+            active.remove(r)
+            dec.slots.give_back(r)
+    assert dec.in_use == (0, 0)
+    return [r.output for r in requests]
+
+
+@pytest.mark.parametrize("toggles", [Toggles.all(True), Toggles.all(False)], ids=["pieces-on", "pieces-off"])
+def test_greedy_is_exact_whatever_draft_length_each_step_takes(toggles):
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=(3, 0, 1, 5), config=RunnerConfig(toggles=toggles))
+    out = decode_with_changing_k(dec, (3, 0, 1, 5, 0, 0, 1), new_tokens=20)
+    assert out == [greedy_reference(target, p, 20) for p in prompts()]
+    keys = dec.info()["keys"]
+    assert {k.rsplit("/", 1)[1] for k in keys} == {"k=0", "k=1", "k=3", "k=5"}
+    assert dec.info()["draft_lens"] == [3, 0, 1, 5]
+
+
+def test_plain_decoding_alone_emits_one_token_per_step():
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=0)
+    out = dec.generate(prompts(), max_new_tokens=6)
+    assert out == [greedy_reference(target, p, 6) for p in prompts()]
+    assert dec.stats.mean_accept_len == 1.0
+
+
+def test_sampled_decoding_with_changing_k_reproduces_under_a_seed():
+    target, draft = build("tiny")
+    sp = SamplingParams(temperature=0.9, top_k=20, seed=11)
+    runs = []
+    for _ in range(2):
+        dec = SpecDecoder.for_example(target, draft, num_draft_tokens=(2, 0, 4))
+        runs.append(decode_with_changing_k(dec, (2, 0, 4), new_tokens=10, sampling=sp))
+    assert runs[0] == runs[1] and all(len(o) == 10 for o in runs[0])
