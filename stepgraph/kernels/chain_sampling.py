@@ -11,7 +11,9 @@ min-p set (probability ``>= min_p`` times the largest), renormalised. Then:
 
 The emitted tokens follow the target distribution exactly. Rows with ``T == 0`` are greedy and give
 exactly :func:`greedy_chain_verify`'s tokens; so do rows whose logits contain NaN or ``+inf`` or are all
-``-inf`` (a defined fallback). Randomness is Philox keyed by ``(seed[b], offset[b])``: one number per
+``-inf`` (a defined fallback), and rows whose temperature is so small that the largest logit over it is
+not a finite float32 (the limit of the distribution as ``T -> 0``: a client's "almost greedy").
+Randomness is Philox keyed by ``(seed[b], offset[b])``: one number per
 row for the acceptance coin and one for the sample (inverse CDF over the kept mass); the last launch
 advances ``offset[b]`` by one, so a captured graph draws fresh numbers on every replay and a seeded run
 reproduces.
@@ -38,7 +40,7 @@ from ._argmax import reduce_keys
 from ._common import check, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
-from ._sampling_topk import TOP_K_MAX, topk_mass
+from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
     chain_verify_sampling_ref,
@@ -127,7 +129,9 @@ def _finalize_kernel(
 
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
-    greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | ((tl.zeros([K1_P2], tl.float32) + t) <= 0)
+    z_max = _key_value(gmax, 0) * inv_t  # the largest logit (gkey: 32-bit keys) over T: past float32, the argmax
+    finite = (z_max == z_max) & (tl.abs(z_max) < float("inf"))
+    greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | ((tl.zeros([K1_P2], tl.float32) + t) <= 0) | ~finite
     d = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
     d_ok = (j < K) & (d >= 0) & (d < V)
     x_d = tl.load(logits_ptr + b * stride_b + j * stride_j + tl.where(d_ok, d, 0), mask=d_ok, other=float("-inf"))

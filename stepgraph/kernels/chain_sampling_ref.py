@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from ._common import written_into
+from .philox import verify_uniforms
 
 
 class SampledVerifyOutput(NamedTuple):
@@ -63,6 +64,17 @@ def _degenerate_rows(logits: torch.Tensor) -> torch.Tensor:
     """Rows (``[..., V]``) that fall back to greedy: any NaN or +inf, or every entry -inf."""
     x = logits.float()
     return torch.isnan(x).any(-1) | (x == float("inf")).any(-1) | (x == float("-inf")).all(-1)
+
+
+def greedy_rows(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """The rows (``[B, R]`` of logits ``[B, R, V]``) whose sample is the argmax: temperature 0, degenerate
+    logits, or a temperature so small that the largest logit over it leaves float32 (``x_max * (1 / T)``
+    not finite, computed as the kernels compute it): the distribution's limit as ``T -> 0`` is the argmax."""
+    B = logits.shape[0]
+    t = temperature.float().view(B, 1)
+    inv_t = 1.0 / torch.where(t > 0, t, torch.ones_like(t))
+    z_max = logits.float().amax(-1) * inv_t
+    return (t <= 0) | _degenerate_rows(logits) | ~torch.isfinite(z_max)
 
 
 def sortable_keys(logits: torch.Tensor) -> torch.Tensor:
@@ -140,12 +152,11 @@ def sampling_probs(
     The kept set of :func:`kept_mask` when ``filtered`` (else every entry). Greedy and degenerate rows
     come back as a one-hot at the argmax. Graph-safe (no host syncs). Cost: a sort per row when filtered.
     """
-    B = logits.shape[0]
     e = _weights(logits, temperature)
     if filtered:
         e = torch.where(kept_mask(logits, temperature, top_k, top_p, min_p), e, torch.zeros_like(e))
     probs = e / e.sum(-1, keepdim=True)
-    greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)
+    greedy = greedy_rows(logits, temperature)
     one_hot = torch.zeros_like(probs).scatter(-1, torch.argmax(logits, -1, keepdim=True), 1.0)
     return torch.where(greedy[..., None], one_hot, probs)
 
@@ -166,14 +177,16 @@ def chain_verify_sampling_ref(
     with_accept_len: bool = True,
     with_select: bool = True,
     out: dict[str, torch.Tensor] | None = None,
-    generator: torch.Generator | None = None,
 ) -> SampledVerifyOutput:
     """Plain torch implementation of the same rule (materialised ``q``, torch RNG). Graph-safe.
     ``small_top_k`` and the ``with_*`` flags are accepted for parity with the kernels and change nothing
     (every filter applies, every field is computed); ``out`` as in the kernel.
 
-    Randomness comes from torch's generator (``generator`` or the default one, which a CUDA graph
-    advances on every replay), not from ``seed``; ``offset`` is still advanced by one for parity.
+    Randomness is the kernel's: each request's Philox stream at ``(seed, offset)``
+    (:func:`stepgraph.kernels.philox.verify_uniforms`), one coin per draft and one number for the sample,
+    drawn by inverse CDF in vocabulary order as the kernel draws it; ``offset`` advances by one. So a
+    seeded request gets the kernel's tokens, except where a number falls within float rounding of a
+    boundary (the two sum their masses in different orders).
     Cost: ``sampling_probs`` (a sort per row when filtered) + O(B*(K+1)*V) elementwise work.
     """
     B, K1, V = logits.shape
@@ -181,21 +194,32 @@ def chain_verify_sampling_ref(
     dev = logits.device
     probs = sampling_probs(logits, temperature, top_k, top_p, filtered=filtered, min_p=min_p)  # [B, K1, V]
     predict = torch.argmax(logits, -1)
-    greedy = (temperature.view(B, 1) <= 0) | _degenerate_rows(logits)  # [B, K1]
+    greedy = greedy_rows(logits, temperature)  # [B, K1]
     d = draft_tokens.long()
     d_ok = (d >= 0) & (d < V)
     d_safe = torch.where(d_ok, d, torch.zeros_like(d))
     q_d = probs[:, :K].gather(-1, d_safe[..., None]).squeeze(-1)
-    coins = torch.rand((B, K1), device=dev, generator=generator)
-    accept = d_ok & torch.where(greedy[:, :K], d == predict[:, :K], coins[:, :K] < q_d)
+    coins, u = verify_uniforms(seed, offset, K)  # [B, K], [B]
+    accept = d_ok & torch.where(greedy[:, :K], d == predict[:, :K], coins < q_d)
     n = accept.long().cumprod(1).sum(1) if K > 0 else torch.zeros(B, dtype=torch.long, device=dev)
     row = probs.gather(1, n.view(B, 1, 1).expand(B, 1, V)).squeeze(1)  # q_n  [B, V]
     excl = torch.where(n < K, d_safe.gather(1, n.clamp(max=max(K - 1, 0)).view(B, 1)).squeeze(1) if K > 0 else n, -1)
     row = torch.where(torch.arange(V, device=dev)[None, :] == excl[:, None], torch.zeros_like(row), row)
-    gumbel = -torch.log(-torch.log(torch.rand((B, V), device=dev, generator=generator)))
-    score = torch.where(row > 0, torch.log(row) + gumbel, torch.full_like(row, float("-inf")))
-    sample = torch.argmax(score, -1)
+    sample = inverse_cdf(row, u)
     pred_n = predict.gather(1, n.view(B, 1)).squeeze(1)
     use_greedy = greedy.gather(1, n.view(B, 1)).squeeze(1) | ~(row > 0).any(-1)
     final = torch.where(use_greedy, pred_n, sample)
     return written_into(assemble_output(d, n, final, offset, seq_lens), out)
+
+
+def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The kernels' sampling rule over ``weights [B, V]`` (>= 0) and numbers ``u [B]`` in ``[0, 1)``: the
+    first entry in vocabulary order whose cumulative weight exceeds ``u`` times the total, or the last
+    entry of positive weight when rounding leaves none. ``[B]`` int64 (-1 for a row of zero weight)."""
+    w = weights.float()
+    cdf = torch.cumsum(w, -1)
+    goal = (u.float() * cdf[:, -1]).contiguous()[:, None]
+    pick = torch.searchsorted(cdf.contiguous(), goal, right=True).squeeze(1)
+    positions = torch.arange(w.shape[-1], device=w.device)
+    last = torch.where(w > 0, positions, -1).amax(-1)
+    return torch.where(pick < w.shape[-1], pick, last)

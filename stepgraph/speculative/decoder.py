@@ -51,9 +51,9 @@ class SpecDecoder:
         An id, or a list of ids (as Hugging Face generation configs carry), that stops a request when
         emitted (it is kept in the output); each in ``[0, vocab_size)``.
     seed:
-        Seeds requests without their own seed (their random streams on the device). The torch sampling
-        paths (sampling pieces switched off) draw from torch's default generator, which
-        :meth:`generate` seeds with it and restores afterwards: the caller's own stream is left as it was.
+        Seeds requests without their own seed: request ``i`` of the decoder draws from the stream of seed
+        ``seed * 1000003 + i``. A request's tokens depend only on its prompt, its settings and its seed, on
+        every path (a GPU, Triton's CPU interpreter, the torch references), not on its batch mates.
     tp:
         Tensor parallelism: rank 0's verify result is broadcast once per step (:mod:`stepgraph.speculative.tp`).
     splice_stages:
@@ -220,17 +220,10 @@ class SpecDecoder:
                 r.arrival = float(a)
         stats = self.scheduler.stats
         prefill0, idle0, t0 = stats.prefill_seconds, stats.idle_seconds, time.perf_counter()
-        with torch.random.fork_rng(devices=self._cuda_index()):
-            torch.manual_seed(self.seed)  # the torch sampling paths draw from torch's generator
-            self.scheduler.run(requests, overlap=overlap, on_step=on_step)
+        self.scheduler.run(requests, overlap=overlap, on_step=on_step)
         elapsed = time.perf_counter() - t0
         stats.decode_seconds += elapsed - (stats.prefill_seconds - prefill0) - (stats.idle_seconds - idle0)
         return [r.output for r in requests]
-
-    def _cuda_index(self) -> list[int]:
-        if self.device.type != "cuda":
-            return []
-        return [self.device.index if self.device.index is not None else torch.cuda.current_device()]
 
     def make_requests(
         self,

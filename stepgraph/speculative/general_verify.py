@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from stepgraph.kernels import written_into
-from stepgraph.kernels.chain_sampling_ref import SampledVerifyOutput, assemble_output, sampling_probs
+from stepgraph.kernels.chain_sampling_ref import SampledVerifyOutput, assemble_output, inverse_cdf, sampling_probs
+from stepgraph.kernels.philox import verify_uniforms
 
 
 def chain_verify_sampling_tree(
@@ -35,15 +36,14 @@ def chain_verify_sampling_tree(
     out: dict[str, torch.Tensor] | None = None,
 ) -> SampledVerifyOutput:
     """A chain's sampled verify through the general tree path, in the signature of
-    :func:`stepgraph.kernels.chain_verify_sampling` (``seed``, ``filtered``, ``small_top_k`` and the ``with_*``
-    flags are taken for parity: randomness comes from torch's generator, every filter applies, every
-    field is computed). Shapes as there."""
+    :func:`stepgraph.kernels.chain_verify_sampling` (``filtered``, ``small_top_k`` and the ``with_*`` flags
+    are taken for parity: every filter applies, every field is computed). Shapes as there."""
     B, K1, _ = logits.shape
     nxt, sib = chain_tree(K1 - 1, logits.device)
     root = torch.zeros((B, 1), dtype=torch.long, device=logits.device)  # the root's token is never read
     candidates = torch.cat([root, draft_tokens.long()], 1)
     r = tree_verify_sampling(
-        logits, candidates, nxt, sib, temperature, top_k, top_p, offset, max_depth=K1 - 1, seq_lens=seq_lens,
+        logits, candidates, nxt, sib, temperature, top_k, top_p, seed, offset, max_depth=K1 - 1, seq_lens=seq_lens,
         min_p=min_p,
     )  # fmt: skip
     return written_into(r, out)
@@ -65,26 +65,27 @@ def tree_verify_sampling(
     temperature: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
+    seed: torch.Tensor,
     offset: torch.Tensor,
     *,
     max_depth: int,
     max_siblings: int = 1,
     seq_lens: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
     min_p: torch.Tensor | None = None,
 ) -> SampledVerifyOutput:
     """Target-only tree verification.
 
     Shapes: ``logits [B, N, V]`` (one row per node), ``candidates [B, N]`` (node tokens; node 0 is the
     root), ``next_token``/``next_sibling`` ``[N]`` (-1 for none), per-request ``temperature``/``top_k``/
-    ``top_p``/``offset`` ``[B]`` (and ``min_p``, ``None`` for off). Returns tokens along the accepted path
-    (then the sampled token, then -1).
+    ``top_p``/``seed``/``offset`` ``[B]`` (and ``min_p``, ``None`` for off). Returns tokens along the
+    accepted path (then the sampled token, then -1). Node ``c``'s coin and the sample's number come from
+    the request's stream at ``(seed, offset)`` as the chain kernel draws them (a chain gets its tokens).
     """
     B, N, V = logits.shape
     dev = logits.device
     probs = sampling_probs(logits, temperature, top_k, top_p, filtered=True, min_p=min_p)  # [B, N, V]
-    coins = torch.rand((B, N), device=dev, generator=generator)
-    final_coin = torch.rand((B,), device=dev, generator=generator)
+    node_coins, final_coin = verify_uniforms(seed, offset, N - 1)  # nodes 1..N-1, then the sample
+    coins = torch.cat([torch.zeros_like(final_coin)[:, None], node_coins], 1)  # [B, N]: node c's at c
     rows = torch.arange(B, device=dev)
     cur = torch.zeros(B, dtype=torch.long, device=dev)
     n = torch.zeros(B, dtype=torch.long, device=dev)
@@ -110,9 +111,7 @@ def tree_verify_sampling(
             child = torch.where(rej, next_sibling[c], child)
         done |= ~moved
     row = probs[rows, cur] * ~removed
-    total = row.sum(-1, keepdim=True)
-    cdf = torch.cumsum(row, -1)
-    pick = torch.searchsorted(cdf, (final_coin[:, None] * total).contiguous(), right=True).squeeze(1).clamp(max=V - 1)
+    pick = inverse_cdf(row, final_coin)
     fallback = torch.argmax(probs[rows, cur], -1)
-    final = torch.where(total.squeeze(1) > 0, pick, fallback)
+    final = torch.where(pick >= 0, pick, fallback)
     return assemble_output(path, n, final, offset, seq_lens)

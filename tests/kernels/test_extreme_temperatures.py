@@ -1,0 +1,75 @@
+"""Tiny temperatures and huge logits: where the largest logit over T leaves float32, every sampling path
+gives the argmax (the limit as T -> 0), never a token at the end of the vocabulary."""
+
+import pytest
+import torch
+
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
+from stepgraph.kernels.greedy_verify import greedy_chain_verify_ref
+from stepgraph.speculative.general_verify import chain_verify_sampling_tree
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+#: (temperature, logit scale): every pair overflows float32 in x_max / T for some dtype's range
+EXTREMES = [(1e-39, 1.0), (1e-37, 10.0), (1e-30, 1e10), (0.5, 3e38), (1e-20, 1e30), (1e-45, 1e-3)]
+
+
+def inputs(B, K, V, dtype, scale, temperature, top_k=0, top_p=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(B, K + 1, V, generator=g) * scale).clamp(-3e38, 3e38)
+    if dtype != torch.float32:  # within the dtype's range
+        x = (torch.randn(B, K + 1, V, generator=g) * min(scale, torch.finfo(dtype).max / 8)).to(dtype)
+    drafts = torch.argmax(x.float(), -1)[:, :K].clone()
+    drafts[:, K // 2 :] = torch.randint(0, V, (B, K - K // 2), generator=g)  # some rejected
+    T = torch.full((B,), temperature)
+    return (
+        x,
+        drafts,
+        T,
+        torch.full((B,), top_k),
+        torch.full((B,), top_p),
+        torch.arange(B),
+        torch.zeros(B, dtype=torch.long),
+    )
+
+
+MODES = {
+    "temperature": {"filtered": False},
+    "top_k": {"filtered": True, "small_top_k": True},
+    "top_k_top_p": {"filtered": True},
+}
+#: every extreme in every dtype for the temperature class; the filtered classes (whose kernels take many more
+#: launches in the interpreter) over every dtype at two extremes
+CASES = [("temperature", d, *e) for d in DTYPES for e in EXTREMES] + [
+    (m, d, *e) for m in ("top_k", "top_k_top_p") for d in DTYPES for e in (EXTREMES[0], EXTREMES[2])
+]
+
+
+@pytest.mark.parametrize("mode,dtype,temperature,scale", CASES, ids=str)
+def test_overflowing_rows_sample_the_argmax_on_every_path(mode, dtype, temperature, scale):
+    mode = MODES[mode]
+    if dtype == torch.float16 and temperature > 1e-38 and scale > 1e4:
+        scale = 1e4
+    top_k = 20 if mode.get("small_top_k") else (1000 if mode["filtered"] else 0)
+    x, d, T, tk, tp, seed, off = inputs(2, 2, 67, dtype, scale, temperature, top_k=top_k, top_p=0.9)
+    z_max = x.float().amax(-1) * (1.0 / T.float()[:, None])
+    if torch.isfinite(z_max).all():
+        pytest.skip("this pair does not overflow in this dtype")
+    greedy = greedy_chain_verify_ref(x, d)
+    for verify in (chain_verify_sampling, chain_verify_sampling_ref, chain_verify_sampling_tree):
+        out = verify(x, d, T, tk, tp, seed, off.clone(), **mode)
+        rows = ~torch.isfinite(z_max)  # [B, K+1]: these rows are the argmax's
+        every = rows.all(-1)
+        assert torch.equal(out.tokens[every], greedy.emitted[every]), verify.__name__
+        assert (out.tokens < x.shape[-1]).all() and (out.tokens >= -1).all()
+
+
+def test_a_sampled_generate_at_a_tiny_temperature_is_the_greedy_decode():
+    from stepgraph import SamplingParams, SpecDecoder
+    from stepgraph.examples.model import build, greedy_reference
+
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft)
+    prompts = [[5, 17, 99, 3], [42, 7]]
+    for t in (1e-39, 1e-37):
+        out = dec.generate(prompts, max_new_tokens=8, sampling=SamplingParams(temperature=t))
+        assert out == [greedy_reference(target, p, 8) for p in prompts], t
