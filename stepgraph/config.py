@@ -3,6 +3,7 @@ runner's settings."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal
@@ -170,6 +171,10 @@ class RunnerConfig:
 
     def __post_init__(self) -> None:
         Buckets(self.buckets)  # validates
+        for name in ("memory_margin_bytes", "warmup_iters", "refused_retry_runs", "max_warmup_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise TypeError(f"RunnerConfig.{name} must be an int, got {value!r} ({type(value).__name__})")
         if self.memory_margin_bytes < 0:
             raise ValueError(f"memory_margin_bytes must be >= 0, got {self.memory_margin_bytes}")
         if self.warmup_iters < 1:
@@ -184,4 +189,4 @@ class RunnerConfig:
             raise ValueError(
                 f"capture_error_mode must be global, thread_local or relaxed, got {self.capture_error_mode!r}"
             )
-        object.__setattr__(self, "default_sampling", Sampling(self.default_sampling))
+        object.__setattr__(self, "default_sampling", Sampling.parse(self.default_sampling))

@@ -1,10 +1,8 @@
-"""Capture reports: the runner's info dict as rich tables, and JSON export/import."""
+"""Capture reports: the runner's info dict, and that dict as rich tables (files: :mod:`stepgraph.report_file`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -89,54 +87,25 @@ def build_info(runner: Reported) -> dict:
     }
 
 
+#: The longest text a table cell shows (a report's error texts can be long; rich wraps what it shows).
+MAX_CELL = 240
+
+
 def _mib(n) -> str:
     return "-" if n is None else f"{n / 2**20:.1f}"
 
 
-def save_report(info: dict, path: str | Path, **extra) -> Path:
-    """Write ``info`` (plus ``extra`` top-level fields) as JSON; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**info, **extra}, indent=2, default=str))
-    return path
+def _fixed(n, digits: int = 1) -> str:
+    return "-" if n is None else f"{n:.{digits}f}"
 
 
-def load_report(path: str | Path) -> dict:
-    """A saved report (``save_report``, ``runner.info()`` as JSON, or ``demo --json``).
-
-    Raises
-    ------
-    ValueError
-        One line naming the problem: a missing file, a directory, an empty, truncated or binary file,
-        or JSON that is not a stepgraph report.
-    """
-    path = Path(path)
-    hint = "write one with stepgraph.report.save_report(runner.info(), path) or demo --json"
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory; give the report's JSON file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file; {hint}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not text (a binary file?); {hint}") from None
-    except OSError as e:
-        raise ValueError(f"{path} cannot be read: {e.strerror or e}") from None
-    if not text.strip():
-        raise ValueError(f"{path} is empty; {hint}")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); truncated?") from None
-    reports = data.get("runners", [data]) if isinstance(data, dict) else None
-    if not reports or not all(isinstance(r, dict) and isinstance(r.get("keys"), dict) for r in reports):
-        raise ValueError(f"{path} is not a stepgraph report (no per-key 'keys' table); {hint}")
-    return data
+def _times(n, factor: float):
+    return None if n is None else n * factor
 
 
-def runner_infos(report: dict) -> list[dict]:
-    """A saved file holds one runner's info, or a demo/bench record with ``runners: [...]``."""
-    return list(report.get("runners", [])) or [report]
+def _cell(value) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 3] + "..."
 
 
 def print_report(info: dict, console: Console | None = None) -> None:
@@ -187,8 +156,8 @@ def print_report(info: dict, console: Console | None = None) -> None:
         rows.append(
             (
                 "warm-up",
-                f"sizes 1..{len(warm['batch_sizes'])} in {warm['seconds'] * 1e3:.1f} ms"
-                + (f" ({warm['compile_seconds']:.1f} s torch.compile)" if warm.get("compile_seconds") else "")
+                f"sizes 1..{len(warm['batch_sizes'])} in {_fixed(_times(warm['seconds'], 1e3))} ms"
+                + (f" ({_fixed(warm['compile_seconds'])} s torch.compile)" if warm.get("compile_seconds") else "")
                 + f"; missing {warm['missing'] or 'none'}",
             )
         )
@@ -196,15 +165,15 @@ def print_report(info: dict, console: Console | None = None) -> None:
         rows.append(
             (
                 f"torch.compile {forward}",
-                f"{c['backend']}: {c['compiles']} variants in {c['seconds']:.1f} s"
-                + (f"; {c['failures']} running uncompiled ({c['error']})" if c["failures"] else ""),
+                f"{c.get('backend')}: {c.get('compiles')} variants in {_fixed(c.get('seconds'))} s"
+                + (f"; {c['failures']} running uncompiled ({c.get('error')})" if c.get("failures") else ""),
             )
         )
     toggles = info.get("toggles") or {}
     if toggles:
         rows.append(("toggles", ", ".join(f"{k}={'on' if v else 'off'}" for k, v in toggles.items())))
     for k, v in rows:
-        summary.add_row(k, str(v))
+        summary.add_row(_cell(k), _cell(v))
     console.print(summary)
 
     # narrow terminals: keys never wrap or shorten, numbers keep their width, headers and notes fold
@@ -225,15 +194,15 @@ def print_report(info: dict, console: Console | None = None) -> None:
         if k.get("status") == "refused":
             note = f"memory ({k.get('refusals')}x)"
         keys.add_row(
-            name,
-            k.get("status"),
+            _cell(name),
+            _cell(k.get("status")),
             _mib(k.get("pool_bytes")),
             _mib(k.get("warmup_peak_bytes")),
-            f"{k.get('capture_ms', 0):.1f}",
-            *((f"{k.get('compile_s', 0):.1f}",) if compiled else ()),
+            _fixed(k.get("capture_ms", 0)),
+            *((_fixed(k.get("compile_s", 0)),) if compiled else ()),
             str(k.get("replays")),
             str(k.get("eager_runs")),
             str(k.get("padded_rows")),
-            note,
+            _cell(note),
         )
     console.print(keys)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import numbers
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from stepgraph import envs
 from stepgraph.buffers import Buffer, StaticBuffers
 from stepgraph.capture import Child, CudaGraphBackend, GraphBackend, capture_progress, graphs_unavailable_reason
-from stepgraph.config import RunnerConfig
+from stepgraph.config import RunnerConfig, Toggles
 from stepgraph.graphs import frozen_gc
 from stepgraph.keys import Buckets, GraphKey, draft_lengths
 from stepgraph.keytable import BeforeReplay, KeyStats, KeyStatus, KeyTable, ReplayHook
@@ -185,12 +187,15 @@ class StepGraphRunner:
         self._routes: dict[tuple[int | None, Sampling, int | None], _Route] = {}  # captured keys' routes
         self._lock = threading.RLock()  # run / capture / warm-up / release, one thread at a time
 
-        if not self.toggles.step_graph:
-            reason = "the step graph is switched off (STEPGRAPH_ENABLE=0 or Toggles(step_graph=False)); it runs eagerly"
-        elif backend is not None:
-            reason = None
-        else:
-            reason = graphs_unavailable_reason(self.device)
+        reason = None if backend is not None else graphs_unavailable_reason(self.device)  # the device first
+        if reason is None and not self.toggles.step_graph:
+            variable = Toggles.variable("step_graph")
+            if envs.read_switches(Toggles.variables()).get(variable) is False:
+                reason = f"the step graph is switched off by {variable}=0 in the environment; it runs eagerly"
+            else:
+                reason = (
+                    "the step graph is switched off by the runner's config (Toggles(step_graph=False)); it runs eagerly"
+                )
         self.unavailable_reason = reason
         self.backend: GraphBackend | None = None
         if reason is None:
@@ -289,6 +294,10 @@ class StepGraphRunner:
         if type(sampling) is not Sampling:
             sampling = Sampling.parse(sampling)
         with self._lock:
+            if inputs is not None and type(inputs) is not dict and not isinstance(inputs, Mapping):
+                raise TypeError(f"inputs must be a mapping of buffer name -> tensor, got {type(inputs).__name__}")
+            if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
+                batch_size = _batch_size(batch_size)
             real = self.buffers.stage(inputs, batch_size) if inputs else batch_size  # checked and staged
             route = self._routes.get((real, sampling, draft_len))
             if route is None:
@@ -469,3 +478,12 @@ class StepGraphRunner:
         key = self.buckets.key(key)
         draft_len = self._draft_len(key.draft_len)
         return key if draft_len == key.draft_len else GraphKey(key.batch_size, key.sampling, draft_len)
+
+
+def _batch_size(value: object) -> int:
+    """``run(batch_size=...)`` as an int, or the error that names it (an int of another type is taken)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value < 1:
+            raise ValueError(f"empty batch: batch_size must be >= 1, got {value}")
+        return int(value)
+    raise TypeError(f"batch_size must be an int, got {value!r} ({type(value).__name__})")

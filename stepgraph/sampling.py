@@ -109,6 +109,7 @@ class SamplingParams:
                 raise TypeError(f"{name} must be a number, got {value!r}")
         if not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool):
             raise TypeError(f"top_k must be an int (0 disables it), got {self.top_k!r}")
+        check_int64("top_k", self.top_k)
         if self.seed is not None:
             check_int64("seed", self.seed)
         if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):

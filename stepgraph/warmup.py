@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,12 @@ def warm_up(
 ) -> WarmupReport:
     """See :meth:`StepGraphRunner.warmup`: every batch size 1..N, for each sampling class given and each of
     the runner's draft lengths."""
+    if max_running_requests is not None and (
+        not isinstance(max_running_requests, numbers.Integral)
+        or isinstance(max_running_requests, bool)
+        or max_running_requests < 1
+    ):
+        raise ValueError(f"max_running_requests must be an int >= 1 (or None), got {max_running_requests!r}")
     t0, compiling = time.perf_counter(), seconds_compiling()
     if sampling is None:
         classes = [runner.config.default_sampling]

@@ -173,6 +173,12 @@ class HFCausalLM:
         base = getattr(model, "base_model", None)
         if base is None or base is model or getattr(self.config, "is_encoder_decoder", False):
             raise ValueError(f"{type(model).__name__} is not supported: the adapter needs {_NEEDS}")
+        can_generate = getattr(model, "can_generate", None)
+        if can_generate is not None and not can_generate():
+            raise ValueError(
+                f"{type(model).__name__} is not a causal language model (its can_generate() is False: a masked or "
+                f"classification head); load the checkpoint with AutoModelForCausalLM. The adapter needs {_NEEDS}"
+            )
         params = inspect.signature(base.forward).parameters
         # transformers renamed the cache argument (past_key_values -> cache, 5.2x); use whichever exists
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -275,6 +281,12 @@ def hf_spec_decoder(
         eos_token_id = getattr(generation, "eos_token_id", None)
         if eos_token_id is not None:
             ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ValueError(
+                    f"the target's generation_config.eos_token_id is {eos_token_id!r}: every id must be an int; "
+                    "fix the model's generation_config, or pass eos_token_id=... (an id, a list, or None) to "
+                    "hf_spec_decoder"
+                )
             bad = [i for i in ids if not 0 <= i < tv]
             if bad:
                 raise ValueError(

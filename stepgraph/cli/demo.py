@@ -2,7 +2,7 @@
 
 On a GPU it warms up (captures the keys), decodes a batch with the step graph and again eagerly, and
 checks that greedy outputs agree; on a CPU it runs the same loop eagerly. Standard output carries only
-the results (each request's tokens, steps, mean accepted length), the same for a given seed whatever
+the results (each request's tokens and the mean accepted length), the same for a given seed whatever
 the toggles, so that "python -m stepgraph bisect -- python -m stepgraph demo" can compare runs; the
 capture log, report, timings and speed-up go to standard error.
 """
@@ -19,83 +19,111 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from stepgraph.cli.parser import HelpFormatter
 from stepgraph.config import RunnerConfig, Toggles
 from stepgraph.report import print_report
 from stepgraph.sampling import CLASSES, SamplingParams, sampling_class
 
+#: The most requests the demo decodes at once (a serving batch is at most 64 here; memory is checked too).
+MAX_BATCH = 1024
+#: Defaults of the sampling flags (``None`` in the parser, so that a flag given for nothing is refused).
+SAMPLING_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0}
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (the message names the value)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+
+def bounded_int(low: int, high: int):
+    """An argparse type: an integer in ``[low, high]`` (the message names the value and the range)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = bounded_int(1, 2**31 - 1)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "demo",
-        help="speculative decoding of the example model (the main job)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--preset", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model shape (default tiny)")
-    p.add_argument("--layers", type=positive_int, help="override: number of target layers")
-    p.add_argument("--hidden", type=positive_int, help="override: hidden size")
-    p.add_argument("--heads", type=positive_int, help="override: attention heads (KV heads = heads/2)")
-    p.add_argument("--vocab", type=positive_int, help="override: vocabulary size")
+        "demo", help="speculative decoding of the example model (the main job)", description=__doc__,
+        formatter_class=HelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--preset", default="tiny", choices=["tiny", "qwen3-0.6b"], help="model shape")
+    p.add_argument("--layers", type=bounded_int(1, 512), help="override: number of target layers")
+    p.add_argument("--hidden", type=bounded_int(2, 65536), help="override: hidden size")
+    p.add_argument("--heads", type=bounded_int(1, 1024), help="override: attention heads (KV heads = heads / 2)")
+    p.add_argument("--vocab", type=bounded_int(2, 2**24), help="override: vocabulary size")
     p.add_argument(
-        "--attention",
-        default="sdpa",
-        choices=["sdpa", "triton"],
-        help="example model attention: masked SDPA over the whole cache, or Triton decode attention up to each length",
-    )
+        "--attention", default="sdpa", choices=["sdpa", "triton"],
+        help="the example model's attention: masked SDPA over the whole cache, or a Triton decode attention "
+        "up to each length (a GPU, or TRITON_INTERPRET=1)",
+    )  # fmt: skip
     p.add_argument(
-        "--matmul",
-        default="torch",
-        choices=["torch", "triton"],
-        help="example model's MLP down projection: cuBLAS, or the Triton skinny matmul (few rows per step)",
-    )
-    p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="EAGLE head, or a copy of the target")
+        "--matmul", default="torch", choices=["torch", "triton"],
+        help="the MLP's down projection: cuBLAS, or the Triton skinny matmul (few rows per step)",
+    )  # fmt: skip
+    p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="an EAGLE head, or a copy of the target")
     p.add_argument(
-        "--compile",
-        action="store_true",
+        "--compile", action="store_true",
         help="torch.compile the target and draft forwards (inductor) inside the step graph; both runs compile",
-    )
-    p.add_argument("--batch", type=positive_int, default=4, help="requests decoded together (default 4)")
-    p.add_argument("--k", type=positive_int, default=3, help="draft tokens per step (default 3)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per request (default 48)")
+    )  # fmt: skip
+    p.add_argument("--batch", type=bounded_int(1, MAX_BATCH), default=4, help="requests decoded together")
+    p.add_argument("--k", type=bounded_int(0, 64), default=3, help="draft tokens per step (0: plain decoding)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per request")
     p.add_argument(
-        "--sampling",
-        default="greedy",
-        choices=[c.name for c in CLASSES],
-        help="the requests' sampling class: "
-        + "; ".join(f"{c.name}: {c.summary}" for c in CLASSES)
-        + " (the filtered classes take --top-k, --top-p and --min-p; default greedy)",
+        "--sampling", default="greedy", choices=[c.name for c in CLASSES], metavar="CLASS",
+        help="the requests' sampling class: " + "; ".join(f"{c.name}: {c.summary}" for c in CLASSES),
+    )  # fmt: skip
+    p.add_argument("--temperature", type=float, help="temperature of the sampled classes (default 0.8)")
+    p.add_argument("--top-k", type=int, help="top-k of the filtered classes (0: off; default 40)")
+    p.add_argument("--top-p", type=float, help="top-p of the filtered classes (1: off; default 0.9)")
+    p.add_argument("--min-p", type=float, help="min-p of the filtered classes (0: off; default 0)")
+    p.add_argument(
+        "--seed", type=bounded_int(-(2**63), 2**63 - 1), default=0, help="seeds the prompts and the sampling"
     )
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--min-p", type=float, default=0.0, help="min-p filter of top_k_top_p sampling (default 0: off)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--overlap", action="store_true", help="overlapped loop (host one step ahead; GPU only)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument(
+        "--overlap", action="store_true",
+        help="the overlapped loop: the host launches a step before it reads the last one's tokens (on a CPU the "
+        "same loop runs with synchronous copies: the same tokens)",
+    )  # fmt: skip
+    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when available)")
     p.add_argument("--json", help="save the report, stats and generated token ids to this file")
     p.add_argument("--quiet", action="store_true", help="no capture log lines or report (results only)")
 
 
+def _sampling_flags(args) -> dict:
+    """The sampling flags' values, each default filled in; a flag given that the class does not read is an
+    error naming it."""
+    chosen = sampling_class(args.sampling)
+    reads = (
+        set()
+        if chosen.kernel is None
+        else {"temperature"} | ({"top_k", "top_p", "min_p"} if chosen.kernel["filtered"] else set())
+    )
+    given = [name for name in SAMPLING_DEFAULTS if getattr(args, name) is not None and name not in reads]
+    if given:
+        flags = ", ".join("--" + n.replace("_", "-") for n in given)
+        raise ValueError(f"{flags}: --sampling {chosen.name} does not use it; choose a class that does, or drop it")
+    return {n: SAMPLING_DEFAULTS[n] if getattr(args, n) is None else getattr(args, n) for n in SAMPLING_DEFAULTS}
+
+
 def _params(args) -> SamplingParams:
     chosen = sampling_class(args.sampling)
+    flags = _sampling_flags(args)
     if chosen.kernel is None:
         return SamplingParams()
     if not chosen.kernel["filtered"]:
-        return SamplingParams(temperature=args.temperature)
-    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+        return SamplingParams(temperature=flags["temperature"])
+    params = SamplingParams(**flags)
     if not chosen.fits(params):
-        raise ValueError(f"--sampling {chosen.name} serves {chosen.summary}; --top-k {args.top_k} is outside it")
+        raise ValueError(f"--sampling {chosen.name} serves {chosen.summary}; --top-k {flags['top_k']} is outside it")
     return params
 
 
@@ -159,11 +187,53 @@ def _device(name: str | None) -> torch.device:
         raise ValueError(f"--device {name!r} is not a device; use cuda, cuda:N or cpu") from None
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"--device {name!r}: the demo runs on cuda or cpu")
+    if device.type == "cpu" and device.index not in (None, 0):
+        raise ValueError(f"--device {name}: the CPU has no device index; use --device cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {name}: CUDA is not available here; use --device cpu or leave it unset")
-    if device.index is not None and device.index >= torch.cuda.device_count():
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
+
+
+def _check_sizes(args, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse before any work a request that cannot fit the example model's cache, or a model and caches
+    that cannot fit this device's free memory (naming the flags to change)."""
+    from stepgraph.examples.model import PRESETS
+
+    cfg = replace(
+        PRESETS[args.preset], **{k: v for k, v in _overrides(args).items() if k not in ("attention", "matmul")}
+    )
+    longest_prompt = 16
+    need = longest_prompt + args.max_new_tokens + 2 * (args.k + 1)
+    if need > cfg.max_seq_len:
+        raise ValueError(
+            f"--max-new-tokens {args.max_new_tokens} with --k {args.k} needs {need} cache positions (prompts of up to "
+            f"{longest_prompt} tokens + new tokens + 2 * (K + 1)); the {args.preset} model's cache has "
+            f"{cfg.max_seq_len}: lower --max-new-tokens or --k"
+        )
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(f"--hidden {cfg.hidden_size} must be a multiple of --heads {cfg.num_heads}")
+    element = torch.tensor([], dtype=dtype).element_size()
+    layer = (
+        cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+        + 3 * cfg.hidden_size * cfg.intermediate_size
+    )
+    cache = 2 * cfg.num_kv_heads * cfg.max_seq_len * cfg.head_dim  # per layer and cache row
+    rows = cfg.max_requests + 1
+    needed = element * ((cfg.num_layers + 1) * (layer + rows * cache) + 2 * cfg.vocab_size * cfg.hidden_size)
+    needed *= 2  # the step graph and the eager run each build the models
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        import os
+
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if needed > free:
+        raise ValueError(
+            f"--batch {args.batch} with this model needs about {needed / 2**30:.1f} GiB (weights and a KV cache row "
+            f"per request), more than the {free / 2**30:.1f} GiB free on {device}: lower --batch or the model's size"
+        )
 
 
 def _check_writable(path: str) -> None:
@@ -182,13 +252,14 @@ def _check_writable(path: str) -> None:
 def run(args) -> int:
     device = _device(args.device)  # every flag is checked before any work
     _params(args)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    _check_sizes(args, device, dtype)
     if args.json:
         _check_writable(args.json)
     out = Console(soft_wrap=True)  # results only: deterministic for a seed, compared by bisect
     err = Console(stderr=True)  # everything else: modes, log, report, timings
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     toggles = Toggles.from_env()
     from stepgraph.examples.model import PRESETS
 
@@ -232,12 +303,15 @@ def run(args) -> int:
         err.print(f"step graph speed-up: {speedup:.2f}x")
     for i, ids in enumerate(tokens):
         out.print(f"request {i}: {len(ids)} tokens: {ids}", highlight=False)
-    out.print(
-        f"{stats['steps']} steps, mean accepted length {stats['mean_accept_len']:.2f} (of K+1 = {args.k + 1})",
-        highlight=False,
-    )
+    out.print(f"mean accepted length {stats['mean_accept_len']:.2f} (of K+1 = {args.k + 1})", highlight=False)
+    err.print(f"{stats['steps']} steps ({stats['discarded_steps']} request-steps discarded by the overlapped loop)")
     if args.json:
         record.update(runs=runs, runners=infos)
-        Path(args.json).write_text(json.dumps(record, indent=2, default=str))
+        try:
+            Path(args.json).write_text(json.dumps(record, indent=2, default=str))
+        except OSError as e:
+            raise ValueError(
+                f"--json {args.json} could not be written ({e.strerror or e}); the results are above"
+            ) from None
         err.print(f"saved {args.json}")
     return 0

@@ -413,7 +413,8 @@ class InputCopyPlan:
                 e, dest = HEADER + COLS * i, self._fields[i]
                 table[e + DST], table[e + ROW_BYTES] = d.data_ptr(), rc.row_bytes(d)
                 table[e + DST_STRIDE] = d.stride(0) * d.element_size()
-                table[e + FILL] = 0 if pad is None else rc.fill_pattern(pad, d.dtype)
+                # elements wider than 8 bytes never take the kernel (their pad is filled by the fallback)
+                table[e + FILL] = 0 if pad is None or not self.kernel_ok[i] else rc.fill_pattern(pad, d.dtype)
                 # a host source's rows, at its offset in this buffer: aligned as the destination
                 table[e + HOST_SRC], table[e + DENSE_FLAGS] = base + dest.host_offset, dest.flags
 

@@ -129,11 +129,13 @@ def input_copy_ref(
     srcs: Sequence[torch.Tensor], dsts: Sequence[torch.Tensor], num_rows: int, padded_rows: int, pads: Sequence
 ) -> None:
     """Reference of a copy-in: one ``copy_`` and one ``fill_`` per tensor (``pads[i] = None`` leaves padded
-    rows alone).
+    rows alone). Host sources are read before it returns, as the kernel's staging copy reads them.
 
     Cost: reads ``num_rows`` rows and writes ``padded_rows`` rows of each tensor; 2 launches per tensor.
     """
     for src, dst, pad in zip(srcs, dsts, pads, strict=True):
-        dst[:num_rows].copy_(src[:num_rows], non_blocking=True)
+        # a host source is read before the call returns (its owner may change it right after, as with the
+        # kernel, which reads host rows from its own staging copy); device sources are stream-ordered
+        dst[:num_rows].copy_(src[:num_rows], non_blocking=not src.is_cpu)
         if pad is not None and padded_rows > num_rows:
             dst[num_rows:padded_rows].fill_(pad)

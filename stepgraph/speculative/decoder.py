@@ -8,6 +8,10 @@ graph), :class:`~stepgraph.speculative.slots.SlotAllocator` (relay slots, cache 
 
 from __future__ import annotations
 
+import functools
+import math
+import numbers
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,6 +30,17 @@ from stepgraph.speculative.step import ChainStep, Draft, Target
 from stepgraph.speculative.tp import TensorParallel
 
 __all__ = ["GenerationStats", "Request", "SpecDecoder"]
+
+
+def _one_call_at_a_time(method):
+    """Run ``method`` under the decoder's lock: calls from several threads are served one after another."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class SpecDecoder:
@@ -64,6 +79,11 @@ class SpecDecoder:
         (``"aot_eager"``) picks another backend. Prefill runs the forwards as written. Compiled kernels
         round differently: greedy output can differ from the uncompiled decoder's (``STEPGRAPH_COMPILE=0``
         turns compiling off, so ``stepgraph bisect`` can name it). See :mod:`stepgraph.compile`.
+
+    Threads: a decoder serves one call at a time. :meth:`generate`, :meth:`warmup`, :meth:`admit`,
+    :meth:`finish`, :meth:`release` and :meth:`device_step_ms` take the decoder's lock, so a second
+    thread's call waits until the first returns, and each gets the tokens it would get alone. For work
+    in parallel, give each thread a decoder of its own.
     """
 
     def __init__(
@@ -94,7 +114,11 @@ class SpecDecoder:
         self.max_requests, self.max_seq_len = max_requests, max_seq_len
         if max_batch is None:
             max_batch = min(max_requests, 64)
-        if not 1 <= max_batch <= max_requests:
+        if (
+            not isinstance(max_batch, numbers.Integral)
+            or isinstance(max_batch, bool)
+            or not 1 <= max_batch <= max_requests
+        ):
             raise ValueError(
                 f"max_batch must be in 1..max_requests ({max_requests}), got {max_batch}; "
                 "leave it unset for min(max_requests, 64)"
@@ -122,6 +146,7 @@ class SpecDecoder:
         self.toggles = self.step.toggles
         self.slots = SlotAllocator(max_requests, self.step.relay)
         prefill = Prefill(target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling)
+        self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(self.step, self.slots, prefill, max_batch=max_batch, device=self.device)
         self._next_id = 0
 
@@ -186,12 +211,21 @@ class SpecDecoder:
         return self.scheduler.step_events
 
     # ---- generation ------------------------------------------------------------------------------
+    @_one_call_at_a_time
     def warmup(
         self, max_running_requests: int | None = None, sampling: Sampling | str = Sampling.GREEDY
     ) -> WarmupReport:
-        """Capture the keys for batch sizes 1..N before serving (see :meth:`StepGraphRunner.warmup`)."""
+        """Capture the keys for batch sizes 1..N before serving (see :meth:`StepGraphRunner.warmup`);
+        ``N`` defaults to ``max_batch``."""
+        if max_running_requests is not None and (
+            not isinstance(max_running_requests, numbers.Integral) or max_running_requests < 1
+        ):
+            raise ValueError(
+                f"max_running_requests must be an int >= 1 (or None for max_batch), got {max_running_requests!r}"
+            )
         return self.step.warmup(max_running_requests or self.max_batch, Sampling.parse(sampling))
 
+    @_one_call_at_a_time
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
@@ -214,8 +248,10 @@ class SpecDecoder:
         if not requests:
             return []
         if arrivals is not None:
-            if len(arrivals) != len(requests) or any(not (a >= 0.0) for a in arrivals):
-                raise ValueError("arrivals: give one time >= 0 (seconds) per prompt")
+            arrivals = list(arrivals)
+            bad = [a for a in arrivals if not (isinstance(a, numbers.Real) and math.isfinite(a) and a >= 0.0)]
+            if len(arrivals) != len(requests) or bad:
+                raise ValueError("arrivals: give one finite time >= 0 (seconds) per prompt")
             for r, a in zip(requests, arrivals):
                 r.arrival = float(a)
         stats = self.scheduler.stats
@@ -234,7 +270,12 @@ class SpecDecoder:
         """Checked :class:`Request` objects, one per prompt (``max_new_tokens`` and ``sampling``: one for
         all or one per prompt). They hold no slot until admitted."""
         n = len(prompts)
-        limits = [max_new_tokens] * n if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        one = isinstance(max_new_tokens, numbers.Integral) and not isinstance(max_new_tokens, bool)
+        if not one and not isinstance(max_new_tokens, (list, tuple)):
+            raise TypeError(f"max_new_tokens must be an int or one int per prompt, got {max_new_tokens!r}")
+        if not isinstance(sampling, (SamplingParams, list, tuple)):
+            raise TypeError(f"sampling must be a SamplingParams or one per prompt, got {sampling!r}")
+        limits = [max_new_tokens] * n if one else list(max_new_tokens)
         params = [sampling] * n if isinstance(sampling, SamplingParams) else list(sampling)
         if len(limits) != n or len(params) != n:
             raise ValueError("give one max_new_tokens and one SamplingParams per prompt (or one for all)")
@@ -246,15 +287,34 @@ class SpecDecoder:
         return requests
 
     # ---- public hooks for benchmarks and custom loops ---------------------------------------------
+    @_one_call_at_a_time
     def admit(self, requests: Sequence[Request]) -> torch.Tensor:
         """Prefill ``requests`` into slots and keep them resident (a lone request in the view slot); returns
-        their slot list ``[B]`` for :meth:`ChainStep.run`. Give them back with :meth:`finish`."""
-        for r in requests:
-            self.scheduler.admit(r)
-        if len(requests) == 1 and self.step.relay.single_views and requests[0].slot != 0:
-            self.slots.move_to_slot0(requests[0])
+        their slot list ``[B]`` for :meth:`ChainStep.run`. Give them back with :meth:`finish`.
+
+        Raises
+        ------
+        ValueError
+            When fewer relay slots or cache rows are free than ``requests`` need, before any is taken; a
+            prefill that raises gives back what this call took.
+        """
+        free = self.slots.free()
+        if len(requests) > free:
+            raise ValueError(
+                f"admit: {len(requests)} requests, but only {free} of the decoder's {self.max_requests} slots are "
+                "free; finish() some first, or build the decoder with a larger max_requests"
+            )
+        try:
+            for r in requests:
+                self.scheduler.admit(r)
+            if len(requests) == 1 and self.step.relay.single_views and requests[0].slot != 0:
+                self.slots.move_to_slot0(requests[0])
+        except BaseException:
+            self.slots.give_back_all(requests, self.device)
+            raise
         return torch.tensor([r.slot for r in requests], dtype=torch.int64)
 
+    @_one_call_at_a_time
     def finish(self, requests: Sequence[Request]) -> None:
         """Give back the slots and cache rows that ``requests`` hold."""
         self.slots.give_back_all(requests, self.device)
@@ -267,11 +327,13 @@ class SpecDecoder:
     def info(self) -> dict:
         return {**self.step.info(), "generation": self.stats.as_dict()}
 
+    @_one_call_at_a_time
     def release(self) -> None:
         """Release every graph of the step (the step runs eagerly until it captures again). Under tensor
         parallelism, call it before ``dist.destroy_process_group()``."""
         self.step.release()
 
+    @_one_call_at_a_time
     def device_step_ms(self, batch_size: int, steps: int = 50) -> float:
         """Device time of one step at ``batch_size``: back-to-back replays of its captured graph with no
         host sync in between (milliseconds; NaN when the key has no graph). The relay state is restored

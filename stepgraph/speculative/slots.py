@@ -32,8 +32,14 @@ class SlotAllocator:
     def available(self) -> bool:
         return bool(self._free_slots and self._free_rows)
 
+    def free(self) -> int:
+        """How many more requests can be given a slot and a cache row."""
+        return min(len(self._free_slots), len(self._free_rows))
+
     def take(self, r: Request) -> None:
-        """Give ``r`` a slot and a cache row."""
+        """Give ``r`` a slot and a cache row (refused, taking nothing, when none is free)."""
+        if not self.available():
+            raise ValueError(f"no relay slot or cache row is free: all {self.max_requests} are held by requests")
         r.slot, r.cache_row = self._free_slots.pop(0), self._free_rows.pop(0)
 
     def give_back(self, r: Request) -> None:

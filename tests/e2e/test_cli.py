@@ -59,7 +59,7 @@ def test_report_on_a_directory(tmp_path, capsys):
         (["--batch", "-1"], "--batch: must be >= 1"),
         (["--layers", "-1"], "--layers: must be >= 1"),
         (["--layers", "0"], "--layers: must be >= 1"),
-        (["--vocab", "0"], "--vocab: must be >= 1"),
+        (["--vocab", "0"], "--vocab: must be >= 2"),
         (["--k", "two"], "'two' is not an integer"),
         (["--device", "bogus"], "is not a device"),
         (["--sampling", "nope"], "invalid choice"),

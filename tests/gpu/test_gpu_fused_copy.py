@@ -118,3 +118,23 @@ def test_a_refused_input_and_release_leave_the_copy_count_in_step():
         got = r.run(x)
         assert torch.equal(got["t"], t) and torch.equal(got["h"], h)
     assert in_step(ring_plan.ring)
+
+
+@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "per-tensor"])
+def test_a_pinned_host_input_changed_after_run_returns_never_reaches_the_step(one_launch):
+    """Both copy paths read a host source before run() returns (the toggle is for bisecting, and must not
+    change what a run reads): a caller may reuse its pinned tensor at once, with the device busy."""
+    config = RunnerConfig(toggles=Toggles().with_piece("one_launch_copy", one_launch), buckets=(4,), progress=False)
+    r = StepGraphRunner(plain_step, SPECS, device="cuda", config=config)
+    busy = torch.randn(4096, 4096, device="cuda")
+    outs, wants = [], []
+    for i in range(20):
+        x = {k: v.pin_memory() for k, v in inputs(i, 3, "cpu").items()}
+        want = expected(x)
+        for _ in range(4):
+            busy = busy @ busy / 64  # the device is behind the host when run() returns
+        outs.append(r.run(x, copy_outputs=True)["t"])
+        x["tokens"].add_(7)  # reused by the caller right away
+        wants.append(want[0])
+    torch.cuda.synchronize()
+    assert all(torch.equal(o, w) for o, w in zip(outs, wants, strict=True))

@@ -3,7 +3,8 @@ import json
 from rich.console import Console
 
 from stepgraph.cli import main
-from stepgraph.report import load_report, print_report, save_report
+from stepgraph.report import print_report
+from stepgraph.report_file import load_report, save_report
 from tests.unit.test_runner import batch, make
 
 
