@@ -37,7 +37,6 @@ class Trial:
     overrides: dict[str, str | None]
     returncode: int = 0
     digest: str = ""
-    output: bytes = b""
     stderr: str = ""
     wrote_file: bool = True
 
@@ -59,12 +58,16 @@ def run_trial(trial: Trial, cmd: list[str], file: Path | None, timeout: float) -
     proc = subprocess.run(cmd, env=envs.child_environment(trial.overrides), capture_output=True, timeout=timeout)
     trial.returncode = proc.returncode
     trial.stderr = proc.stderr.decode(errors="replace")[-2000:]
+    digest = hashlib.sha256()
     if file is None:
-        trial.output = proc.stdout
+        digest.update(proc.stdout)
     else:
         trial.wrote_file = file.is_file()
-        trial.output = file.read_bytes() if trial.wrote_file else b""
-    trial.digest = hashlib.sha256(trial.output).hexdigest()[:12] if trial.wrote_file else "(no file)"
+        if trial.wrote_file:
+            with file.open("rb") as f:  # in chunks: a large file costs time, never memory
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+    trial.digest = digest.hexdigest()[:12] if trial.wrote_file else "(no file)"
     return trial
 
 

@@ -1,4 +1,5 @@
-"""The kernel inventory: every kernel, its backend, devices, reference, tests and benchmark."""
+"""The kernel inventory: every kernel, its backend, devices, reference, and the tests and benchmark that
+cover it in the source repository (``tests/`` and ``benchmarks/`` are not installed with the package)."""
 
 from __future__ import annotations
 
@@ -122,8 +123,8 @@ def print_inventory(console: Console | None = None) -> None:
             ("toggle", k.piece),
             ("launcher", k.launcher),
             ("reference", k.reference),
-            ("test", k.test),
-            ("benchmark", k.benchmark),
+            ("tests (repository)", k.test),
+            ("benchmark (repository)", k.benchmark),
         ):
             fields.add_row(label, value)
         blocks += [f"[bold]{k.name}[/]", fields, ""]

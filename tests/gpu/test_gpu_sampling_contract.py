@@ -61,3 +61,28 @@ def test_seeded_tokens_are_the_same_from_the_kernels_and_their_references(sp):
         assert dec.info()["captured_keys"]
         dec.release()
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True}],
+                         ids=["temperature", "top_k", "top_k_top_p"])  # fmt: skip
+def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(mode):
+    from stepgraph.kernels.chain_sampling_ref import chain_verify_sampling_ref
+
+    torch.manual_seed(5)
+    B, K, V = 64, 3, 151936
+    logits = (torch.randn(B, K + 1, V, device="cuda") * 3).bfloat16()
+    drafts = torch.argmax(logits[:, :K].float(), -1)
+    drafts[1::2] = torch.randint(0, V, (B // 2, K), device="cuda")
+    T = torch.rand(B, device="cuda") + 0.3
+    k = (
+        torch.randint(1, 200, (B,), device="cuda")
+        if mode.get("small_top_k")
+        else torch.zeros(B, dtype=torch.long, device="cuda")
+    )
+    p = torch.full((B,), 0.9, device="cuda")
+    seed = torch.randint(0, 2**62, (B,), device="cuda")
+    off = torch.zeros(B, dtype=torch.long, device="cuda")
+    got = chain_verify_sampling(logits, drafts, T, k, p, seed, off.clone(), **mode)
+    ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, off.clone(), **mode)
+    same = (got.tokens == ref.tokens).all(-1)
+    assert same.float().mean() > 0.95  # a float-rounding boundary may part a row or two; never systematically

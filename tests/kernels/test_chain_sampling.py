@@ -65,6 +65,7 @@ def test_one_hot_distributions_are_deterministic(filtered):
     assert out.bonus[0].item() == targets[0, 3].item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("filtered,k,p", [(False, 0, 1.0), (True, 3, 1.0), (True, 0, 0.7)])
 def test_kernel_emits_the_target_distribution(filtered, k, p):
     """TV distance between the kernel's (n, token) outcomes and the exact law. With N draws and M outcomes
@@ -241,6 +242,7 @@ def test_small_top_k_class_samples_like_the_filtered_class():
     assert len({tuple(t.flatten().tolist()) for t in outs[1]}) > 1
 
 
+@pytest.mark.slow
 def test_small_top_k_class_emits_the_target_distribution():
     torch.manual_seed(1)
     k, p = 2, 0.8
@@ -256,3 +258,37 @@ def test_small_top_k_class_emits_the_target_distribution():
     q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], filtered=True)[0].double()
     law = exact_law(q, drafts1[0].tolist())
     assert tv_distance(out, law, B) < 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5
+
+
+KERNEL_MODES = {"temperature": {"filtered": False}, "top_k": {"filtered": True, "small_top_k": True},
+                "top_k_top_p": {"filtered": True}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("temperature", torch.float32), ("temperature", torch.bfloat16), ("top_k", torch.float32),
+     ("top_k", torch.bfloat16), ("top_k_top_p", torch.bfloat16)],  # float32 cut-offs: 16 rounds, slow here
+    ids=str,
+)  # fmt: skip
+def test_the_kernel_draws_the_references_tokens(name, dtype):
+    """The kernels and their torch reference draw the same Philox numbers and sample by the same rule, so
+    every row's tokens agree: the reference's distribution tests (100,000 draws, above) then hold for the
+    kernels too. Rows mix greedy and sampled ones, every filter, drafts kept and not."""
+    torch.manual_seed(5)
+    mode = KERNEL_MODES[name]
+    B, K, V = (8, 3, 53) if HAS_CUDA or name == "temperature" else (6, 2, 41)
+    logits = (torch.randn(B, K + 1, V, device=DEV) * 2).to(dtype)
+    drafts = torch.randint(0, V, (B, K), device=DEV)
+    drafts[::2] = torch.argmax(logits[::2, :K].float(), -1)  # likely accepted
+    T = torch.rand(B, device=DEV) * 1.5
+    T[::5] = 0.0
+    small = mode.get("small_top_k", False)
+    k = torch.randint(1, 20, (B,), device=DEV) if small else torch.randint(0, 40, (B,), device=DEV)
+    p = torch.where(torch.rand(B, device=DEV) < 0.5, torch.rand(B, device=DEV) * 0.5 + 0.5, torch.ones(B, device=DEV))
+    mp = torch.where(torch.rand(B, device=DEV) < 0.3, torch.rand(B, device=DEV) * 0.2, torch.zeros(B, device=DEV))
+    seed = torch.randint(-(2**62), 2**62, (B,), device=DEV)
+    for step in range(3 if name == "temperature" else 1):  # the offsets advance: fresh numbers, the same on both
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got = chain_verify_sampling(logits, drafts, T, k, p, seed, off.clone(), min_p=mp, **mode)
+        ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, off.clone(), min_p=mp, **mode)
+        assert torch.equal(got.tokens, ref.tokens), (step, (got.tokens != ref.tokens).any(-1).nonzero().flatten())

@@ -283,3 +283,13 @@ def test_info_fields_and_bucket_suggestion():
     assert info["batch_size_histogram"] == {"1": 1, "3": 3, "5": 2}
     assert info["pad_waste"]["suggested"] <= info["pad_waste"]["current"]
     assert info["suggested_buckets"][-1] == 5
+
+
+def test_the_report_says_why_graphs_are_off(monkeypatch):
+    r, _ = make()  # a CPU: the device is the reason, whatever the switch says
+    assert "buffers are on cpu" in r.info()["graphs_unavailable_reason"]
+    r, _ = make(SimulatedBackend(), toggles=Toggles(step_graph=False))
+    assert "the runner's config (Toggles(step_graph=False))" in r.info()["graphs_unavailable_reason"]
+    monkeypatch.setenv("STEPGRAPH_ENABLE", "0")
+    r, _ = make(SimulatedBackend(), toggles=Toggles.from_env())
+    assert "STEPGRAPH_ENABLE=0 in the environment" in r.info()["graphs_unavailable_reason"]
