@@ -9,9 +9,11 @@ the key's one graph. A :class:`CompiledForward` keeps that safe:
   the runner's eager warm-up runs each key before capturing it, so the capture meets only compiled
   signatures. Inside a capture the forward runs under ``torch.compiler.set_stance("fail_on_recompile")``:
   a compile there (which would sync the device) fails the capture, and the key runs eagerly.
-* **One compiled variant per batch class.** The batch dimension (dim 0 of every tensor argument) is marked
-  dynamic, so a batch size of 1 and one variant for every larger batch serve all keys of a call site
-  (torch specialises size 1); other dimensions stay static. Warm-up of many keys compiles a few times.
+* **One compiled variant per shape class, not per key.** The batch dimension (dim 0 of every tensor
+  argument) and the token dimension (dim 1 of the Target and Draft signatures) are marked dynamic, so
+  size 1 and one variant for every larger size serve all keys of a call site (torch specialises size 1):
+  every batch size and every draft length share at most four variants (batch 1 or more, one token or
+  more); other dimensions stay static. Warm-up of many keys compiles a few times.
 * **A compile that fails is not fatal.** It is logged once and counted, and that signature runs the
   forward as written: a key never holds a half-compiled graph.
 * **Compile time is counted apart from capture time.** Per forward (:meth:`CompiledForward.info`) and
@@ -59,10 +61,10 @@ def backend_name(compile: bool | str) -> str | None:
 
 
 def _signature(args: tuple) -> tuple:
-    """What decides a compiled variant: per tensor, its shape past the batch dimension, whether the batch
-    is 1, dtype and device; other arguments by value."""
+    """What decides a compiled variant: per tensor, whether its batch (dim 0) and token (dim 1) sizes are 1,
+    its shape past them, dtype and device; other arguments by value."""
     return tuple(
-        (tuple(a.shape[1:]), a.shape[0] == 1 if a.dim() else None, a.dtype, a.device)
+        (tuple(a.shape[2:]), tuple(n == 1 for n in a.shape[:2]), a.dim(), a.dtype, a.device)
         if isinstance(a, torch.Tensor)
         else a
         for a in args
@@ -119,8 +121,10 @@ class CompiledForward:
 
     def _compile(self, sig: tuple, args: tuple):
         for a in args:
-            if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] > 1:
-                torch._dynamo.maybe_mark_dynamic(a, 0)
+            if isinstance(a, torch.Tensor):
+                for dim in range(min(a.dim(), 2)):  # the batch, and the tokens of a [B, T, ...] argument
+                    if a.shape[dim] > 1:
+                        torch._dynamo.maybe_mark_dynamic(a, dim)
         t0 = time.perf_counter()
         try:
             with _compile_settings():

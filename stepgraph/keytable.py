@@ -192,7 +192,7 @@ class KeyTable:
             if stats.hook is not None:
                 stats.hook(key.batch_size)
 
-        with frozen_gc(), self._padded(buffers, key.batch_size), self.parked():
+        with frozen_gc(), self.padded(buffers, key.batch_size), self.parked():
             vote, captured, failure = self._decide(key, step, plan)
         if vote is Vote.REFUSE:
             stats.status, stats.runs_since_refusal = KeyStatus.REFUSED, 0
@@ -207,9 +207,9 @@ class KeyTable:
             self._record_capture(stats, captured)
 
     @contextlib.contextmanager
-    def _padded(self, buffers: StaticBuffers, bs: int) -> Iterator[None]:
-        """Pad-filled buffers for a capture; the live rows come back afterwards (warm-ups must not advance
-        the live batch)."""
+    def padded(self, buffers: StaticBuffers, bs: int) -> Iterator[None]:
+        """Pad-filled buffers for a capture (or a timing); the live rows come back afterwards (warm-ups must
+        not advance the live batch)."""
         saved = {n: t[:bs].clone() for n, t in buffers.tensors.items() if buffers.specs[n].pad is not KEEP}
         buffers.pad_rows(list(saved), 0, bs)
         try:

@@ -16,6 +16,7 @@ import functools
 import logging
 import numbers
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -427,6 +428,35 @@ class StepGraphRunner:
         return self.last_warmup
 
     @_serialised
+    def time_key(self, key: GraphKey, repeats: int | None = None) -> float:
+        """Milliseconds per step of ``key`` run back to back on pad-filled buffers (their live rows restored
+        afterwards, outside state parked): the replay of its graph (captured first where it can be), or
+        the eager step. What the runs do is not counted in :meth:`info`. For policies that choose keys by
+        their cost (a draft length, say). ``repeats``: default 10 with graphs, 3 eagerly."""
+        key = self._key(key)
+        repeats = repeats or (10 if self.backend is not None else 3)
+        stats = self.table.stats(key)
+        if self.table.should_capture(stats):
+            self.table.capture(key, self.buffers, self._call_step)
+        with self.table.padded(self.buffers, key.batch_size), self.table.parked():
+            if stats.hook is not None:
+                stats.hook(key.batch_size)
+            if stats.captured is not None:
+                once = stats.captured.replay
+            else:
+
+                def once() -> None:
+                    self._call_step(key.batch_size, key.sampling, key.draft_len)
+
+            once()
+            _synchronize(self.device)
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                once()
+            _synchronize(self.device)
+            return (time.perf_counter() - t0) / repeats * 1e3
+
+    @_serialised
     def request_recapture(self, reason: str = "weight update") -> None:
         """Ask for the graphs to be captured again (e.g. after weights moved to new tensors).
 
@@ -487,3 +517,8 @@ def _batch_size(value: object) -> int:
             raise ValueError(f"empty batch: batch_size must be >= 1, got {value}")
         return int(value)
     raise TypeError(f"batch_size must be an int, got {value!r} ({type(value).__name__})")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

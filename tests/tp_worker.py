@@ -75,9 +75,12 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
         toggles = Toggles.all(True) if opts.get("graphs", device.type == "cuda") else Toggles.all(False)
         toggles = toggles.with_piece("tp_broadcast", opts.get("packed", True))  # the piece decides packing
         dec = SpecDecoder.for_example(
-            target, draft, num_draft_tokens=K, max_batch=opts.get("batch", 4),
+            target, draft, num_draft_tokens=opts.get("num_draft_tokens", K), max_batch=opts.get("batch", 4),
             config=RunnerConfig(toggles=toggles, progress=False), tp=tp,
         )  # fmt: skip
+        if opts.get("skew_times") and rank == 1:  # this rank's host measures every key far off from rank 0's
+            measure = dec.runner.time_key
+            dec.runner.time_key = lambda key, repeats=None: measure(key, repeats) * (1 + 7 * key.draft_len)
         dec.step.target = model  # the step's verify sees the (perturbed) logits; prefill does not
         p = prompts(opts.get("requests", 4), target.cfg.vocab_size)
         record = {"rank": rank}
@@ -95,6 +98,7 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
             outputs=out,
             steps=dec.stats.steps,
             broadcasts=tp.broadcasts if tp else 0,
+            draft_len_steps=dec.stats.as_dict()["draft_len_steps"],
             seconds=time.perf_counter() - t0,
             info=dec.info(),
         )

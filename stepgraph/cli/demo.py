@@ -48,6 +48,27 @@ def bounded_int(low: int, high: int):
 
 
 positive_int = bounded_int(1, 2**31 - 1)
+MAX_K = 64
+
+
+def draft_tokens(text: str) -> int | str | dict[int, int]:
+    """An argparse type for ``--k``: an int K in 0..64, ``auto``, or a schedule ``B:K,B:K`` (``1:4,8:2``)."""
+    if text == "auto":
+        return text
+    if ":" in text:
+        schedule = {}
+        for part in text.split(","):
+            b, _, k = part.partition(":")
+            schedule[bounded_int(1, MAX_BATCH)(b.strip())] = bounded_int(0, MAX_K)(k.strip())
+        return schedule
+    return bounded_int(0, MAX_K)(text)
+
+
+def _max_k(k) -> int:
+    """The longest draft ``--k`` can take (the cache must hold it)."""
+    from stepgraph.speculative.draft_policy import AUTO_DRAFT_LENS
+
+    return max(AUTO_DRAFT_LENS) if k == "auto" else max(k.values()) if isinstance(k, dict) else k
 
 
 def add_parser(sub) -> None:
@@ -75,7 +96,11 @@ def add_parser(sub) -> None:
         help="torch.compile the target and draft forwards (inductor) inside the step graph; both runs compile",
     )  # fmt: skip
     p.add_argument("--batch", type=bounded_int(1, MAX_BATCH), default=4, help="requests decoded together")
-    p.add_argument("--k", type=bounded_int(0, 64), default=3, help="draft tokens per step (0: plain decoding)")
+    p.add_argument(
+        "--k", type=draft_tokens, default=3,
+        help="draft tokens per step: K in 0..64 (0: plain decoding), 'auto' (the K of most tokens per second at "
+        "each step, from measured step times and acceptance), or a schedule by batch size (1:4,8:2,32:0)",
+    )  # fmt: skip
     p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per request")
     p.add_argument(
         "--sampling", default="greedy", choices=[c.name for c in CLASSES], metavar="CLASS",
@@ -205,11 +230,11 @@ def _check_sizes(args, device: torch.device, dtype: torch.dtype) -> None:
         PRESETS[args.preset], **{k: v for k, v in _overrides(args).items() if k not in ("attention", "matmul")}
     )
     longest_prompt = 16
-    need = longest_prompt + args.max_new_tokens + 2 * (args.k + 1)
+    need = longest_prompt + args.max_new_tokens + 2 * (_max_k(args.k) + 1)
     if need > cfg.max_seq_len:
         raise ValueError(
-            f"--max-new-tokens {args.max_new_tokens} with --k {args.k} needs {need} cache positions (prompts of up to "
-            f"{longest_prompt} tokens + new tokens + 2 * (K + 1)); the {args.preset} model's cache has "
+            f"--max-new-tokens {args.max_new_tokens} with --k {_max_k(args.k)} needs {need} cache positions (prompts "
+            f"of up to {longest_prompt} tokens + new tokens + 2 * (K + 1)); the {args.preset} model's cache has "
             f"{cfg.max_seq_len}: lower --max-new-tokens or --k"
         )
     if cfg.hidden_size % cfg.num_heads:
@@ -303,7 +328,11 @@ def run(args) -> int:
         err.print(f"step graph speed-up: {speedup:.2f}x")
     for i, ids in enumerate(tokens):
         out.print(f"request {i}: {len(ids)} tokens: {ids}", highlight=False)
-    out.print(f"mean accepted length {stats['mean_accept_len']:.2f} (of K+1 = {args.k + 1})", highlight=False)
+    out.print(
+        f"mean accepted length {stats['mean_accept_len']:.2f} (of K+1 = {_max_k(args.k) + 1} at most)", highlight=False
+    )
+    if not isinstance(args.k, int):
+        err.print(f"draft lengths taken (K: steps): {stats['draft_len_steps']}")
     err.print(f"{stats['steps']} steps ({stats['discarded_steps']} request-steps discarded by the overlapped loop)")
     if args.json:
         record.update(runs=runs, runners=infos)

@@ -279,10 +279,44 @@ class ModelDraft:
         return self.model(tokens, positions, cache_rows)
 
 
+class TwinDraft:
+    """A copy of the target whose proposals agree with the target's at a chosen rate: a draft with
+    controllable acceptance, so that benchmarks can sweep it (random weights give an EAGLE head almost no
+    acceptance, and an exact twin accepts everything).
+
+    Each proposal (the argmax at a position) is kept with probability ``acceptance`` and otherwise moved to
+    another token, decided by a hash of the position and the input token: deterministic, graph-safe, the
+    same in every run. Shapes as :class:`ModelDraft`.
+    """
+
+    def __init__(self, model: ExampleTarget, acceptance: float, *, seed: int = 0) -> None:
+        if not 0.0 <= acceptance <= 1.0:
+            raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
+        self.model, self.acceptance, self.seed = model, float(acceptance), seed
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.hidden_size
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        logits, out = self.model(tokens, positions, cache_rows)
+        V = logits.shape[-1]
+        h = (positions * 0x9E3779B1 + tokens * 0x85EBCA77 + self.seed) & 0x7FFFFFFF
+        for mult in (0x2C1B3C6D, 0x297A2D39):  # xor-shift-multiply rounds (31-bit: no int64 overflow)
+            h = ((h ^ (h >> 15)) * mult) & 0x7FFFFFFF
+        h = h ^ (h >> 15)  # [B, T] in [0, 2^31)
+        moved = h.double() * (1.0 / 2**31) >= self.acceptance  # [B, T]
+        other = (logits.argmax(-1) + 1 + (h >> 8) % max(V - 1, 1)) % V  # never the argmax itself
+        bump = torch.zeros_like(logits).scatter_(-1, other[..., None], 1e4)
+        return torch.where(moved[..., None], logits + bump, logits), out
+
+
 def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str = "eagle", **overrides):
     """``(target, draft)`` for a preset (``tiny`` or ``qwen3-0.6b``) with config ``overrides``.
 
-    ``draft``: ``"eagle"`` (EAGLE head) or ``"same"`` (a copy of the target: accepts everything).
+    ``draft``: ``"eagle"`` (an EAGLE head), ``"same"`` (a copy of the target: accepts everything) or
+    ``"twin:A"`` (a copy whose proposals agree with the target's at rate ``A`` in [0, 1]:
+    :class:`TwinDraft`).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
@@ -292,7 +326,13 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
         return target, EagleDraft(target)
     if draft == "same":
         return target, ModelDraft(ExampleTarget(cfg, device=device, dtype=dtype))
-    raise ValueError(f"draft must be 'eagle' or 'same', got {draft!r}")
+    if draft.startswith("twin:"):
+        try:
+            acceptance = float(draft.removeprefix("twin:"))
+        except ValueError:
+            raise ValueError(f"draft {draft!r}: give twin:A with A an acceptance in [0, 1], e.g. twin:0.6") from None
+        return target, TwinDraft(ExampleTarget(cfg, device=device, dtype=dtype), acceptance)
+    raise ValueError(f"draft must be 'eagle', 'same' or 'twin:A' (A in [0, 1]), got {draft!r}")
 
 
 def greedy_reference(

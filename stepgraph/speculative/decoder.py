@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from stepgraph.config import RunnerConfig
-from stepgraph.keys import draft_lengths
 from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling, SamplingParams, check_int64
+from stepgraph.speculative.draft_policy import AutoDraftLength, DraftPolicy, draft_policy
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GREEDY, GenerationStats, Request, RequestRules, normalize_eos
 from stepgraph.speculative.scheduler import Scheduler
@@ -52,8 +52,11 @@ class SpecDecoder:
         Graph-safe callables over static KV caches, with ``max_requests`` real cache rows plus the
         scratch row ``scratch_cache_row``.
     num_draft_tokens:
-        K, the draft tokens per step (0: plain decoding), or several draft lengths: each gets its keys,
-        and the step runs with the first.
+        The draft tokens per step (:mod:`stepgraph.speculative.draft_policy`): an int K (0: plain
+        decoding); several ints (each gets its keys; the first is taken); a schedule ``{batch size: K}``;
+        or ``"auto"`` (an :class:`~stepgraph.speculative.draft_policy.AutoDraftLength`, or one with draft
+        lengths of its own): each step takes the K that maximises expected tokens per second, from every
+        key's step time (measured by :meth:`warmup`) and each request's acceptance so far.
     max_requests:
         Cache rows (requests alive at once, draining ones included).
     max_seq_len:
@@ -91,7 +94,7 @@ class SpecDecoder:
         target: Target,
         draft: Draft,
         *,
-        num_draft_tokens: int | Sequence[int] = 3,
+        num_draft_tokens: int | Sequence[int] | dict[int, int] | str | DraftPolicy = 3,
         max_requests: int,
         max_seq_len: int,
         vocab_size: int,
@@ -108,7 +111,7 @@ class SpecDecoder:
         compile: bool | str = False,
     ) -> None:
         self.target, self.draft = target, draft
-        self.draft_lens = draft_lengths(num_draft_tokens)
+        self.draft_lens, policy = draft_policy(num_draft_tokens)
         self.K = self.draft_lens[0]
         self.device = torch.device(device)
         self.max_requests, self.max_seq_len = max_requests, max_seq_len
@@ -130,7 +133,7 @@ class SpecDecoder:
         self.step = ChainStep(
             target,
             draft,
-            num_draft_tokens=num_draft_tokens,
+            num_draft_tokens=self.draft_lens,
             num_slots=max_requests + 1,
             max_batch=self.max_batch,
             vocab_size=vocab_size,
@@ -147,7 +150,12 @@ class SpecDecoder:
         self.slots = SlotAllocator(max_requests, self.step.relay)
         prefill = Prefill(target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling)
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
-        self.scheduler = Scheduler(self.step, self.slots, prefill, max_batch=max_batch, device=self.device)
+        self.scheduler = Scheduler(
+            self.step, self.slots, prefill, max_batch=max_batch, device=self.device, policy=policy
+        )
+        self._step_ms: dict[tuple[int, int], float] = {}  # (bucket, K) -> measured ms: what "auto" reads
+        if isinstance(policy, AutoDraftLength) and policy.step_ms is None:
+            policy.step_ms = self.step_ms
         self._next_id = 0
 
     @classmethod
@@ -177,6 +185,17 @@ class SpecDecoder:
     @eos_token_id.setter
     def eos_token_id(self, value: int | Sequence[int] | None) -> None:
         self._eos = normalize_eos(value, self.vocab_size)
+
+    @property
+    def policy(self) -> DraftPolicy:
+        """What picks each step's draft length (settable, among the draft lengths the decoder has keys for)."""
+        return self.scheduler.policy
+
+    @policy.setter
+    def policy(self, policy: DraftPolicy) -> None:
+        if isinstance(policy, AutoDraftLength) and policy.step_ms is None:
+            policy.step_ms = self.step_ms
+        self.scheduler.policy = policy
 
     @property
     def runner(self) -> StepGraphRunner:
@@ -213,17 +232,40 @@ class SpecDecoder:
     # ---- generation ------------------------------------------------------------------------------
     @_one_call_at_a_time
     def warmup(
-        self, max_running_requests: int | None = None, sampling: Sampling | str = Sampling.GREEDY
+        self, max_running_requests: int | None = None, sampling: Sampling | str | Sequence = Sampling.GREEDY
     ) -> WarmupReport:
-        """Capture the keys for batch sizes 1..N before serving (see :meth:`StepGraphRunner.warmup`);
-        ``N`` defaults to ``max_batch``."""
+        """Capture the keys for batch sizes 1..N (``N`` defaults to ``max_batch``), for each sampling class
+        given and each draft length, before serving (see :meth:`StepGraphRunner.warmup`). With
+        ``num_draft_tokens="auto"`` also measures the step time of every key a batch can pad to."""
         if max_running_requests is not None and (
             not isinstance(max_running_requests, numbers.Integral) or max_running_requests < 1
         ):
             raise ValueError(
                 f"max_running_requests must be an int >= 1 (or None for max_batch), got {max_running_requests!r}"
             )
-        return self.step.warmup(max_running_requests or self.max_batch, Sampling.parse(sampling))
+        report = self.step.warmup(max_running_requests or self.max_batch, sampling)
+        if isinstance(self.policy, AutoDraftLength):  # every key a batch can pad to, timed now, not while serving
+            for bucket in self.runner.buckets:
+                if bucket <= self.max_batch:
+                    for k in self.policy.draft_lens:
+                        self.step_ms(bucket, k)
+        return report
+
+    def step_ms(self, bucket: int, draft_len: int) -> float:
+        """The measured time of a greedy step of the key ``(bucket, K)``, in ms (measured on first asking,
+        on pad-filled buffers: a graph's device time, or an eager step's wall time). Under tensor
+        parallelism rank 0's figure, so every rank takes the same decisions."""
+        key = (bucket, draft_len)
+        if key not in self._step_ms:
+            ms = self.runner.time_key(self.runner.buckets.key((bucket, "greedy", draft_len)))
+            if self.step.tp is not None:
+                ms = self.step.tp.share([ms])[0]
+            self._step_ms[key] = ms
+        return self._step_ms[key]
+
+    def step_times(self) -> dict[str, float]:
+        """Every step time measured so far, ``{"bs=B/k=K": ms}``."""
+        return {f"bs={b}/k={k}": round(ms, 4) for (b, k), ms in sorted(self._step_ms.items())}
 
     @_one_call_at_a_time
     def generate(
@@ -325,7 +367,13 @@ class SpecDecoder:
 
     # ---- the rest ------------------------------------------------------------------------------------
     def info(self) -> dict:
-        return {**self.step.info(), "generation": self.stats.as_dict()}
+        times = {"step_ms": self.step_times()} if self._step_ms else {}
+        return {
+            **self.step.info(),
+            "generation": self.stats.as_dict(),
+            "draft_policy": type(self.policy).__name__,
+            **times,
+        }
 
     @_one_call_at_a_time
     def release(self) -> None:

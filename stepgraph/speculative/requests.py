@@ -4,6 +4,7 @@ given (prompt ids, lengths, seeds, EOS ids)."""
 from __future__ import annotations
 
 import numbers
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -55,6 +56,7 @@ class GenerationStats:
     idle_seconds: float = 0.0  # waiting for a request to arrive, nothing running
     discarded_steps: int = 0  # overlapped loop: extra steps of requests that had already finished
     batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
+    draft_len_steps: Counter = field(default_factory=Counter)  # K -> steps that drafted K tokens
 
     @property
     def mean_accept_len(self) -> float:
@@ -72,6 +74,7 @@ class GenerationStats:
             "idle_seconds": round(self.idle_seconds, 4),
             "discarded_steps": self.discarded_steps,
             "batch_changes": self.batch_changes,
+            "draft_len_steps": {str(k): n for k, n in sorted(self.draft_len_steps.items())},
         }
 
 

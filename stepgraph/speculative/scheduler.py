@@ -22,6 +22,7 @@ import torch
 
 from stepgraph.outputs import StepOutputs
 from stepgraph.sampling import Sampling
+from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength
 from stepgraph.speculative.requests import GenerationStats, Request
 from stepgraph.speculative.slots import SlotAllocator
 from stepgraph.speculative.step import ChainStep
@@ -32,7 +33,9 @@ OnStep = Callable[[int], None]
 class Scheduler:
     """Runs requests to completion over a :class:`ChainStep`.
 
-    ``prefill(request) -> first token`` fills a request's cache row and relay slot. ``record_step_events``
+    ``prefill(request) -> first token`` fills a request's cache row and relay slot. ``policy`` picks each
+    step's draft length (:mod:`stepgraph.speculative.draft_policy`; default: the step's first) and learns
+    from what each step accepted. ``record_step_events``
     records a (start, end) CUDA event pair around every step in ``step_events`` and every prefill in
     ``prefill_events`` (benchmarks: summed elapsed times are the device's busy time, whatever the host
     did in between).
@@ -46,8 +49,10 @@ class Scheduler:
         *,
         max_batch: int,
         device: torch.device,
+        policy: DraftPolicy | None = None,
     ) -> None:
         self.step, self.slots, self.prefill = step, slots, prefill
+        self.policy: DraftPolicy = policy or FixedDraftLength(step.K)
         self.max_batch, self.device = max_batch, device
         self.width = step.max_draft_len + 1  # a step's tokens per request, at the longest draft
         self.stats = GenerationStats()
@@ -100,7 +105,7 @@ class Scheduler:
         drain: Callable[[], None] | None = None,
         draft_len: int | None = None,
     ) -> StepOutputs:
-        """Launch one chain step for ``batch`` with ``draft_len`` draft tokens (default: the step's first);
+        """Launch one chain step for ``batch`` with ``draft_len`` draft tokens (default: the policy's choice);
         a lone request moves to the view slot first. Returns its outputs (``tokens [B, K+1]``,
         ``num_accepted [B]``), valid until the next step."""
         if len(batch) == 1 and self.step.relay.single_views and batch[0].slot != 0:
@@ -111,6 +116,10 @@ class Scheduler:
             self._sampling = Sampling.most_general(r.params.sampling for r in batch)
             self._last_batch = list(batch)  # a copy: a caller may change its list in place
         sampling = self._sampling
+        if draft_len is None:
+            key = self.step.runner.key_for(len(batch))
+            draft_len = self.policy.choose(batch, key.batch_size if key is not None else len(batch))
+        self.stats.draft_len_steps[draft_len] += 1
         slots = [r.slot for r in batch]
         if on_step is not None:
             on_step(len(batch))
@@ -136,8 +145,9 @@ class Scheduler:
         return host
 
     def consume(self, batch: list[Request], tokens: torch.Tensor) -> list[Request]:
-        """Apply one step's tokens (``[B, K+1]`` on the host); return the requests that finished."""
-        done = []
+        """Apply one step's tokens (``[B, K+1]`` on the host); return the requests that finished. The
+        policy learns what each live request accepted (``K + 1`` columns: K drafts)."""
+        done, live, accepted = [], [], []
         for r, row in zip(batch, tokens.tolist(), strict=True):
             if r.finished:  # overlapped loop: the extra step of a finished request
                 self.stats.discarded_steps += 1
@@ -145,9 +155,16 @@ class Scheduler:
             emitted = [t for t in row if t >= 0]
             self.stats.request_steps += 1
             self.stats.emitted += len(emitted)
+            live.append(r)
+            accepted.append(len(emitted) - 1)
             r.append(emitted)
             if r.finished:
                 done.append(r)
+        if live:
+            self.policy.observe(live, accepted, tokens.shape[1] - 1)
+        forget = getattr(self.policy, "forget", None)
+        for r in done if forget is not None else ():
+            forget(r)
         return done
 
     # ---- loops -------------------------------------------------------------------------------------

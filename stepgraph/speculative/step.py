@@ -277,7 +277,7 @@ class ChainStep:
         return self.runner.run({"slots": slots}, sampling, draft_len=draft_len)
 
     def warmup(
-        self, max_running_requests: int | None = None, sampling: Sampling | Iterable[Sampling] | None = None
+        self, max_running_requests: int | None = None, sampling: Sampling | str | Iterable | None = None
     ) -> WarmupReport:
         with self.relay.parked():
             return self.runner.warmup(max_running_requests, sampling)

@@ -51,6 +51,18 @@ class TensorParallel:
             dist.broadcast(t, self.src, group=self.group)
             self.broadcasts += 1
 
+    def share(self, values: list[float]) -> list[float]:
+        """``src``'s ``values`` on every rank (host numbers, such as measured step times, from which every rank
+        must take the same decisions)."""
+        dev = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend(self.group) == "nccl"
+            else torch.device("cpu")
+        )
+        t = torch.tensor(values, dtype=torch.float64, device=dev)
+        dist.broadcast(t, self.src, group=self.group)
+        return t.tolist()
+
     def agree(self, vote: int) -> int:
         """The lowest ``vote`` over all ranks (an all-reduce MIN): the runner's capture votes (2 capture,
         1 refused, 0 failed) so that a key is captured on every rank or on none."""

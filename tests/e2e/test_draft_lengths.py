@@ -48,7 +48,8 @@ def test_plain_decoding_alone_emits_one_token_per_step():
     assert dec.stats.mean_accept_len == 1.0
 
 
-def test_sampled_decoding_with_changing_k_reproduces_under_a_seed():
+def test_sampled_decoding_with_changing_k_reproduces_under_a_seed(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the references draw the kernels' numbers (tests/e2e/test_seeds.py)
     target, draft = build("tiny")
     sp = SamplingParams(temperature=0.9, top_k=20, seed=11)
     runs = []
@@ -56,3 +57,25 @@ def test_sampled_decoding_with_changing_k_reproduces_under_a_seed():
         dec = SpecDecoder.for_example(target, draft, num_draft_tokens=(2, 0, 4))
         runs.append(decode_with_changing_k(dec, (2, 0, 4), new_tokens=10, sampling=sp))
     assert runs[0] == runs[1] and all(len(o) == 10 for o in runs[0])
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_auto_is_exact_and_shows_its_choices(overlap, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the kernels' references: the timings are of eager steps
+    target, draft = build("tiny", draft="twin:0.7")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens="auto", max_batch=3)
+    dec.warmup()  # every bucket x K timed (eager steps on a CPU)
+    out = dec.generate(prompts(), max_new_tokens=16, overlap=overlap)
+    assert out == [greedy_reference(target, p, 16) for p in prompts()]
+    info = dec.info()
+    chosen = info["generation"]["draft_len_steps"]
+    assert sum(chosen.values()) == dec.stats.steps and set(chosen) <= {"0", "1", "2", "3", "5"}
+    assert info["draft_policy"] == "AutoDraftLength" and "bs=3/k=5" in info["step_ms"]
+
+
+def test_a_schedule_follows_the_batch():
+    target, draft = build("tiny", draft="twin:0.9")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens={1: 4, 3: 1}, max_batch=3)
+    out = dec.generate(prompts(), max_new_tokens=10)
+    assert out == [greedy_reference(target, p, 10) for p in prompts()]
+    assert set(dec.stats.as_dict()["draft_len_steps"]) <= {"1", "4"} and dec.stats.draft_len_steps[1] > 0

@@ -34,6 +34,15 @@ def test_per_field_broadcasts_agree_too(tmp_path):
     assert r0["broadcasts"] == 6 * r0["steps"]
 
 
+def test_auto_draft_length_is_the_same_on_every_rank_whatever_each_host_measures(tmp_path):
+    """Rank 1's host measures every key's step time far off from rank 0's; the ranks still pick the same K
+    every step (rank 0's times are shared), so their collectives and outputs agree."""
+    r0, r1 = _run(tmp_path, perturb=True, num_draft_tokens="auto", skew_times=True)
+    assert r0["outputs"] == r1["outputs"]
+    assert r0["draft_len_steps"] == r1["draft_len_steps"] and sum(r0["draft_len_steps"].values()) == r0["steps"]
+    assert r0["info"]["step_ms"] == r1["info"]["step_ms"]
+
+
 def test_without_broadcast_the_perturbed_rank_diverges(tmp_path):
     r0, r1 = _run(tmp_path, perturb=True, tp=False)
     assert r0["outputs"] != r1["outputs"]  # the test above can fail

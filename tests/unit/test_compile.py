@@ -50,6 +50,26 @@ def test_compiled_decoder_equals_the_targets_greedy_and_compiles_per_batch_class
     assert "torch.compile target" in console.export_text()
 
 
+def test_several_draft_lengths_share_the_compiled_variants():
+    """The token dimension is dynamic too: K = 1, 2 and 4 (T = 2, 3, 5 in the verify and draft-extend
+    forwards) need no more variants than one K does."""
+    target, draft = build("tiny", num_layers=1)
+    cfg = RunnerConfig(toggles=COMPILE_ONLY, progress=False)
+    dec = SpecDecoder.for_example(
+        target, draft, num_draft_tokens=(2, 1, 4), max_batch=4, config=cfg, compile="aot_eager"
+    )
+    out = dec.generate(PROMPTS, max_new_tokens=6)
+    for k in (2, 1, 4):
+        for batch in ([PROMPTS[0]], PROMPTS):
+            reqs = dec.make_requests(batch, max_new_tokens=8)
+            slots = dec.admit(reqs)
+            dec.step.run(slots, dec.step.runner.config.default_sampling, draft_len=k)
+            dec.finish(reqs)
+    assert out == [greedy_reference(target, p, 6) for p in PROMPTS]
+    info = dec.info()["compile"]
+    assert info["target"]["compiles"] == 2 and info["draft"]["compiles"] == 4  # as for one draft length
+
+
 def test_inductor_on_the_cpu_matches_the_uncompiled_target():
     """Real inductor kernels (C++ on the CPU): fp32 greedy output equals the uncompiled target's here."""
     dec, target = decoder(True)

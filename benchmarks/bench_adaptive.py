@@ -1,0 +1,176 @@
+"""A draft length that follows the batch: tokens/s of fixed K against ``num_draft_tokens="auto"``.
+
+The example model at the Qwen3-0.6B shape (28 layers, bf16) with a twin draft whose proposals agree with
+the target at a chosen rate (``draft="twin:A"``), for acceptance A in {0.3, 0.6, 0.9}, batch sizes
+B in {1, 4, 8, 16, 32, 64}, and K in {0, 1, 2, 3, 5} fixed or chosen each step by ``auto`` (which
+measures every key's step time at warm-up and tracks each request's acceptance). One decoder per
+acceptance holds every K's keys; each point decodes the same prompts, greedy, and the decode time counts
+(prefill apart). Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time and graph
+memory), against the largest key's pool alone.
+
+    python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from _timing import add_smoke_flag, env_record, example_models, save, smoke, sync
+
+from stepgraph import RunnerConfig, SpecDecoder, Toggles
+from stepgraph.examples.model import TwinDraft
+from stepgraph.speculative.draft_policy import AutoDraftLength, FixedDraftLength
+
+ACCEPTANCE = (0.3, 0.6, 0.9)
+BATCHES = (1, 4, 8, 16, 32, 64)
+LENS = (0, 1, 2, 3, 5)
+
+
+def decode_tps(dec: SpecDecoder, prompts: list[list[int]], tokens: int) -> tuple[float, dict]:
+    """Tokens per second of decoding (prefill apart) and the K chosen per step."""
+    dec.stats = type(dec.stats)()
+    sync()
+    out = dec.generate(prompts, max_new_tokens=tokens)
+    sync()
+    st = dec.stats
+    return sum(len(o) for o in out) / st.decode_seconds, dict(st.draft_len_steps)
+
+
+def warmup_of_a_realistic_set(target, draft) -> dict:
+    """Batch sizes 1..8 x K in (1, 3, 5) x greedy and top-k: warm-up seconds, pool, the largest key alone."""
+    cfg = RunnerConfig(toggles=Toggles.all(True), progress=False, buckets=tuple(range(1, 9)))
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=(3, 1, 5), max_batch=8, config=cfg)
+    t0 = time.perf_counter()
+    report = dec.warmup(8, ("greedy", "top_k"))
+    seconds = time.perf_counter() - t0
+    info = dec.info()
+    shared = info["graph_pool_bytes"]
+    dec.release()
+    alone = SpecDecoder.for_example(target, draft, num_draft_tokens=5, max_batch=8, config=cfg)
+    with alone.step.relay.parked():
+        alone.runner.capture([(8, "top_k", 5)])
+    largest = alone.info()["graph_pool_bytes"]
+    alone.release()
+    return {
+        "seconds": seconds,
+        "keys": len(report.captured_keys),
+        "capture_ms_max": max(k["capture_ms"] for k in info["keys"].values()),
+        "shared_pool_bytes": shared,
+        "largest_key_alone_bytes": largest,
+        "ratio": shared / largest if largest else float("nan"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=64)
+    add_smoke_flag(ap)
+    args = ap.parse_args()
+    batches, acceptance = BATCHES, ACCEPTANCE
+    if smoke(args):
+        batches, acceptance, args.tokens = (1, 2), (0.6,), 6
+    target, draft = example_models(num_layers=args.layers, max_requests=max(*batches, 8) + 1, draft="same")
+    vocab = target.cfg.vocab_size
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, vocab, (32,), generator=g).tolist() for _ in range(max(batches))]
+    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "results": {}}
+    buckets = tuple(sorted(set(batches)))
+    for a in acceptance:
+        twin = TwinDraft(draft.model, a)  # one copy of the target's weights and cache for every acceptance
+        cfg = RunnerConfig(toggles=Toggles.all(True), progress=False, buckets=buckets)
+        auto = AutoDraftLength(draft_lens=LENS)
+        dec = SpecDecoder.for_example(target, twin, num_draft_tokens=auto, max_batch=max(batches), config=cfg)
+        t0 = time.perf_counter()
+        dec.warmup(max(batches))  # every bucket and K captured, then every key's step time measured
+        warm_s = time.perf_counter() - t0
+        rows = record["results"][f"acceptance {a}"] = {"warmup_s": warm_s, "step_ms": dec.step_times(), "by_batch": {}}
+        for B in batches:
+            res = {}
+            for k in LENS:
+                dec.policy = FixedDraftLength(k)
+                res[f"K={k}"], _ = decode_tps(dec, prompts[:B], args.tokens)
+            dec.policy = auto
+            res["auto"], res["auto_draft_lens"] = decode_tps(dec, prompts[:B], args.tokens)
+            fixed = {k: v for k, v in res.items() if k.startswith("K=")}
+            best = max(fixed, key=fixed.get)
+            res["best_fixed"] = best
+            res["auto_vs_best"] = res["auto"] / fixed[best]
+            res["auto_vs_k3"] = res["auto"] / fixed["K=3"]
+            res["auto_vs_k0"] = res["auto"] / fixed["K=0"]
+            rows["by_batch"][B] = res
+            print(f"A={a} B={B}: " + ", ".join(f"{n} {v:.0f}" for n, v in fixed.items())
+                  + f", auto {res['auto']:.0f} tok/s ({res['auto_vs_best']:.3f}x best {best})", flush=True)  # fmt: skip
+        dec.release()
+    record["warmup_realistic"] = warmup_of_a_realistic_set(target, draft)
+    save(args.out, "adaptive", record, table(record, batches))
+    _plot(record, args.out)
+
+
+def table(record: dict, batches) -> str:
+    env = record["env"]
+    lines = [
+        f"# Draft length that follows the batch ({env['gpu']}, torch {env['torch']}, triton {env['triton']}, "
+        f"{env['date']})",
+        "",
+        f"Example model, Qwen3-0.6B shape, {record['layers']} layers, bf16; twin draft at acceptance A; greedy; "
+        f"{record['tokens']} new tokens per request; decode tokens/s (prefill apart).",
+        "",
+    ]
+    for name, rows in record["results"].items():
+        lines += [f"## {name} (warm-up {rows['warmup_s']:.1f} s)", ""]
+        lines += [
+            "| B | "
+            + " | ".join(f"K={k}" for k in LENS)
+            + " | auto | auto / best fixed | auto / K=3 | auto / K=0 | auto's K (steps) |"
+        ]
+        lines += ["| --- " * (len(LENS) + 6) + "|"]
+        for B in batches:
+            r = rows["by_batch"][B]
+            cells = [f"{r[f'K={k}']:.0f}" + (" **best**" if r["best_fixed"] == f"K={k}" else "") for k in LENS]
+            chosen = ", ".join(f"{k}: {n}" for k, n in sorted(r["auto_draft_lens"].items()))
+            lines.append(f"| {B} | " + " | ".join(cells) + f" | {r['auto']:.0f} | {r['auto_vs_best']:.3f} | "
+                         f"{r['auto_vs_k3']:.3f} | {r['auto_vs_k0']:.3f} | {chosen} |")  # fmt: skip
+        lines.append("")
+    w = record["warmup_realistic"]
+    lines += [
+        f"Warm-up of batch sizes 1..8 x K in (1, 3, 5) x greedy and top_k ({w['keys']} keys): {w['seconds']:.1f} s "
+        f"(target <= 10 s), capture at most {w['capture_ms_max']:.1f} ms per key; graph pool "
+        f"{w['shared_pool_bytes'] / 2**20:.1f} MiB against {w['largest_key_alone_bytes'] / 2**20:.1f} MiB for the "
+        f"largest key alone ({w['ratio']:.2f}x, target <= 1.5x).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(record: dict, out: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    from pathlib import Path
+
+    results = record["results"]
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], results.items()):
+        bs = sorted(rows["by_batch"])
+        for k in LENS:
+            ax.plot(bs, [rows["by_batch"][b][f"K={k}"] for b in bs], marker=".", label=f"K={k}", alpha=0.7)
+        ax.plot(bs, [rows["by_batch"][b]["auto"] for b in bs], marker="o", color="black", label="auto")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("tokens / s")
+        ax.set_title(name)
+        ax.legend(fontsize=7)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    fig.savefig(Path(out) / "adaptive.png", dpi=120, bbox_inches="tight")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""How many draft tokens each step takes: a fixed K, a schedule by batch size, or ``"auto"``.
+
+Speculation pays while the step is bound by memory (a few requests) and costs once it is bound by compute
+(many requests): every rejected draft token is target work thrown away. A policy picks each step's K
+from the draft lengths the step was built with (each K has its own keys, so a change of K is a change of
+key, captured ahead like any other):
+
+* :class:`FixedDraftLength`: the same K every step;
+* :class:`DraftSchedule`: ``{batch size: K}``, the K of the largest scheduled size at or below the batch;
+* :class:`AutoDraftLength`: the K that maximises the batch's expected tokens per second, from each
+  request's acceptance so far and the measured step time of every (batch bucket, K) key.
+
+For a chain of K drafts whose tokens are each accepted with probability ``a`` (given the ones before),
+a step emits ``1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a)`` tokens on average (the accepted drafts and
+one more). A request's ``a`` is estimated from what its steps accepted: ``accepted / (accepted +
+rejections)``, a step with ``n < K`` accepted counting one rejection, with older steps weighing less;
+a request with no steps yet takes the decoder's pooled estimate.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stepgraph.keys import draft_lengths
+
+#: The draft lengths ``"auto"`` chooses among by default (0: plain decoding).
+AUTO_DRAFT_LENS = (0, 1, 2, 3, 5)
+
+
+def expected_tokens(draft_len: int, acceptance: float) -> float:
+    """Tokens a chain of ``draft_len`` drafts emits per step at per-token acceptance ``acceptance``."""
+    a = min(max(acceptance, 0.0), 1.0)
+    if a >= 1.0:
+        return draft_len + 1.0
+    return (1.0 - a ** (draft_len + 1)) / (1.0 - a)
+
+
+@dataclass
+class Acceptance:
+    """A running estimate of one request's (or the pool's) per-token acceptance, recent steps weighing
+    more (``decay`` per observation); ``prior`` stands in until there is evidence."""
+
+    decay: float = 0.9
+    accepted: float = 0.0
+    trials: float = 0.0
+
+    def observe(self, accepted: int, draft_len: int) -> None:
+        if draft_len == 0:
+            return  # plain decoding says nothing about the draft
+        self.accepted = self.accepted * self.decay + accepted
+        self.trials = self.trials * self.decay + accepted + (1 if accepted < draft_len else 0)
+
+    def estimate(self, prior: float) -> float:
+        """The estimate, shrunk towards ``prior`` while there is little evidence (two trials' worth)."""
+        return (self.accepted + 2.0 * prior) / (self.trials + 2.0)
+
+
+class DraftPolicy(Protocol):
+    """Picks each step's draft length and learns from what the step accepted."""
+
+    def choose(self, batch: Sequence, bucket: int) -> int:
+        """The K for a step of ``batch`` (its requests) padded to ``bucket``."""
+        ...
+
+    def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
+        """What a step of ``draft_len`` drafts accepted for each request of ``batch``."""
+        ...
+
+
+@dataclass
+class FixedDraftLength:
+    """The same K every step."""
+
+    draft_len: int
+
+    def choose(self, batch: Sequence, bucket: int) -> int:
+        return self.draft_len
+
+    def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
+        pass
+
+
+@dataclass
+class DraftSchedule:
+    """``{batch size: K}``: a batch takes the K of the largest scheduled size at or below its size (sizes
+    below the smallest take the smallest's), as TensorRT-LLM's ``draft_len_schedule`` does."""
+
+    schedule: Mapping[int, int]
+
+    def __post_init__(self) -> None:
+        if not self.schedule:
+            raise ValueError("a draft-length schedule needs at least one {batch size: K} entry")
+        for b, k in self.schedule.items():
+            if not (isinstance(b, int) and b >= 1 and isinstance(k, int) and k >= 0):
+                raise ValueError(f"a draft-length schedule maps batch sizes >= 1 to K >= 0, got {b!r}: {k!r}")
+        self._sizes = sorted(self.schedule)
+
+    def choose(self, batch: Sequence, bucket: int) -> int:
+        i = bisect.bisect_right(self._sizes, len(batch)) - 1
+        return self.schedule[self._sizes[max(i, 0)]]
+
+    def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
+        pass
+
+
+@dataclass
+class AutoDraftLength:
+    """The K that maximises expected tokens per second for the batch at hand.
+
+    ``step_ms(bucket, K)`` is the measured time of a step of that key (the decoder measures every key at
+    warm-up; see :meth:`SpecDecoder.warmup`). Each request's acceptance is kept per request (by its id) and
+    pooled over all requests, which is what a new request starts from (``prior`` before any evidence).
+    """
+
+    draft_lens: tuple[int, ...] = AUTO_DRAFT_LENS
+    prior: float = 0.6
+    decay: float = 0.9
+    step_ms: Callable[[int, int], float] | None = None
+    pool: Acceptance = field(default_factory=Acceptance)
+    _requests: dict[int, Acceptance] = field(default_factory=dict)
+
+    def acceptance(self, request) -> float:
+        own = self._requests.get(request.id)
+        pooled = self.pool.estimate(self.prior)
+        return pooled if own is None else own.estimate(pooled)
+
+    def choose(self, batch: Sequence, bucket: int) -> int:
+        if self.step_ms is None:
+            raise RuntimeError("draft length 'auto' has no step times: warm the decoder up first")
+        alphas = [self.acceptance(r) for r in batch]
+        best, best_rate = None, -1.0
+        for k in sorted(self.draft_lens):  # a tie keeps the shorter draft
+            rate = sum(expected_tokens(k, a) for a in alphas) / self.step_ms(bucket, k)
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = k, rate
+        return best
+
+    def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
+        for r, n in zip(batch, accepted, strict=True):
+            self._requests.setdefault(r.id, Acceptance(self.decay)).observe(n, draft_len)
+            self.pool.observe(n, draft_len)
+
+    def forget(self, request) -> None:
+        """A finished request's estimate goes (the pool keeps what it learnt)."""
+        self._requests.pop(request.id, None)
+
+
+def draft_policy(num_draft_tokens) -> tuple[tuple[int, ...], DraftPolicy]:
+    """The draft lengths to build keys for and the policy, from a decoder's ``num_draft_tokens``: an int,
+    several ints (each with keys; the first taken), a ``{batch size: K}`` schedule, ``"auto"``, or a
+    policy object (:class:`AutoDraftLength` with lengths of its own, say).
+
+    Raises
+    ------
+    ValueError / TypeError
+        For anything else, naming what is accepted.
+    """
+    if isinstance(num_draft_tokens, str):
+        if num_draft_tokens != "auto":
+            raise ValueError(
+                f"num_draft_tokens={num_draft_tokens!r}: give an int, a list, a {{batch: K}} schedule or 'auto'"
+            )
+        num_draft_tokens = AutoDraftLength()
+    if isinstance(num_draft_tokens, AutoDraftLength):
+        return draft_lengths(num_draft_tokens.draft_lens), num_draft_tokens
+    if isinstance(num_draft_tokens, Mapping):
+        policy = DraftSchedule(dict(num_draft_tokens))
+        return draft_lengths(sorted(set(policy.schedule.values()))), policy
+    if isinstance(num_draft_tokens, (FixedDraftLength, DraftSchedule)):
+        lens = (
+            (num_draft_tokens.draft_len,)
+            if isinstance(num_draft_tokens, FixedDraftLength)
+            else tuple(sorted(set(num_draft_tokens.schedule.values())))
+        )
+        return draft_lengths(lens), num_draft_tokens
+    lens = draft_lengths(num_draft_tokens)
+    return lens, FixedDraftLength(lens[0])

@@ -1,0 +1,77 @@
+"""Draft-length policies: the expected-tokens model, acceptance estimates, schedules and the auto choice."""
+
+import pytest
+
+from stepgraph.speculative.draft_policy import (
+    Acceptance,
+    AutoDraftLength,
+    DraftSchedule,
+    FixedDraftLength,
+    draft_policy,
+    expected_tokens,
+)
+
+
+class R:
+    def __init__(self, rid):
+        self.id = rid
+
+
+def test_expected_tokens_of_a_chain():
+    assert expected_tokens(0, 0.5) == 1.0
+    assert expected_tokens(3, 1.0) == 4.0
+    assert expected_tokens(3, 0.0) == 1.0
+    assert expected_tokens(2, 0.5) == pytest.approx(1.75)
+
+
+def test_acceptance_is_estimated_from_what_steps_accepted():
+    a = Acceptance(decay=1.0)
+    assert a.estimate(0.6) == pytest.approx(0.6)  # no evidence: the prior
+    for n in (3, 3, 1, 0):  # K = 3: two full chains, then a rejection after one, then at once
+        a.observe(n, 3)
+    assert a.estimate(0.6) == pytest.approx((7 + 1.2) / (7 + 2 + 2))
+    a.observe(5, 0)  # plain decoding says nothing
+    assert a.trials == 9
+
+
+def test_a_schedule_takes_the_largest_size_at_or_below_the_batch():
+    s = DraftSchedule({1: 4, 8: 2, 32: 0})
+    assert [s.choose([0] * b, b) for b in (1, 7, 8, 31, 64)] == [4, 4, 2, 2, 0]
+    with pytest.raises(ValueError):
+        DraftSchedule({0: 3})
+
+
+def test_auto_takes_the_k_of_most_tokens_per_second():
+    # a memory-bound small batch and a compute-bound large one
+    def ms(bucket, k):
+        return 1.0 + 0.01 * k if bucket == 1 else 1.0 + 1.5 * k
+
+    auto = AutoDraftLength(draft_lens=(0, 1, 2, 3, 5), step_ms=ms, prior=0.8)
+    assert auto.choose([R(0)], 1) == 5  # nearly free drafts: the longest chain
+    assert auto.choose([R(i) for i in range(64)], 64) == 0  # expensive drafts at 0.8: plain decoding
+    low = AutoDraftLength(draft_lens=(0, 1, 3), step_ms=ms, prior=0.8)
+    for _ in range(20):
+        low.observe([R(7)], [0], 3)  # request 7 never accepts
+    assert low.acceptance(R(7)) < 0.2 and low.acceptance(R(8)) < 0.8  # the pool learnt too
+    low.forget(R(7))
+    assert low.acceptance(R(7)) == low.acceptance(R(8))
+
+
+def test_num_draft_tokens_forms():
+    assert draft_policy(3) == ((3,), FixedDraftLength(3))
+    lens, policy = draft_policy([2, 0, 4])
+    assert lens == (2, 0, 4) and policy == FixedDraftLength(2)
+    lens, policy = draft_policy({1: 4, 16: 1})
+    assert lens == (1, 4) and isinstance(policy, DraftSchedule)
+    lens, policy = draft_policy("auto")
+    assert lens == (0, 1, 2, 3, 5) and isinstance(policy, AutoDraftLength)
+    lens, _ = draft_policy(AutoDraftLength(draft_lens=(1, 2)))
+    assert lens == (1, 2)
+    for bad in ("fast", 2.5, [1, 1], {1: -1}):
+        with pytest.raises((ValueError, TypeError)):
+            draft_policy(bad)
+
+
+def test_auto_without_step_times_says_so():
+    with pytest.raises(RuntimeError, match="no step times"):
+        AutoDraftLength().choose([R(0)], 1)
