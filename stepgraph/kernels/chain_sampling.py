@@ -130,7 +130,8 @@ def _finalize_kernel(
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
     z_max = _key_value(gmax, 0) * inv_t  # the largest logit (gkey: 32-bit keys) over T: past float32, the argmax
-    finite = (z_max == z_max) & (tl.abs(z_max) < float("inf"))
+    # finite by its bits (exponent not all ones): comparisons with inf may be folded under fast-math rules
+    finite = (z_max.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
     greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | ((tl.zeros([K1_P2], tl.float32) + t) <= 0) | ~finite
     d = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
     d_ok = (j < K) & (d >= 0) & (d < V)

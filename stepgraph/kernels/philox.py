@@ -44,7 +44,9 @@ def philox_uniform(seed: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
         k0, k1 = (k0 + _KEY_A) & _MASK, (k1 + _KEY_B) & _MASK
     x = torch.where(c0 >= 2**31, c0 - 2**32, c0)  # the word as int32
     x = torch.where(x < 0, -x - 1, x)
-    return x.to(torch.float32) * torch.tensor(_SCALE, dtype=torch.float32, device=x.device)
+    # a Python float multiplies a float32 tensor in float32, as Triton's constant does (and makes no tensor:
+    # nothing is copied to the device, so a CUDA graph can capture this)
+    return x.to(torch.float32) * _SCALE
 
 
 def verify_uniforms(seed: torch.Tensor, offset: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,12 +30,13 @@ def test_torch_philox_equals_tl_rand_on_cuda():
     assert torch.equal(out, philox_uniform(seed, off))
 
 
-@pytest.mark.parametrize("temperature", [1e-39, 1e-37, 1e-30])
+@pytest.mark.parametrize("temperature", [1e-39, 1e-37, 1e-36])
 @pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True}])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_tiny_temperatures_sample_the_argmax_at_a_real_vocabulary(temperature, mode, dtype):
     B, K, V = 4, 3, 151936
     x = (torch.randn(B, K + 1, V, device="cuda") * 8).to(dtype)
+    x[::2] *= 1e3  # half the requests' rows overflow at every temperature here
     d = torch.argmax(x.float(), -1)[:, :K].contiguous()
     d[:, 1] = 7  # a rejection
     T = torch.full((B,), temperature, device="cuda")
