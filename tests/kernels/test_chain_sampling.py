@@ -150,9 +150,9 @@ def test_seeded_runs_reproduce_and_offsets_advance():
     assert off.tolist() == [1, 1]
     draws = {
         tuple(chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=False).tokens.flatten().tolist())
-        for _ in range(4)
+        for _ in range(2)
     }
-    assert len(draws) > 1  # each call (each graph replay) advances the offset: fresh numbers
+    assert len(draws) == 2  # each call (each graph replay) advances the offset: fresh numbers
 
 
 @pytest.mark.parametrize("filtered", [False, True])
@@ -234,12 +234,12 @@ def test_small_top_k_class_samples_like_the_filtered_class():
     for small in (False, True):
         off = torch.zeros(B, dtype=torch.int64, device=DEV)
         draws = []
-        for _ in range(3):
+        for _ in range(2):
             r = chain_verify_sampling(logits, drafts, T, k, p, seed, off, min_p=mp, filtered=True, small_top_k=small)
             draws.append(r.tokens)
         outs.append(torch.stack(draws))
     assert torch.equal(outs[0], outs[1])
-    assert len({tuple(t.flatten().tolist()) for t in outs[1]}) > 1
+    assert not torch.equal(outs[1][0], outs[1][1])  # the offsets advanced between the two calls
 
 
 @pytest.mark.slow
