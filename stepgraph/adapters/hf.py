@@ -1,8 +1,11 @@
 """Hugging Face transformers adapter: speculative decoding with a target and a draft causal LM.
 
 Both models keep their weights; stepgraph gives each a static KV cache indexed by request row, with a
-position per row (:class:`RowCache`), and passes a 4-D attention mask, so a forward over ``[B, T]``
-tokens at per-request positions is graph-safe. A plain draft model ignores the target's hidden states.
+position per row (:class:`RowCache`), and passes 4-D attention masks, so a forward over ``[B, T]``
+tokens at per-request positions is graph-safe. The masks are the model's own per layer: causal, or a
+sliding window where the model's layers have one (:mod:`stepgraph.adapters.hf_masks`; chunked, linear
+and recurrent layers are refused at construction). A plain draft model ignores the target's hidden
+states.
 
 Greedy policy: in float32 the speculative output equals the target's own greedy ``generate()`` token for
 token (tested on CPU). In bf16 on the GPU the verify forward (K+1 tokens) and a one-token decode use
@@ -33,6 +36,7 @@ from collections.abc import Sequence
 
 import torch
 
+from stepgraph.adapters.hf_masks import attention_masks
 from stepgraph.config import RunnerConfig
 from stepgraph.kernels._common import use_triton
 from stepgraph.kernels.decode_attention import decode_attention, fits
@@ -126,8 +130,12 @@ def rows_attention_refusal(model) -> str | None:
 
 def _use_rows_attention(model) -> None:
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(ROWS_ATTENTION, rows_attention)
+    # the masks SDPA gets: without them the model's own forward (outside the adapter) would build none, and
+    # run unwindowed and unpadded
+    AttentionMaskInterface.register(ROWS_ATTENTION, sdpa_mask)
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(ROWS_ATTENTION)
     else:
@@ -140,11 +148,15 @@ TESTED_FAMILIES = (
     "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma", "Gemma2", "Gemma3", "Olmo", "Granite", "Cohere", "OPT",
     "GPT2", "GPTNeoX", "Falcon", "Phi",
 )  # fmt: skip
+#: The same with sliding-window layers and sequences several windows long (tests/e2e/test_hf_windows.py).
+TESTED_WINDOWED_FAMILIES = (
+    "Mistral", "Mixtral", "Phi3", "Starcoder2", "Qwen2", "Qwen3", "Gemma2", "Gemma3", "Cohere2", "GptOss",
+)  # fmt: skip
 
 _NEEDS = (
     "a decoder-only causal LM whose base model takes position_ids, a 4-D additive attention mask and a "
     "Cache object (an update(key, value, layer_idx) per layer), as Llama-style transformers models do; "
-    f"tested families: {', '.join(TESTED_FAMILIES)}"
+    f"tested families: {', '.join(TESTED_FAMILIES)}; with sliding windows: {', '.join(TESTED_WINDOWED_FAMILIES)}"
 )
 
 
@@ -187,6 +199,7 @@ class HFCausalLM:
             raise ValueError(
                 f"{type(model).__name__} is not supported (no {', '.join(missing)}): the adapter needs {_NEEDS}"
             )
+        self.masks = attention_masks(model)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.cache = RowCache(model.config, max_requests, max_seq_len, self.device, self.dtype, self.attention)
@@ -219,8 +232,7 @@ class HFCausalLM:
 
     def __call__(self, tokens, positions, cache_rows, hidden=None):
         self.cache.rows, self.cache.positions = cache_rows, positions
-        visible = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-        mask = torch.zeros(visible.shape, device=self.device, dtype=self.dtype).masked_fill_(~visible, float("-inf"))
+        mask = self.masks.build(self.key_pos, positions, self.dtype)  # [B, 1, T, S], or one per layer type
         token = _ACTIVE.set(self.cache)
         try:
             with torch.no_grad():

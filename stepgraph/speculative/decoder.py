@@ -83,6 +83,8 @@ class SpecDecoder:
         round differently: greedy output can differ from the uncompiled decoder's (``STEPGRAPH_COMPILE=0``
         turns compiling off, so ``stepgraph bisect`` can name it). See :mod:`stepgraph.compile`.
 
+    Notes
+    -----
     Threads: a decoder serves one call at a time. :meth:`generate`, :meth:`warmup`, :meth:`admit`,
     :meth:`finish`, :meth:`release` and :meth:`device_step_ms` take the decoder's lock, so a second
     thread's call waits until the first returns, and each gets the tokens it would get alone. For work
