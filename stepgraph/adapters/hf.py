@@ -15,14 +15,15 @@ bit for bit; the agreement rate with ``generate()`` is measured, not promised.
 
 Attention: ``attention="rows"`` hands the model an attention that reads the rows in place
 (:func:`stepgraph.kernels.decode_attention.decode_attention`, up to each request's position) for the
-decode and verify forwards; prefill and layers it cannot serve (sliding windows, soft-capping, more than
-64 query rows per KV head) gather the rows and run SDPA. Results match the gathering path to
+decode and verify forwards; prefill and layers it cannot serve (sliding windows, chunks, soft-capping,
+more than 64 query rows per KV head) gather the rows and run SDPA. Results match the gathering path to
 floating-point tolerance, not bit for bit. The model keeps that attention: used outside the adapter (its
 own ``generate()``), it runs SDPA. It needs a model that dispatches through transformers'
 ``AttentionInterface`` and runs SDPA without attention soft-capping, on a device that runs Triton
-(:func:`rows_attention_refusal`). ``attention="gather"`` leaves the model's attention alone and hands
-each layer the rows' whole caches (a gather per layer and forward). ``attention="auto"`` (the default)
-picks ``"rows"`` where it applies, else ``"gather"``; ``HFCausalLM.attention`` says which.
+(:func:`rows_attention_refusal`), with keys and values of one width. ``attention="gather"`` leaves the
+model's attention alone and hands each layer the rows' whole caches (a gather per layer and forward).
+``attention="auto"`` (the default) picks ``"rows"`` where it applies, else ``"gather"``;
+``HFCausalLM.attention`` says which.
 
 Needs the optional ``hf`` extra (``pip install 'stepgraph[hf]'``).
 """
@@ -48,25 +49,29 @@ _ACTIVE: contextvars.ContextVar[RowCache | None] = contextvars.ContextVar("stepg
 
 
 class RowCache:
-    """A static KV cache for an HF decoder: per layer, ``kv[layer]`` ``[rows + 1, 2, kv_heads, max_seq_len,
-    head_dim]`` (keys, values). One tensor per layer, not slices of one: under ``compile=True`` the new keys
-    and values are then written in place (a write into a slice of a larger tensor compiles to a copy of it).
+    """A static KV cache for an HF decoder: per layer that caches, ``kv[layer]`` ``[rows + 1, 2, kv_heads,
+    max_seq_len, width]`` (keys, values). One tensor per layer, not slices of one: under ``compile=True``
+    the new keys and values are then written in place (a write into a slice of a larger tensor compiles to
+    a copy of it).
 
-    Before each forward, :attr:`rows` (``[B]``) and :attr:`positions` (``[B, T]``) say where the new keys
-    and values go; ``update`` writes them there and returns the rows' whole caches (``gather``), or the
-    layer's whole cache as views for the in-place attention (``rows``). Row ``rows`` (the last) is the
-    scratch row for padded batch rows.
+    ``shapes`` maps each caching layer to ``(kv_heads, key_dim, value_dim)``, as the model's layers make
+    them (:func:`cache_shapes`); where keys and values differ in width (multi-head latent attention) both
+    take the larger, the narrower zero-padded. Before each forward, :attr:`rows` (``[B]``) and
+    :attr:`positions` (``[B, T]``) say where the new keys and values go; ``update`` writes them there and
+    returns the rows' whole caches (``gather``), or the layer's whole cache as views for the in-place
+    attention (``rows``). Row ``rows`` (the last) is the scratch row for padded batch rows.
     """
 
     is_compileable = False
 
-    def __init__(self, config, max_requests: int, max_seq_len: int, device, dtype, attention: str = "gather"):
-        heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        shape = (max_requests + 1, 2, kv_heads, max_seq_len, head_dim)
-        self.kv = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+    def __init__(self, shapes, max_requests: int, max_seq_len: int, device, dtype, attention: str = "gather"):
+        self.shapes = dict(shapes)
+        self.kv = {
+            layer: torch.zeros((max_requests + 1, 2, heads, max_seq_len, max(kd, vd)), device=device, dtype=dtype)
+            for layer, (heads, kd, vd) in self.shapes.items()
+        }
         self.attention = attention
+        self.in_place_layers: frozenset[int] = frozenset()  # the layers the rows attention reads in place
         self.scratch_row = max_requests
         self.rows: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
@@ -74,15 +79,56 @@ class RowCache:
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         B, _, T, _ = key_states.shape  # [B, KVH, T, hd]
         kv = self.kv[layer_idx]
+        _, kd, vd = self.shapes[layer_idx]
+        if kd != vd:
+            width = max(kd, vd)
+            key_states = torch.nn.functional.pad(key_states, (0, width - kd))
+            value_states = torch.nn.functional.pad(value_states, (0, width - vd))
         new = torch.stack([key_states, value_states], 1).permute(0, 3, 1, 2, 4)  # [B, T, 2, KVH, hd]
         kv[self.rows[:, None].expand(B, T), :, :, self.positions] = new
-        if self.attention == "rows":
-            return kv[:, 0], kv[:, 1]  # [rows + 1, KVH, S, hd] views: read in place
-        cached = kv[self.rows]
+        cached = kv if self.attention == "rows" else kv[self.rows]  # rows: [rows + 1, ...] views, read in place
+        if kd != vd:
+            return cached[:, 0, ..., :kd], cached[:, 1, ..., :vd]
         return cached[:, 0], cached[:, 1]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # positions are always passed explicitly
+
+
+class _ShapeProbe:
+    """A cache that records each layer's key and value shapes and keeps nothing (:func:`cache_shapes`)."""
+
+    is_compileable = False
+
+    def __init__(self) -> None:
+        self.shapes: dict[int, tuple[int, int, int]] = {}
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        if key_states.shape[1] != value_states.shape[1]:
+            raise ValueError(
+                f"layer {layer_idx} caches keys of {key_states.shape[1]} heads and values of "
+                f"{value_states.shape[1]}; the adapter's cache needs one head count per layer"
+            )
+        self.shapes[layer_idx] = (key_states.shape[1], key_states.shape[-1], value_states.shape[-1])
+        return key_states, value_states
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+
+def cache_shapes(model, cache_kw: str, masks) -> dict[int, tuple[int, int, int]]:
+    """``{layer: (kv_heads, key_dim, value_dim)}`` for each layer of ``model`` that caches, measured by a
+    one-token forward (the model's own shapes, not its config's: a config can carry head counts its
+    layers ignore, and latent attention caches keys and values of different widths)."""
+    param = next(model.parameters())
+    probe = _ShapeProbe()
+    positions = torch.zeros((1, 1), dtype=torch.long, device=param.device)
+    mask = masks.build(torch.zeros(1, dtype=torch.long, device=param.device), positions, param.dtype)
+    with torch.no_grad():
+        model(input_ids=positions, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kw: probe})
+    if not probe.shapes:
+        raise ValueError(f"{type(model).__name__} wrote no keys or values to its cache in a forward")
+    return probe.shapes
 
 
 def rows_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -90,7 +136,8 @@ def rows_attention(module, query, key, value, attention_mask, scaling=None, drop
 
     ``query [B, H, T, hd]``; ``key``/``value``: the layer's whole cache ``[rows + 1, KVH, S, hd]`` (views of
     the active :class:`RowCache`). Returns ``([B, T, H, hd], None)``. Falls back to the gathered rows and
-    SDPA where the in-place kernel does not apply.
+    SDPA where the in-place kernel does not apply: layers with a window or chunks, soft-capping, shapes
+    the kernel does not fit.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -100,7 +147,7 @@ def rows_attention(module, query, key, value, attention_mask, scaling=None, drop
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     B, H, T, _ = query.shape
-    special = kwargs.get("sliding_window") or kwargs.get("softcap") or getattr(module, "sliding_window", None)
+    special = module.layer_idx not in cache.in_place_layers or kwargs.get("sliding_window") or kwargs.get("softcap")
     if special or not fits(H, key.shape[1], T) or scaling is None:
         return sdpa_attention_forward(
             module, query, key[cache.rows], value[cache.rows], attention_mask, dropout=dropout, scaling=scaling,
@@ -148,16 +195,28 @@ TESTED_FAMILIES = (
     "Llama", "Qwen2", "Qwen3", "Mistral", "Gemma", "Gemma2", "Gemma3", "Olmo", "Granite", "Cohere", "OPT",
     "GPT2", "GPTNeoX", "Falcon", "Phi",
 )  # fmt: skip
-#: The same with sliding-window layers and sequences several windows long (tests/e2e/test_hf_windows.py).
+#: The same with sliding-window or chunked layers, sequences several windows long (tests/e2e/test_hf_windows.py).
 TESTED_WINDOWED_FAMILIES = (
     "Mistral", "Mixtral", "Phi3", "Starcoder2", "Qwen2", "Qwen3", "Gemma2", "Gemma3", "Cohere2", "GptOss",
+    "Llama4",
 )  # fmt: skip
 
 _NEEDS = (
     "a decoder-only causal LM whose base model takes position_ids, a 4-D additive attention mask and a "
     "Cache object (an update(key, value, layer_idx) per layer), as Llama-style transformers models do; "
-    f"tested families: {', '.join(TESTED_FAMILIES)}; with sliding windows: {', '.join(TESTED_WINDOWED_FAMILIES)}"
+    f"tested families: {', '.join(TESTED_FAMILIES)}; with windows or chunks: {', '.join(TESTED_WINDOWED_FAMILIES)}"
 )
+
+
+def _base_model(model):
+    """The decoder stack under the head: ``model.base_model``, or ``model.model`` where the class's
+    ``base_model_prefix`` names no attribute (Llama 4 text: ``"language_model"``)."""
+    base = getattr(model, "base_model", None)
+    if base is None or base is model:
+        base = getattr(model, "model", None)
+    if base is None or base is model or getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{type(model).__name__} is not supported: the adapter needs {_NEEDS}")
+    return base
 
 
 class HFCausalLM:
@@ -176,15 +235,9 @@ class HFCausalLM:
     def __init__(self, model, *, max_requests: int, max_seq_len: int, attention: str = "auto") -> None:
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r}: use one of {', '.join(ATTENTIONS)}")
-        refusal = rows_attention_refusal(model)
-        if attention == "rows" and refusal:
-            raise ValueError(f"attention='rows' cannot serve {type(model).__name__}: {refusal}; use 'gather' or 'auto'")
-        self.attention = "gather" if attention == "gather" or refusal else "rows"
         self.model = model.eval()
         self.config = model.config
-        base = getattr(model, "base_model", None)
-        if base is None or base is model or getattr(self.config, "is_encoder_decoder", False):
-            raise ValueError(f"{type(model).__name__} is not supported: the adapter needs {_NEEDS}")
+        base = _base_model(model)
         can_generate = getattr(model, "can_generate", None)
         if can_generate is not None and not can_generate():
             raise ValueError(
@@ -199,11 +252,19 @@ class HFCausalLM:
             raise ValueError(
                 f"{type(model).__name__} is not supported (no {', '.join(missing)}): the adapter needs {_NEEDS}"
             )
-        self.masks = attention_masks(model)
+        self.masks = attention_masks(model, base)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.cache = RowCache(model.config, max_requests, max_seq_len, self.device, self.dtype, self.attention)
+        shapes = cache_shapes(model, self._cache_kw, self.masks)
+        refusal = rows_attention_refusal(model)
+        if refusal is None and any(kd != vd for _, kd, vd in shapes.values()):
+            refusal = "its keys and values differ in width (latent attention)"
+        if attention == "rows" and refusal:
+            raise ValueError(f"attention='rows' cannot serve {type(model).__name__}: {refusal}; use 'gather' or 'auto'")
+        self.attention = "gather" if attention == "gather" or refusal else "rows"
+        self.cache = RowCache(shapes, max_requests, max_seq_len, self.device, self.dtype, self.attention)
         if self.attention == "rows":
+            self.cache.in_place_layers = frozenset(layer for layer in shapes if self.masks.causal_only(layer))
             _use_rows_attention(model)
         self.key_pos = torch.arange(max_seq_len, device=self.device)
         self._hidden: torch.Tensor | None = None

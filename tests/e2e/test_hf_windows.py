@@ -1,6 +1,6 @@
-"""Sliding-window attention through the Hugging Face adapter: every family with a window, sequences well
-past it (a window of 5 positions), greedy output equal to the model's own ``generate()`` (float32, CPU);
-layer types the adapter cannot honour are refused at construction, naming them."""
+"""Sliding-window and chunked attention through the Hugging Face adapter: every family with a window (or
+chunks: Llama 4), sequences well past it (5 positions), greedy output and logits equal to the model's own
+(float32, CPU); layer types the adapter cannot honour are refused at construction, naming them."""
 
 import pytest
 import torch
@@ -33,6 +33,9 @@ CONFIGS = {  # name -> config of n layers
     "Cohere2": lambda n: transformers.Cohere2Config(**SMALL, layer_types=MIXED[:n], num_hidden_layers=n),
     "GptOss": lambda n: transformers.GptOssConfig(**SMALL, head_dim=16, layer_types=MIXED[:n], **MOE,
                                                   num_hidden_layers=n),
+    "Llama4": lambda n: transformers.Llama4TextConfig(**SMALL, head_dim=16, intermediate_size_mlp=128,
+                                                      num_local_experts=2, attention_chunk_size=WINDOW,
+                                                      no_rope_layers=[1, 0][:n], num_hidden_layers=n),
 }  # fmt: skip
 WINDOWED_FAMILIES = tuple(CONFIGS)
 assert WINDOWED_FAMILIES == TESTED_WINDOWED_FAMILIES  # the adapter's list is this file's
@@ -58,7 +61,7 @@ NEW = 12  # prompt and output: four windows long
 @pytest.mark.parametrize("name", WINDOWED_FAMILIES)
 def test_greedy_equals_generate_past_the_window(name):
     target, draft = windowed(name, seed=0), windowed(name, layers=1, seed=1)
-    assert WINDOW in attention_masks(target).windows.values()
+    assert WINDOW in [span.size for span in attention_masks(target, target.model).spans.values() if span]
     cfg = RunnerConfig(toggles=Toggles.all(True), progress=False)
     dec = hf_spec_decoder(target, draft, max_requests=2, max_seq_len=32, num_draft_tokens=2, config=cfg,
                           attention="gather")  # fmt: skip
@@ -70,14 +73,14 @@ def test_greedy_equals_generate_past_the_window(name):
         assert got == ref[0, len(prompt) :].tolist(), name
 
 
-LOGITS_CASES = [(name, "gather") for name in WINDOWED_FAMILIES] + [("Mistral", "rows"), ("Qwen2", "rows")]
+LOGITS_CASES = [(name, "gather") for name in WINDOWED_FAMILIES] + [(n, "rows") for n in ("Mistral", "Qwen2", "Llama4")]
 
 
 @pytest.mark.parametrize("name,attention", LOGITS_CASES, ids=[f"{n}-{a}" for n, a in LOGITS_CASES])
 def test_logits_past_the_window_are_the_models_own(name, attention):
     """A prefill of three windows and a decode step after it give the model's own logits. ``rows``: the
-    in-place kernel for full layers, the gathered rows for windowed ones (Mistral: every layer windowed;
-    Qwen2: one of each)."""
+    in-place kernel for full layers, the gathered rows for the others (Mistral: every layer windowed;
+    Qwen2: one of each; Llama 4: a chunked layer and a full one)."""
     model = windowed(name)
     lm = HFCausalLM(model, max_requests=2, max_seq_len=32, attention=attention)
     assert lm.attention == attention
@@ -98,7 +101,7 @@ def test_a_window_the_forward_does_not_build_is_not_applied():
     cfg = transformers.OlmoeConfig(**SMALL, num_experts=4, num_experts_per_tok=2)
     cfg.num_hidden_layers = 1
     model = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
-    assert attention_masks(model).windows == {"full_attention": None}
+    assert attention_masks(model, model.model).spans == {"full_attention": None}
     lm = HFCausalLM(model, max_requests=1, max_seq_len=32, attention="gather")
     ids = torch.tensor([PROMPT * 2])
     logits, _ = lm(ids, torch.arange(ids.shape[1])[None], torch.tensor([0]))
@@ -110,10 +113,10 @@ def test_a_window_the_forward_does_not_build_is_not_applied():
     "change,match",
     [
         (lambda c: setattr(c, "layer_types", ["full_attention", "linear_attention"]), "'linear_attention'"),
-        (lambda c: setattr(c, "attention_chunk_size", 8), "chunked attention"),
+        (lambda c: setattr(c, "layer_types", ["full_attention", "chunked_attention"]), "attention_chunk_size is None"),
         (lambda c: setattr(c, "sliding_window", None), "sliding_window is None"),
     ],
-    ids=["unknown-layer-type", "chunked", "no-window-size"],
+    ids=["unknown-layer-type", "no-chunk-size", "no-window-size"],
 )
 def test_attention_it_cannot_honour_is_refused_at_construction(change, match):
     model = windowed("Qwen2")
