@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 import triton
 
+EXACT_ROUNDING = {"enable_fp_fusion": False}
+"""Launch options of the kernels that scale logits (``x * inv_t - m``): no multiply-add contraction, so each
+product rounds as in the torch reference. Contracted, the product's rounding error (half an ulp of
+``x / T``: 1e30 at T = 1e-36) lands inside ``exp`` and a one-hot row loses its only token."""
+
 
 def triton_interprets() -> bool:
     """Whether Triton runs kernels through its CPU interpreter (``TRITON_INTERPRET``, as Triton itself reads

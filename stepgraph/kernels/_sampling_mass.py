@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, track_argmax
-from ._common import next_pow2
+from ._common import EXACT_ROUNDING, next_pow2
 from ._sampling_filter import BLOCK, _round_kernel, _stats_kernel, key_shift, num_rounds, row_key, row_state
 
 NUM_WARPS = 4
@@ -157,15 +157,15 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
     _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SPLIT=split,
-                        BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS)  # fmt: skip
+                        BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
     ns_p2 = next_pow2(n_splits)
     for r in range(rounds):
         _round_kernel[grid](*head, *search, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-                            SHIFT=shift, num_warps=NUM_WARPS)  # fmt: skip
+                            SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
         m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-        SHIFT=shift, num_warps=NUM_WARPS,
+        SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING,
     )  # fmt: skip
     return cut

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
-from ._common import next_pow2
+from ._common import EXACT_ROUNDING, next_pow2
 from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import split_softmax
 
@@ -338,14 +338,14 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
     draft = (drafts, drafts.stride(0))
-    sizes = dict(SPLIT=split, BLOCK=PASS_BLOCK, num_warps=PASS_WARPS)
+    sizes = dict(SPLIT=split, BLOCK=PASS_BLOCK, num_warps=PASS_WARPS, **EXACT_ROUNDING)
     _stats_kernel[grid](*head, *draft, temperature, top_k, gkey, gidx, m_part, s_part, maxima, V, K1 - 1, K1,
                         n_splits, M=per_split, **sizes)  # fmt: skip
     _bound_kernel[(rows,)](temperature, top_k, maxima, bound, V, K1, n_splits, M=per_split, MAXIMA=per_split * ns_p2,
-                           SHIFT=shift, num_warps=8)  # fmt: skip
+                           SHIFT=shift, num_warps=8, **EXACT_ROUNDING)  # fmt: skip
     _gather_kernel[grid](*head, temperature, top_k, bound, listed, counts, ninf, V, K1, n_splits, SHIFT=shift,
                          GCAP=GATHER_CAP, **sizes)  # fmt: skip
     _cut_kernel[(rows,)](*head, *draft, temperature, top_k, top_p, min_p, bound, listed, counts, ninf, m_part, s_part,
                          cut, V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=ns_p2, SHIFT=shift,
-                         BITS=32 - shift, GCAP=GATHER_CAP, num_warps=CUT_WARPS)  # fmt: skip
+                         BITS=32 - shift, GCAP=GATHER_CAP, num_warps=CUT_WARPS, **EXACT_ROUNDING)  # fmt: skip
     return cut

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import reduce_keys
-from ._common import check, next_pow2, use_triton
+from ._common import EXACT_ROUNDING, check, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
 from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
@@ -354,7 +354,7 @@ def chain_verify_sampling(
         cut = gkey  # unused
         _temperature_kernel[(rows, n_splits)](
             *head, temperature, gkey, gidx, m_part, s_part, V, K, K1, n_splits, SPLIT=split, BLOCK=BLOCK,
-            num_warps=NUM_WARPS,
+            num_warps=NUM_WARPS, **EXACT_ROUNDING,
         )  # fmt: skip
     ns_p2 = next_pow2(n_splits)
     _finalize_kernel[(B,)](
@@ -389,5 +389,6 @@ def chain_verify_sampling(
         HAS_ACCEPT_LEN=with_accept_len,
         HAS_SELECT=with_select,
         num_warps=8,
+        **EXACT_ROUNDING,
     )
     return res

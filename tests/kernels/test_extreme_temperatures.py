@@ -73,3 +73,23 @@ def test_a_sampled_generate_at_a_tiny_temperature_is_the_greedy_decode():
     for t in (1e-39, 1e-37):
         out = dec.generate(prompts, max_new_tokens=8, sampling=SamplingParams(temperature=t))
         assert out == [greedy_reference(target, p, 8) for p in prompts], t
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_sampling_launch_rounds_each_product_apart(mode, monkeypatch):
+    """On a GPU a contracted ``x * inv_t - m`` (one fused multiply-add) carries the product's rounding error
+    into ``exp``: 1e30 at T = 1e-36, where a one-hot row then loses its only token. Every launch of the
+    sampling path asks for no contraction (the interpreter never contracts, so the launches are checked)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches = []
+    run = InterpretedFunction.run
+
+    def recording(self, *args, **kwargs):
+        launches.append((self.fn.__name__, kwargs.get("enable_fp_fusion")))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", recording)
+    x, d, T, tk, tp, seed, off = inputs(2, 2, 67, torch.float32, 8.0, 0.7, top_k=20, top_p=0.9)
+    chain_verify_sampling(x, d, T, tk, tp, seed, off, **MODES[mode])
+    assert launches and all(fusion is False for _, fusion in launches), launches
