@@ -31,17 +31,18 @@ Needs the optional ``hf`` extra (``pip install 'stepgraph[hf]'``).
 from __future__ import annotations
 
 import contextvars
+import copy
 import inspect
 import weakref
 from collections.abc import Sequence
 
 import torch
 
+from stepgraph.adapters.hf_generate import HFSpecDecoder
 from stepgraph.adapters.hf_masks import attention_masks
 from stepgraph.config import RunnerConfig
 from stepgraph.kernels._common import use_triton
 from stepgraph.kernels.decode_attention import decode_attention, fits
-from stepgraph.speculative.decoder import SpecDecoder
 
 ATTENTIONS = ("auto", "rows", "gather")
 ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers
@@ -329,15 +330,20 @@ def hf_spec_decoder(
     seed: int = 0,
     attention: str = "auto",
     compile: bool | str = False,
-) -> SpecDecoder:
-    """A :class:`SpecDecoder` over two HF causal LMs sharing a vocabulary (e.g. ``LlamaForCausalLM``).
+    generation_config=None,
+    tokenizer=None,
+) -> HFSpecDecoder:
+    """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
+    vocabulary (e.g. ``LlamaForCausalLM``): its ``generate()`` takes what ``model.generate()`` takes and
+    defaults to the target's ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
 
     The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
     ``max_seq_len`` positions. ``eos_token_id``: by default the target's ``generation_config.eos_token_id``
     (an id or a list, where ``generate()`` stops too); an id or a list of ids; ``None`` never stops early.
     ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"``
     (module docstring). ``compile``: torch.compile the step's target and draft forwards inside the step
-    graph (:class:`SpecDecoder`).
+    graph (:class:`SpecDecoder`). ``generation_config``: the ``GenerationConfig`` its ``generate()``
+    starts from (default: the target's; copied). ``tokenizer``: for text prompts and ``stop_strings``.
 
     Raises
     ------
@@ -347,10 +353,12 @@ def hf_spec_decoder(
     tv, dv = target_model.config.vocab_size, draft_model.config.vocab_size
     if tv != dv:
         raise ValueError(f"target and draft vocabularies differ ({tv} vs {dv}); the draft must share the tokenizer")
+    if generation_config is None:
+        generation_config = getattr(target_model, "generation_config", None)
+    generation = copy.deepcopy(generation_config)
     if isinstance(eos_token_id, str):
         if eos_token_id != "generation_config":
             raise ValueError(f"eos_token_id={eos_token_id!r}: give an id, a list of ids, None or 'generation_config'")
-        generation = getattr(target_model, "generation_config", None)
         eos_token_id = getattr(generation, "eos_token_id", None)
         if eos_token_id is not None:
             ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
@@ -369,7 +377,9 @@ def hf_spec_decoder(
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention}
     target = HFCausalLM(target_model, **size)
     draft = HFCausalLM(draft_model, **size)
-    return SpecDecoder(
+    if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
+        generation.eos_token_id = eos_token_id
+    return HFSpecDecoder(
         target,
         _AsDraft(draft),
         num_draft_tokens=num_draft_tokens,
@@ -385,4 +395,6 @@ def hf_spec_decoder(
         config=config,
         seed=seed,
         compile=compile,
+        generation_config=generation,
+        tokenizer=tokenizer,
     )

@@ -279,18 +279,35 @@ class SpecDecoder:
         overlap: bool = False,
         on_step: Callable[[int], None] | None = None,
         arrivals: Sequence[float] | None = None,
+        on_tokens: Callable[[int, list[int]], None] | None = None,
     ) -> list[list[int]]:
         """Generate for every prompt; returns the new tokens of each (EOS included when hit).
 
         ``prompts``: token-id lists (or 1-D integer tensors). ``on_step(batch_size)`` is called once per
         step on the host (scheduling work, for benchmarks). ``arrivals``: seconds after the call at which
         each request may join (a serving trace; default: all at once); requests join and leave the batch
-        as they arrive and finish. Whatever raises inside reaches the caller after every slot and cache
-        row is given back.
+        as they arrive and finish. ``on_tokens(i, tokens)``: streaming, called with prompt ``i``'s new
+        tokens as they are accepted (the prefill's first token, then each step's, in both loops). Whatever
+        raises inside reaches the caller after every slot and cache row is given back.
         """
         requests = self.make_requests(prompts, max_new_tokens, sampling)
-        if not requests:
-            return []
+        if on_tokens is not None:
+            for i, r in enumerate(requests):
+                r.on_tokens = functools.partial(on_tokens, i)
+        return [r.output for r in self.serve(requests, overlap=overlap, on_step=on_step, arrivals=arrivals)]
+
+    @_one_call_at_a_time
+    def serve(
+        self,
+        requests: Sequence[Request],
+        *,
+        overlap: bool = False,
+        on_step: Callable[[int], None] | None = None,
+        arrivals: Sequence[float] | None = None,
+    ) -> Sequence[Request]:
+        """Run requests from :meth:`make_requests` (their ``on_tokens`` and ``stop`` set as wished) to the
+        end; returns them, each with its ``output`` and ``finish_reason``. ``overlap``, ``on_step``,
+        ``arrivals``: as :meth:`generate`."""
         if arrivals is not None:
             arrivals = list(arrivals)
             bad = [a for a in arrivals if not (isinstance(a, numbers.Real) and math.isfinite(a) and a >= 0.0)]
@@ -298,13 +315,16 @@ class SpecDecoder:
                 raise ValueError("arrivals: give one finite time >= 0 (seconds) per prompt")
             for r, a in zip(requests, arrivals):
                 r.arrival = float(a)
+        if not requests:
+            return requests
         stats = self.scheduler.stats
         prefill0, idle0, t0 = stats.prefill_seconds, stats.idle_seconds, time.perf_counter()
-        self.scheduler.run(requests, overlap=overlap, on_step=on_step)
+        self.scheduler.run(list(requests), overlap=overlap, on_step=on_step)
         elapsed = time.perf_counter() - t0
         stats.decode_seconds += elapsed - (stats.prefill_seconds - prefill0) - (stats.idle_seconds - idle0)
-        return [r.output for r in requests]
+        return requests
 
+    @_one_call_at_a_time
     def make_requests(
         self,
         prompts: Sequence[Sequence[int]],

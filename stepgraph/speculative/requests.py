@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numbers
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -17,7 +17,11 @@ GREEDY = SamplingParams()
 
 @dataclass
 class Request:
-    """One generation request and its progress (``slot``/``cache_row`` are -1 while it holds none)."""
+    """One generation request and its progress (``slot``/``cache_row`` are -1 while it holds none).
+
+    ``on_tokens(tokens)`` is called with the tokens it takes, as it takes them (streaming); ``stop(output)``
+    is asked after each token and ends the request when true (``finish_reason`` ``"stop"``). Both run on
+    the host, between steps."""
 
     id: int
     prompt: list[int]
@@ -29,20 +33,30 @@ class Request:
     slot: int = -1
     cache_row: int = -1
     finished: bool = False
-    finish_reason: str | None = None
+    finish_reason: str | None = None  # "eos", "length" or "stop"
+    on_tokens: Callable[[list[int]], None] | None = None
+    stop: Callable[[list[int]], bool] | None = None
 
     def append(self, tokens: Sequence[int]) -> None:
-        """Add emitted tokens up to the first EOS id (kept) or the length limit; sets ``finished``."""
-        if len(self.output) + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
+        """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``."""
+        start = len(self.output)
+        if self.stop is None and start + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
             self.output.extend(tokens)  # the common case: no EOS among them, room after them
-            return
+        else:
+            self._take_until_finished(tokens)
+        if self.on_tokens is not None and len(self.output) > start:
+            self.on_tokens(self.output[start:])
+
+    def _take_until_finished(self, tokens: Sequence[int]) -> None:
         for tok in tokens:
             self.output.append(tok)
             if tok in self.eos:
                 self.finished, self.finish_reason = True, "eos"
-                return
-            if len(self.output) >= self.max_new_tokens:
+            elif len(self.output) >= self.max_new_tokens:
                 self.finished, self.finish_reason = True, "length"
+            elif self.stop is not None and self.stop(self.output):
+                self.finished, self.finish_reason = True, "stop"
+            if self.finished:
                 return
 
 

@@ -50,7 +50,10 @@ def test_hugging_face_block_runs_and_equals_generate(monkeypatch):
     for prompt, new in zip(ids, outputs):
         ref = target.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None)
         assert new == ref[0, len(prompt) :].tolist()[: len(new)]
-    assert isinstance(namespace["tokenizer"], transformers.PreTrainedTokenizerBase)
+    tokenizer = namespace["tokenizer"]
+    assert isinstance(tokenizer, transformers.PreTrainedTokenizerBase)
+    assert namespace["texts"] == [tokenizer.decode(new, skip_special_tokens=True) for new in outputs]
+    assert len(namespace["sampled"]) == 2 and all(isinstance(t, str) for t in namespace["sampled"])
 
 
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),

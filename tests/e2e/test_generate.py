@@ -181,3 +181,31 @@ def test_launch_sees_a_batch_list_changed_in_place():
     assert runs == {"bs=1/greedy/k=3": 1, "bs=2/top_k/k=3": 1}
     dec.finish(batch)
     assert dec.in_use == (0, 0)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_on_tokens_streams_every_requests_tokens_as_they_come(overlap):
+    """Per request, the callbacks' tokens in order are its output (prefill's first token, then each step's,
+    EOS and length cuts applied); a callback that raises reaches the caller with every slot given back."""
+    dec, target = decoder(max_batch=3)
+    seen, steps = {}, []
+    lengths = [5, 17, 9, 12]
+
+    def on_tokens(i, tokens):
+        seen.setdefault(i, []).append(list(tokens))
+        steps.append(dec.stats.steps)
+
+    out = dec.generate(prompts(4), max_new_tokens=lengths, overlap=overlap, on_tokens=on_tokens)
+    assert out == [greedy_reference(target, p, m) for p, m in zip(prompts(4), lengths)]
+    assert [sum(seen[i], []) for i in range(4)] == out
+    assert all(len(chunk) >= 1 for chunks in seen.values() for chunk in chunks)
+    assert len(set(steps)) > 3  # fed as the steps went, not at the end
+
+    def fails(i, tokens):
+        if len(tokens) > 1:
+            raise RuntimeError("client went away")
+
+    with pytest.raises(RuntimeError, match="client went away"):
+        dec.generate(prompts(4), max_new_tokens=lengths, overlap=overlap, on_tokens=fails)
+    assert dec.slots.free() == dec.max_requests
+    assert dec.generate(prompts(2), max_new_tokens=4) == [greedy_reference(target, p, 4) for p in prompts(2)]

@@ -1,0 +1,240 @@
+"""The adapter's generate() as a transformers user calls it: generation configs, padded input_ids, text,
+stop strings, streamers and finish reasons, each against transformers' own generate() where it has one."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from stepgraph import SamplingParams  # noqa: E402
+from stepgraph.adapters.hf import hf_spec_decoder  # noqa: E402
+from stepgraph.adapters.hf_generate import HFGenerateOutput, generation_settings, sampling_params  # noqa: E402
+
+PROMPTS = [[5, 17, 99, 3], [42, 7, 7, 8, 200, 31], [1, 2]]
+
+
+@pytest.fixture(autouse=True)
+def _torch_paths(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the kernels' torch references: these tests are about the host
+
+
+def llama(hidden, layers, seed, vocab=256):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, attn_implementation="sdpa",
+        pad_token_id=0,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg).float().eval()
+
+
+@pytest.fixture(scope="module")
+def models():
+    return llama(64, 2, seed=0), llama(32, 1, seed=1)
+
+
+def decoder(models, **kw):
+    target, draft = models
+    return hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, attention="gather", **kw)
+
+
+def hf_greedy(target, prompt, n, **kw):
+    ids = torch.tensor([prompt])
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, **kw)
+    return out[0, len(prompt) :].tolist()
+
+
+def test_the_models_generation_config_is_honoured(models):
+    """A config that samples (temperature 0.7, top-k 20, top-p 0.8, five tokens) samples five tokens, as
+    the same SamplingParams given by hand do; a config that says nothing decodes greedily, 20 - prompt
+    tokens long (transformers' max_length)."""
+    target, _ = models
+    config = transformers.GenerationConfig(do_sample=True, temperature=0.7, top_k=20, top_p=0.8, max_new_tokens=5)
+    sampled = decoder(models, generation_config=config).generate(PROMPTS)
+    by_hand = decoder(models).generate(
+        PROMPTS, max_new_tokens=5, sampling=SamplingParams(temperature=0.7, top_k=20, top_p=0.8)
+    )
+    assert sampled == by_hand and all(len(s) == 5 for s in sampled)
+    assert sampled != [hf_greedy(target, p, 5, eos_token_id=None) for p in PROMPTS]
+    plain = decoder(models).generate(PROMPTS, eos_token_id=None)
+    assert plain == [hf_greedy(target, p, 20 - len(p), eos_token_id=None) for p in PROMPTS]
+
+
+def test_settings_merge_as_generate_merges_them():
+    model = transformers.GenerationConfig(do_sample=True, temperature=0.6, top_p=0.9, max_new_tokens=7)
+    call = transformers.GenerationConfig(temperature=0.3)
+    s = generation_settings(model, call, top_p=0.5)
+    assert (s["temperature"], s["top_p"], s["max_new_tokens"]) == (0.3, 0.5, 7)
+    # transformers' implicit top_k=50 when sampling, as model.generate() applies it
+    assert sampling_params(generation_settings(None, do_sample=True)) == SamplingParams(temperature=1.0, top_k=50)
+    assert sampling_params(generation_settings(model)) == SamplingParams(temperature=0.6, top_k=50, top_p=0.9)
+    assert sampling_params(generation_settings(model, do_sample=False)) == SamplingParams()
+    # how transformers runs changes no token: accepted
+    generation_settings(transformers.GenerationConfig(use_cache=False, cache_implementation="static"), num_beams=1)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"repetition_penalty": 1.3}, {"num_beams": 2}, {"min_new_tokens": 3}, {"output_scores": True},
+     {"no_repeat_ngram_size": 2}, {"num_return_sequences": 2}],
+    ids=lambda s: next(iter(s)),
+)  # fmt: skip
+def test_a_setting_it_cannot_honour_is_refused_by_name(setting, models):
+    name = next(iter(setting))
+    with pytest.raises(ValueError, match=name):
+        generation_settings(transformers.GenerationConfig(**setting))
+    with pytest.raises(ValueError, match=name):
+        decoder(models).generate(PROMPTS, **setting)
+
+
+def test_bad_calls_say_what_to_change(models):
+    dec = decoder(models)
+    with pytest.raises(TypeError, match="no generation settings: top_q"):
+        dec.generate(PROMPTS, top_q=0.5)
+    with pytest.raises(ValueError, match="not both"):
+        dec.generate(PROMPTS, sampling=SamplingParams(temperature=0.5), temperature=0.5)
+    with pytest.raises(ValueError, match="need a tokenizer"):
+        dec.generate("hello")
+    with pytest.raises(ValueError, match="attention_mask must be a tensor of input_ids' shape"):
+        dec.generate(torch.ones(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 4))
+    with pytest.raises(ValueError, match="max_length=20 leaves no room"):
+        dec.generate([list(range(1, 21))])
+    with pytest.raises(ValueError, match="temperature > 0"):
+        dec.generate(PROMPTS, do_sample=True, temperature=0.0)
+    assert dec.slots.free() == dec.max_requests  # nothing was taken
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_input_ids_decode_as_the_unpadded_prompts(side, models):
+    """Left padding gives exactly what transformers' generate() gives (pads kept in front, rows padded
+    with pad_token_id after EOS); right padding, which transformers serves wrongly, gives each prompt's
+    own tokens."""
+    target, _ = models
+    S = max(map(len, PROMPTS))
+    ids = torch.zeros(len(PROMPTS), S, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(PROMPTS):
+        where = slice(S - len(p), S) if side == "left" else slice(0, len(p))
+        ids[i, where], mask[i, where] = torch.tensor(p), 1
+    out = decoder(models).generate(ids, attention_mask=mask, max_new_tokens=6)
+    assert out.shape[1] <= S + 6 and torch.equal(out[:, :S], ids)
+    if side == "left":
+        ref = target.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+        assert torch.equal(out, ref)
+    for i, p in enumerate(PROMPTS):
+        own = hf_greedy(target, p, 6)
+        assert out[i, S : S + len(own)].tolist() == own
+
+
+def test_finish_reasons_and_eos(models):
+    """return_dict_in_generate gives each request's new tokens and why it stopped; an eos_token_id given
+    to the call stops where generate() stops with it."""
+    target, _ = models
+    free = hf_greedy(target, PROMPTS[0], 8, eos_token_id=None)
+    eos = free[3]
+    out = decoder(models).generate(PROMPTS[:2], max_new_tokens=8, eos_token_id=eos, return_dict_in_generate=True)
+    assert isinstance(out, HFGenerateOutput)
+    assert out.new_tokens[0] == hf_greedy(target, PROMPTS[0], 8, eos_token_id=eos) == free[: free.index(eos) + 1]
+    assert out.finish_reasons[0] == "stop"
+    assert out.finish_reasons[1] == ("stop" if out.new_tokens[1][-1] == eos else "length")
+    assert out.sequences == out.new_tokens
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from stepgraph.examples.tiny_checkpoint import write_tiny_llama
+
+    path = write_tiny_llama(tmp_path_factory.mktemp("tiny"))
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).float().eval()
+    return model, transformers.AutoTokenizer.from_pretrained(path)
+
+
+def test_text_in_text_out(checkpoint):
+    model, tok = checkpoint
+    dec = hf_spec_decoder(model, model, max_requests=2, max_seq_len=96, attention="gather", tokenizer=tok)
+    prompt = "The quick brown"
+    ids = tok(prompt, return_tensors="pt")
+    ref = model.generate(**ids, max_new_tokens=12, do_sample=False, eos_token_id=None)[0, ids.input_ids.shape[1] :]
+    assert dec.generate(prompt, max_new_tokens=12, eos_token_id=None) == tok.decode(ref, skip_special_tokens=True)
+    assert dec.generate([prompt, "A draft"], max_new_tokens=4)[0] == tok.decode(ref[:4], skip_special_tokens=True)
+
+
+def _clean(piece: str) -> bool:
+    return piece.isprintable() and "\ufffd" not in piece and piece.strip() == piece and piece != ""
+
+
+@pytest.mark.parametrize("where", ["inside a token", "across two tokens"])
+def test_stop_strings_stop_where_transformers_stops(where, checkpoint):
+    """The stop string comes from the model's own greedy text: the start of one token (which reaches past
+    it), or the end of one token and the start of the next."""
+    model, tok = checkpoint
+    dec = hf_spec_decoder(model, model, max_requests=2, max_seq_len=96, attention="gather", tokenizer=tok)
+    ids = tok("stepgraph", return_tensors="pt")
+    ref = model.generate(**ids, max_new_tokens=12, do_sample=False, eos_token_id=None)[0, ids.input_ids.shape[1] :]
+    p = [tok.decode([t]) for t in ref.tolist()]
+    if where == "inside a token":
+        at = next(i for i in range(1, 11) if _clean(p[i]) and len(p[i]) >= 3)
+        stop = p[at][:-1]  # the token goes on past the stop string's end
+    else:
+        at = next(i for i in range(1, 11) if _clean(p[i - 1]) and _clean(p[i]))
+        stop = p[at - 1][-1] + p[at][0]
+    want = model.generate(
+        **ids, max_new_tokens=12, do_sample=False, eos_token_id=None, stop_strings=[stop], tokenizer=tok
+    )[0, ids.input_ids.shape[1] :].tolist()
+    assert len(want) <= at + 1 < 12
+    out = dec.generate(
+        "stepgraph", max_new_tokens=12, eos_token_id=None, stop_strings=[stop], return_dict_in_generate=True
+    )
+    assert out.new_tokens == [want] and out.finish_reasons == ["stop_string"]
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_streamers_and_token_callbacks_get_every_token_as_it_comes(overlap, checkpoint):
+    model, tok = checkpoint
+    dec = hf_spec_decoder(model, model, max_requests=3, max_seq_len=96, attention="gather", tokenizer=tok)
+    prompts = ["The quick brown", "A draft proposes", "stepgraph"]
+    seen = {0: [], 1: [], 2: []}
+    calls = []
+
+    def on_tokens(i, tokens):
+        seen[i].extend(tokens)
+        calls.append(i)
+
+    out = dec.generate(prompts, max_new_tokens=10, on_tokens=on_tokens, overlap=overlap, return_dict_in_generate=True)
+    assert [seen[i] for i in range(3)] == out.new_tokens
+    assert len(calls) > 3  # the prefill's token, then each step's
+    streamer = transformers.TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+    text = dec.generate(prompts[0], max_new_tokens=10, streamer=streamer, overlap=overlap)
+    assert "".join(streamer) == text
+    ids = tok(prompts[0], return_tensors="pt")
+    hf_streamer = transformers.TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+    model.generate(**ids, max_new_tokens=10, do_sample=False, streamer=hf_streamer)
+    assert "".join(hf_streamer) == text
+    with pytest.raises(ValueError, match="a streamer takes one prompt"):
+        dec.generate(prompts, streamer=streamer)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [dict(temperature=0.7, top_k=20, top_p=0.8), dict(temperature=1.3, top_p=0.5), dict(temperature=0.6),
+     dict(top_k=5), dict(temperature=0.9, min_p=0.1), dict(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05)],
+    ids=str,
+)  # fmt: skip
+def test_a_configs_distribution_is_the_one_transformers_warpers_give(config, models):
+    """The distribution a generation config samples from, through stepgraph's sampling reference (which
+    the kernels equal), against the scores transformers' generate() samples from for the same config."""
+    from stepgraph.kernels.chain_sampling_ref import sampling_probs
+
+    target, _ = models
+    sp = sampling_params(generation_settings(transformers.GenerationConfig(do_sample=True, **config)))
+    ids = torch.tensor([p[:2] for p in PROMPTS])
+    out = target.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=1, output_scores=True,
+        output_logits=True, return_dict_in_generate=True, **config,
+    )  # fmt: skip
+    logits, want = out.logits[0], torch.softmax(out.scores[0], -1)  # the raw logits, what it sampled from
+    B = logits.shape[0]
+    full = lambda v: torch.full((B,), v)  # noqa: E731
+    got = sampling_probs(logits[:, None], full(sp.temperature), full(sp.top_k), full(sp.top_p), min_p=full(sp.min_p))
+    assert torch.equal(got[:, 0] > 0, want > 0)
+    torch.testing.assert_close(got[:, 0], want, rtol=1e-5, atol=1e-7)
