@@ -1,4 +1,5 @@
-"""Fakes shared by the CPU tests: a simulated graph backend and scripted memory readings."""
+"""Shared by the CPU tests: a simulated graph backend, scripted memory readings, and transformers' own
+greedy decode to compare with."""
 
 from __future__ import annotations
 
@@ -79,3 +80,12 @@ class SimulatedBackend:
     def release(self, captured) -> None:
         captured.clear()
         self.releases += 1
+
+
+def hf_greedy(target, prompt: list[int], n: int, **kw) -> list[int]:
+    """The new tokens of ``target.generate(do_sample=False)`` (a Hugging Face model) for one prompt."""
+    import torch
+
+    ids = torch.tensor([prompt], device=target.device)
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, **kw)
+    return out[0, len(prompt) :].tolist()

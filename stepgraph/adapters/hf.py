@@ -309,12 +309,38 @@ class HFCausalLM:
 
 
 class _AsDraft:
-    def __init__(self, lm: HFCausalLM) -> None:
+    """The draft model as the step calls a draft. Over a vocabulary padded to another size than the
+    target's: proposals come from the first ``min(Vd, Vt)`` logits (a target id), and a target token past
+    the draft's rows (padding beyond the tokenizer, never a real token) is read as the draft's last row."""
+
+    def __init__(self, lm: HFCausalLM, target_vocab: int) -> None:
         self.lm = lm
         self.hidden_size = lm.hidden_size
+        self.width = min(lm.vocab_size, target_vocab)
+        self.last_row = lm.vocab_size - 1 if lm.vocab_size < target_vocab else None
 
     def __call__(self, tokens, positions, hidden, cache_rows):
-        return self.lm(tokens, positions, cache_rows)
+        if self.last_row is not None:
+            tokens = tokens.clamp_max(self.last_row)
+        logits, hid = self.lm(tokens, positions, cache_rows)
+        return (logits if logits.shape[-1] == self.width else logits[..., : self.width]), hid
+
+
+def _check_vocabularies(tv: int, dv: int, tokenizer) -> None:
+    """Equal vocabularies, or two padded to different sizes over one tokenizer that both cover."""
+    if tv == dv:
+        return
+    if tokenizer is None:
+        raise ValueError(
+            f"target and draft vocabularies differ ({tv} vs {dv}); the draft must share the tokenizer. If both are "
+            "padded over one tokenizer to different sizes, pass tokenizer=... so the adapter can check they cover it"
+        )
+    n = len(tokenizer)
+    if n > min(tv, dv):
+        raise ValueError(
+            f"target and draft vocabularies differ ({tv} vs {dv}) and the tokenizer has {n} tokens, more than "
+            f"{min(tv, dv)}: they are not one vocabulary padded to two sizes"
+        )
 
 
 def hf_spec_decoder(
@@ -332,10 +358,12 @@ def hf_spec_decoder(
     compile: bool | str = False,
     generation_config=None,
     tokenizer=None,
+    logprobs: int | None = None,
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
-    vocabulary (e.g. ``LlamaForCausalLM``): its ``generate()`` takes what ``model.generate()`` takes and
-    defaults to the target's ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
+    vocabulary (e.g. ``LlamaForCausalLM``; or one tokenizer's, padded to two sizes, given ``tokenizer``):
+    its ``generate()`` takes what ``model.generate()`` takes and defaults to the target's
+    ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
 
     The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
     ``max_seq_len`` positions. ``eos_token_id``: by default the target's ``generation_config.eos_token_id``
@@ -344,15 +372,17 @@ def hf_spec_decoder(
     (module docstring). ``compile``: torch.compile the step's target and draft forwards inside the step
     graph (:class:`SpecDecoder`). ``generation_config``: the ``GenerationConfig`` its ``generate()``
     starts from (default: the target's; copied). ``tokenizer``: for text prompts and ``stop_strings``.
+    ``logprobs``: ``None``, or the alternatives per token (0..20) to report with each token's
+    log-probability (:class:`SpecDecoder`).
 
     Raises
     ------
     ValueError
-        For vocabularies that differ, a model the adapter cannot drive, or EOS ids outside the vocabulary.
+        For vocabularies that differ (other than one tokenizer's padded to two sizes, with ``tokenizer``), a
+        model the adapter cannot drive, or EOS ids outside the vocabulary.
     """
     tv, dv = target_model.config.vocab_size, draft_model.config.vocab_size
-    if tv != dv:
-        raise ValueError(f"target and draft vocabularies differ ({tv} vs {dv}); the draft must share the tokenizer")
+    _check_vocabularies(tv, dv, tokenizer)
     if generation_config is None:
         generation_config = getattr(target_model, "generation_config", None)
     generation = copy.deepcopy(generation_config)
@@ -381,7 +411,7 @@ def hf_spec_decoder(
         generation.eos_token_id = eos_token_id
     return HFSpecDecoder(
         target,
-        _AsDraft(draft),
+        _AsDraft(draft, tv),
         num_draft_tokens=num_draft_tokens,
         max_requests=max_requests,
         max_seq_len=max_seq_len,
@@ -397,4 +427,5 @@ def hf_spec_decoder(
         compile=compile,
         generation_config=generation,
         tokenizer=tokenizer,
+        logprobs=logprobs,
     )

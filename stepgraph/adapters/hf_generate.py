@@ -20,7 +20,8 @@
   prompt, as transformers allows) gets the prompt, then the tokens as they are accepted; ``on_tokens(i,
   tokens)`` gets every request's, in both loops.
 * **Why each stopped**: with ``return_dict_in_generate=True`` the result is a :class:`HFGenerateOutput`
-  with ``finish_reasons`` per request: ``"stop"`` (an EOS id), ``"length"`` or ``"stop_string"``.
+  with ``finish_reasons`` per request: ``"stop"`` (an EOS id), ``"length"`` or ``"stop_string"``, and the
+  tokens' log-probabilities when the decoder was built with ``logprobs=``.
 """
 
 from __future__ import annotations
@@ -60,12 +61,16 @@ class HFGenerateOutput:
     """What ``generate(..., return_dict_in_generate=True)`` returns.
 
     ``sequences``: what ``generate()`` returns without it (a tensor, id lists or text); ``new_tokens``:
-    each request's new ids; ``finish_reasons``: each request's ``"stop"``, ``"length"`` or ``"stop_string"``.
+    each request's new ids; ``finish_reasons``: each request's ``"stop"``, ``"length"`` or ``"stop_string"``;
+    with a decoder built with ``logprobs=n``, ``logprobs`` (each new token's, under the target's raw
+    distribution) and ``top_logprobs`` (its ``n`` alternatives, ``[(token, logprob), ...]``) per request.
     """
 
     sequences: Any
     new_tokens: list[list[int]]
     finish_reasons: list[str]
+    logprobs: list[list[float]] | None = None
+    top_logprobs: list[list[list[tuple[int, float]]]] | None = None
 
 
 def generation_settings(model_config, generation_config=None, **kwargs) -> dict[str, Any]:
@@ -255,7 +260,11 @@ class HFSpecDecoder(SpecDecoder):
         new = [r.output for r in requests]
         sequences = self._shaped(new, inputs, kind, settings, tokenizer)
         if settings.get("return_dict_in_generate"):
-            return HFGenerateOutput(sequences, new, [FINISH_REASONS[r.finish_reason] for r in requests])
+            reasons = [FINISH_REASONS[r.finish_reason] for r in requests]
+            if self.logprobs is None:
+                return HFGenerateOutput(sequences, new, reasons)
+            lps, tops = [r.logprobs for r in requests], [r.top_logprobs for r in requests]
+            return HFGenerateOutput(sequences, new, reasons, lps, tops)
         return sequences
 
     def _set_stops(self, requests: list[Request], settings: dict, tokenizer) -> None:

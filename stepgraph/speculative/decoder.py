@@ -82,6 +82,11 @@ class SpecDecoder:
         (``"aot_eager"``) picks another backend. Prefill runs the forwards as written. Compiled kernels
         round differently: greedy output can differ from the uncompiled decoder's (``STEPGRAPH_COMPILE=0``
         turns compiling off, so ``stepgraph bisect`` can name it). See :mod:`stepgraph.compile`.
+    logprobs:
+        ``None``, or the number of alternatives per token (0..20): every emitted token's log-probability
+        under the target's raw distribution, computed in the step graph, with that many most probable
+        alternatives; each :class:`Request` from :meth:`serve` holds them (``logprobs``, ``top_logprobs``).
+        See :mod:`stepgraph.speculative.scores`.
 
     Notes
     -----
@@ -111,6 +116,7 @@ class SpecDecoder:
         tp: TensorParallel | None = None,
         splice_stages: bool = False,
         compile: bool | str = False,
+        logprobs: int | None = None,
     ) -> None:
         self.target, self.draft = target, draft
         self.draft_lens, policy = draft_policy(num_draft_tokens)
@@ -147,10 +153,14 @@ class SpecDecoder:
             tp=tp,
             splice_stages=splice_stages,
             compile=compile,
+            logprobs=logprobs,
         )
+        self.logprobs = self.step.logprobs
         self.toggles = self.step.toggles
         self.slots = SlotAllocator(max_requests, self.step.relay)
-        prefill = Prefill(target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling)
+        prefill = Prefill(
+            target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling, logprobs=logprobs
+        )
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(
             self.step, self.slots, prefill, max_batch=max_batch, device=self.device, policy=policy

@@ -9,6 +9,7 @@ from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify
 from stepgraph.sampling import Sampling, SamplingParams, sampling_class
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
+from stepgraph.speculative.scores import token_scores
 from stepgraph.speculative.step import Draft, Target
 
 
@@ -16,15 +17,26 @@ class Prefill:
     """Runs a request's prompt through both models into its cache row and relay slot.
 
     ``kernels``: sample the first token with stepgraph's sampling kernel (the
-    ``two_launch_sampling`` piece), else with its torch reference.
+    ``two_launch_sampling`` piece), else with its torch reference. ``logprobs``: ``None``, or the
+    alternatives per token to score the first token with (:mod:`stepgraph.speculative.scores`).
     """
 
-    def __init__(self, target: Target, draft: Draft, relay: RelayState, device: torch.device, *, kernels: bool) -> None:
+    def __init__(
+        self,
+        target: Target,
+        draft: Draft,
+        relay: RelayState,
+        device: torch.device,
+        *,
+        kernels: bool,
+        logprobs: int | None = None,
+    ) -> None:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
-        self.kernels = kernels
+        self.kernels, self.logprobs = kernels, logprobs
 
-    def __call__(self, r: Request) -> int:
-        """Fill ``r``'s cache row and relay slot (``r`` holds both); returns its first token."""
+    def __call__(self, r: Request) -> tuple[int, tuple | None]:
+        """Fill ``r``'s cache row and relay slot (``r`` holds both); returns its first token and, with
+        ``logprobs``, that token's scores as :meth:`Request.append` takes them."""
         dev = self.device
         L = len(r.prompt)
         tokens = torch.tensor([r.prompt], dtype=torch.int64, device=dev)
@@ -48,7 +60,11 @@ class Prefill:
             offset=offset[0],
             **p.request_values(),
         )
-        return int(first.item())
+        scores = None
+        if self.logprobs is not None:
+            sc = token_scores(logits[:, -1:], first[:, None], self.logprobs)
+            scores = (sc.logprobs[0].tolist(), sc.top_ids[0].tolist(), sc.top_logprobs[0].tolist())
+        return int(first.item()), scores
 
     def first_token(
         self, logits: torch.Tensor, p: SamplingParams, seed: torch.Tensor, offset: torch.Tensor

@@ -21,7 +21,8 @@ class Request:
 
     ``on_tokens(tokens)`` is called with the tokens it takes, as it takes them (streaming); ``stop(output)``
     is asked after each token and ends the request when true (``finish_reason`` ``"stop"``). Both run on
-    the host, between steps."""
+    the host, between steps. With a decoder that reports log-probabilities, ``logprobs[i]`` is
+    ``output[i]``'s and ``top_logprobs[i]`` its alternatives, ``[(token, logprob), ...]``."""
 
     id: int
     prompt: list[int]
@@ -36,14 +37,22 @@ class Request:
     finish_reason: str | None = None  # "eos", "length" or "stop"
     on_tokens: Callable[[list[int]], None] | None = None
     stop: Callable[[list[int]], bool] | None = None
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
-    def append(self, tokens: Sequence[int]) -> None:
-        """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``."""
+    def append(self, tokens: Sequence[int], scores: tuple | None = None) -> None:
+        """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``.
+        ``scores``: ``(logprobs, top_ids, top_logprobs)`` of ``tokens``, host lists, kept for those taken."""
         start = len(self.output)
         if self.stop is None and start + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
             self.output.extend(tokens)  # the common case: no EOS among them, room after them
         else:
             self._take_until_finished(tokens)
+        if scores is not None:
+            taken = len(self.output) - start
+            logprobs, top_ids, top_logprobs = scores
+            self.logprobs.extend(logprobs[:taken])
+            self.top_logprobs.extend(list(zip(i, v)) for i, v in zip(top_ids[:taken], top_logprobs[:taken]))
         if self.on_tokens is not None and len(self.output) > start:
             self.on_tokens(self.output[start:])
 

@@ -28,14 +28,15 @@ from stepgraph.speculative.slots import SlotAllocator
 from stepgraph.speculative.step import ChainStep
 
 OnStep = Callable[[int], None]
+SCORES = ("logprobs", "top_ids", "top_logprobs")  # a step's outputs when it reports log-probabilities
 
 
 class Scheduler:
     """Runs requests to completion over a :class:`ChainStep`.
 
-    ``prefill(request) -> first token`` fills a request's cache row and relay slot. ``policy`` picks each
-    step's draft length (:mod:`stepgraph.speculative.draft_policy`; default: the step's first) and learns
-    from what each step accepted. ``record_step_events``
+    ``prefill(request) -> (first token, its scores or None)`` fills a request's cache row and relay slot.
+    ``policy`` picks each step's draft length (:mod:`stepgraph.speculative.draft_policy`; default: the
+    step's first) and learns from what each step accepted. ``record_step_events``
     records a (start, end) CUDA event pair around every step in ``step_events`` and every prefill in
     ``prefill_events`` (benchmarks: summed elapsed times are the device's busy time, whatever the host
     did in between).
@@ -62,7 +63,7 @@ class Scheduler:
         self._last_slots: list[int] | None = None
         self._last_batch: list[Request] | None = None  # the requests of the last step, and their class:
         self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
-        self._host_tokens: torch.Tensor | None = None
+        self._host: dict[tuple[str, int], torch.Tensor] = {}  # (output, turn) -> pinned [max_batch, width, ...]
         self._t0 = 0.0
 
     # ---- requests in and out ---------------------------------------------------------------------
@@ -71,8 +72,8 @@ class Scheduler:
         t0 = time.perf_counter()
         self.slots.take(r)
         with self._recorded(self.prefill_events):
-            first = self.prefill(r)
-        r.append([first])
+            first, scores = self.prefill(r)
+        r.append([first], scores)
         self.stats.prefill_seconds += time.perf_counter() - t0
 
     @contextlib.contextmanager
@@ -135,20 +136,36 @@ class Scheduler:
 
     def read_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """A step's tokens on the host: one copy into a reused pinned buffer, then wait for it."""
-        if tokens.device.type != "cuda":
-            return tokens
-        if self._host_tokens is None:
-            self._host_tokens = torch.empty((self.max_batch, self.width), dtype=torch.int64, pin_memory=True)
-        host = self._host_tokens[: tokens.shape[0], : tokens.shape[1]]
-        host.copy_(tokens, non_blocking=True)
-        torch.cuda.current_stream(tokens.device).synchronize()
+        return self.read_outputs({"tokens": tokens})["tokens"]
+
+    def read_outputs(self, out, turn: int = 0, wait: bool = True) -> dict[str, torch.Tensor]:
+        """A step's ``tokens`` (and its scores, when it reports them: ``logprobs``, ``top_ids``,
+        ``top_logprobs``) copied into reused pinned host buffers of ``turn`` (the overlapped loop
+        alternates two); waits for the copies unless ``wait`` is false. On the CPU: the tensors."""
+        names = ("tokens", *(n for n in SCORES if n in out))
+        if out["tokens"].device.type != "cuda" and wait:
+            return {n: out[n] for n in names}
+        host = {}
+        for n in names:
+            t = out[n]
+            buf = self._host.get((n, turn))
+            if buf is None:
+                shape = (self.max_batch, self.width, *t.shape[2:])
+                buf = self._host[(n, turn)] = torch.empty(shape, dtype=t.dtype, pin_memory=t.is_cuda)
+            host[n] = buf[: t.shape[0], : t.shape[1]]
+            host[n].copy_(t, non_blocking=True)
+        if wait and out["tokens"].is_cuda:
+            torch.cuda.current_stream(out["tokens"].device).synchronize()
         return host
 
-    def consume(self, batch: list[Request], tokens: torch.Tensor) -> list[Request]:
-        """Apply one step's tokens (``[B, K+1]`` on the host); return the requests that finished. The
-        policy learns what each live request accepted (``K + 1`` columns: K drafts)."""
+    def consume(self, batch: list[Request], tokens: torch.Tensor, scores: dict | None = None) -> list[Request]:
+        """Apply one step's tokens (``[B, K+1]`` on the host; ``scores``: the rest of :meth:`read_outputs`,
+        when the step reports them); return the requests that finished. The policy learns what each live
+        request accepted (``K + 1`` columns: K drafts)."""
         done, live, accepted = [], [], []
+        rows = zip(*(scores[n].tolist() for n in SCORES)) if scores and "logprobs" in scores else None
         for r, row in zip(batch, tokens.tolist(), strict=True):
+            row_scores = next(rows) if rows is not None else None
             if r.finished:  # overlapped loop: the extra step of a finished request
                 self.stats.discarded_steps += 1
                 continue
@@ -157,7 +174,7 @@ class Scheduler:
             self.stats.emitted += len(emitted)
             live.append(r)
             accepted.append(len(emitted) - 1)
-            r.append(emitted)
+            r.append(emitted, row_scores)
             if r.finished:
                 done.append(r)
         if live:
@@ -189,16 +206,15 @@ class Scheduler:
                 self._wait_for_arrival(pending)
                 continue
             batch = list(active)
-            out = self.launch(batch, on_step)
-            for r in self.consume(batch, self.read_tokens(out["tokens"])):
+            host = self.read_outputs(self.launch(batch, on_step))
+            for r in self.consume(batch, host["tokens"], host):
                 active.remove(r)
                 self.slots.give_back(r)
 
     def _loop_overlapped(self, pending: deque, on_step: OnStep | None) -> None:
         active: list[Request] = []
         cuda = self.device.type == "cuda"
-        pinned = [torch.empty((self.max_batch, self.width), dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
-        inflight = None  # (batch, its pinned tokens [B, K+1], event)
+        inflight = None  # (batch, its outputs on the host (tokens [B, K+1], ...), event)
         turn = 0
         waiting: list[tuple] = []  # (event, requests): frees pending on a step's completion
 
@@ -219,17 +235,15 @@ class Scheduler:
             if active:
                 batch = list(active)
                 out = self.launch(batch, on_step, drain=lambda: free_completed(block=True))
-                tokens = out["tokens"]
-                buf = pinned[turn % 2][: len(batch), : tokens.shape[1]]  # this step's [B, K+1]
+                buf = self.read_outputs(out, turn=1 + turn % 2, wait=False)  # this step's, copied as it ends
                 turn += 1
-                buf.copy_(tokens, non_blocking=True)
                 ev = torch.cuda.Event() if cuda else _Done()
                 ev.record()
                 current = (batch, buf, ev)
             if inflight is not None:
                 b, buf, ev = inflight
                 ev.synchronize()
-                finished = self.consume(b, buf)
+                finished = self.consume(b, buf["tokens"], buf)
                 for r in finished:
                     active.remove(r)
                 # the step just launched still reads their slots: free them when it completes

@@ -19,6 +19,7 @@ from typing import ClassVar
 import torch
 
 from stepgraph.sampling import Sampling
+from stepgraph.speculative.scores import Scores
 
 RelayFields = dict[str, torch.Tensor]  # a relay field name -> its [B, ...] rows
 
@@ -46,7 +47,8 @@ class Verified(StageResult):
     ``extend_tokens [B, K+1]``: the draft-extend input; ``num_accepted [B]``; ``accepted_row [B]``: the
     last accepted position's row among the verify's rows flattened over the batch; the target's
     ``hidden [B, K+1, D]`` and ``positions [B, K+1]``; ``next_token`` and ``next_seq_len`` ``[B]``: the
-    next step's state, written into the relay's outputs."""
+    next step's state, written into the relay's outputs; ``scores``: the tokens' log-probabilities when
+    the step reports them."""
 
     SHARED: ClassVar[tuple[str, ...]] = (
         "tokens",
@@ -65,6 +67,7 @@ class Verified(StageResult):
     positions: torch.Tensor
     next_token: torch.Tensor
     next_seq_len: torch.Tensor
+    scores: Scores | None = None
 
 
 @dataclass

@@ -31,6 +31,7 @@ from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling
 from stepgraph.speculative.pieces import Pieces
 from stepgraph.speculative.relay import RelayState
+from stepgraph.speculative.scores import check_top_logprobs, token_scores
 from stepgraph.speculative.stages import Drafted, Extended, Stage, StageResult, StepContext, Verified
 from stepgraph.speculative.tp import TensorParallel
 from stepgraph.splice import SpliceError, StageGraph, splice
@@ -81,6 +82,9 @@ class ChainStep:
         ``STEPGRAPH_COMPILE=0`` turns it off.
     before_replay:
         A per-key host hook for the models' backend (see :class:`~stepgraph.runner.StepGraphRunner`).
+    logprobs:
+        ``None``, or the top alternatives per token (0..20): the step also outputs each emitted token's
+        log-probability and the alternatives (:mod:`stepgraph.speculative.scores`).
     """
 
     def __init__(
@@ -101,8 +105,10 @@ class ChainStep:
         splice_stages: bool = False,
         compile: bool | str = False,
         before_replay=None,
+        logprobs: int | None = None,
     ) -> None:
         self.draft_lens = draft_lengths(num_draft_tokens)
+        self.logprobs = check_top_logprobs(logprobs)
         self.config = config or RunnerConfig()
         self.toggles = self.config.toggles
         self.device = torch.device(device)
@@ -190,7 +196,10 @@ class ChainStep:
             else:
                 self.run_stage(stage, ctx)
         v = ctx.verified
-        return {"tokens": v.tokens, "num_accepted": v.num_accepted}
+        out = {"tokens": v.tokens, "num_accepted": v.num_accepted}
+        if v.scores is not None:
+            out.update(logprobs=v.scores.logprobs, top_ids=v.scores.top_ids, top_logprobs=v.scores.top_logprobs)
+        return out
 
     # The stages: each reads the context and returns what it made.
     def _draft(self, ctx: StepContext) -> Drafted:
@@ -215,8 +224,17 @@ class ChainStep:
             v = self.pieces.greedy_verify(logits, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
         else:
             v = self.pieces.sampled_verify(logits, drafts, st, ctx.sampling, nxt["token"], nxt["seq_len"])
+        scores = token_scores(logits, v.tokens, self.logprobs) if self.logprobs is not None else None
         return Verified(
-            v.tokens, v.extend_tokens, v.num_accepted, v.accepted_row, hidden, positions, nxt["token"], nxt["seq_len"]
+            v.tokens,
+            v.extend_tokens,
+            v.num_accepted,
+            v.accepted_row,
+            hidden,
+            positions,
+            nxt["token"],
+            nxt["seq_len"],
+            scores,
         )
 
     def _extend(self, ctx: StepContext) -> Extended:
@@ -270,7 +288,8 @@ class ChainStep:
         ``draft_len`` draft tokens (one of :attr:`draft_lens`; default the first).
 
         Returns ``tokens [B, K+1]`` (accepted drafts, then the bonus/correction, then -1) and
-        ``num_accepted [B]``, valid until the next run.
+        ``num_accepted [B]``, and with ``logprobs`` also ``logprobs [B, K+1]``, ``top_ids`` and
+        ``top_logprobs`` ``[B, K+1, n]``; valid until the next run.
         """
         if slots is None:
             return self.runner.run(None, sampling, batch_size=batch_size, draft_len=draft_len)

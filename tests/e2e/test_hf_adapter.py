@@ -8,6 +8,7 @@ transformers = pytest.importorskip("transformers")
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
 from stepgraph.adapters import hf as hf_module  # noqa: E402
 from stepgraph.adapters.hf import HFCausalLM, hf_spec_decoder  # noqa: E402
+from tests.helpers import hf_greedy  # noqa: E402
 
 
 def llama(hidden, layers, heads, kv_heads, seed, vocab=256):
@@ -97,9 +98,31 @@ def test_target_as_its_own_draft_accepts_everything():
     assert dec.stats.mean_accept_len == pytest.approx(4.0)
 
 
-def test_vocabularies_must_match():
-    with pytest.raises(ValueError, match="vocabularies differ"):
+class _Tokens:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def test_vocabularies_must_match_or_pad_one_tokenizer():
+    with pytest.raises(ValueError, match="vocabularies differ.*pass tokenizer"):
         hf_spec_decoder(llama(32, 1, 2, 1, 0, vocab=256), llama(32, 1, 2, 1, 1, vocab=300))
+    with pytest.raises(ValueError, match="the tokenizer has 280 tokens, more than 256"):
+        hf_spec_decoder(llama(32, 1, 2, 1, 0, vocab=256), llama(32, 1, 2, 1, 1, vocab=300), tokenizer=_Tokens(280))
+
+
+@pytest.mark.parametrize("draft_vocab", [232, 300], ids=["draft-smaller", "draft-larger"])
+def test_vocabularies_padded_to_two_sizes_over_one_tokenizer(draft_vocab, monkeypatch):
+    """A Qwen2.5-7B / 0.5B-like pair: one tokenizer of 230 ids, the target padded to 256 rows, the draft to
+    fewer or more. Greedy output is the target's; the target's padding ids (its random weights emit
+    them) reach the draft as its last row, and the draft proposes target ids only."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    target, draft = llama(64, 2, 2, 1, seed=0), llama(32, 1, 2, 1, seed=1, vocab=draft_vocab)
+    dec = hf_spec_decoder(target, draft, max_requests=3, max_seq_len=64, attention="gather", tokenizer=_Tokens(230))
+    prompts = PROMPTS + [[250, 255, 240]]  # ids past the draft's rows
+    assert dec.generate(prompts, max_new_tokens=8) == [hf_greedy(target, p, 8) for p in prompts]
 
 
 def test_compiled_forwards_give_the_uncompiled_output():

@@ -9,6 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
 from stepgraph.adapters.hf import TESTED_FAMILIES, HFCausalLM, hf_spec_decoder  # noqa: E402
+from tests.helpers import hf_greedy  # noqa: E402
 
 SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4, max_position_embeddings=256)
 
@@ -80,10 +81,7 @@ def test_greedy_equals_generate(name):
     dec = hf_spec_decoder(target, draft, **size, num_draft_tokens=2, config=cfg, attention="gather")
     prompts = [PROMPT, [9, 8]]
     out = dec.generate(prompts, max_new_tokens=10)
-    for prompt, got in zip(prompts, out):
-        ids = torch.tensor([prompt])
-        ref = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False)
-        assert got == ref[0, len(prompt) :].tolist(), name
+    assert out == [hf_greedy(target, p, 10) for p in prompts], name
 
 
 def test_stopping_follows_the_generation_config():
@@ -93,10 +91,11 @@ def test_stopping_follows_the_generation_config():
     new = free[len(PROMPT) :].tolist()
     target.generation_config.eos_token_id = [new[7], new[3]]  # a list, as generation configs carry
     want = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)[0]
-    dec = hf_spec_decoder(target, draft, max_requests=2, max_seq_len=64, config=RunnerConfig(progress=False))
+    size = {"max_requests": 2, "max_seq_len": 64, "attention": "gather"}  # the stopping rule, not the attention
+    dec = hf_spec_decoder(target, draft, **size, config=RunnerConfig(progress=False))
     assert dec.eos_token_id == (new[7], new[3])
     assert dec.generate([PROMPT], max_new_tokens=12)[0] == want[len(PROMPT) :].tolist()
-    none = hf_spec_decoder(target, draft, max_requests=2, max_seq_len=64, eos_token_id=None)
+    none = hf_spec_decoder(target, draft, **size, eos_token_id=None)
     assert none.generate([PROMPT], max_new_tokens=12)[0] == new  # None: no early stop
 
 

@@ -9,6 +9,7 @@ transformers = pytest.importorskip("transformers")
 from stepgraph import SamplingParams  # noqa: E402
 from stepgraph.adapters.hf import hf_spec_decoder  # noqa: E402
 from stepgraph.adapters.hf_generate import HFGenerateOutput, generation_settings, sampling_params  # noqa: E402
+from tests.helpers import hf_greedy  # noqa: E402
 
 PROMPTS = [[5, 17, 99, 3], [42, 7, 7, 8, 200, 31], [1, 2]]
 
@@ -36,12 +37,6 @@ def models():
 def decoder(models, **kw):
     target, draft = models
     return hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, attention="gather", **kw)
-
-
-def hf_greedy(target, prompt, n, **kw):
-    ids = torch.tensor([prompt])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, **kw)
-    return out[0, len(prompt) :].tolist()
 
 
 def test_the_models_generation_config_is_honoured(models):
@@ -238,3 +233,22 @@ def test_a_configs_distribution_is_the_one_transformers_warpers_give(config, mod
     got = sampling_probs(logits[:, None], full(sp.temperature), full(sp.top_k), full(sp.top_p), min_p=full(sp.min_p))
     assert torch.equal(got[:, 0] > 0, want > 0)
     torch.testing.assert_close(got[:, 0], want, rtol=1e-5, atol=1e-7)
+
+
+def test_logprobs_are_those_of_generates_logits(models):
+    """With logprobs=2 the result carries each new token's log-probability and two alternatives, equal to
+    log_softmax of the logits transformers' generate() returns for the same greedy decode."""
+    target, _ = models
+    dec = decoder(models, logprobs=2)
+    out = dec.generate(PROMPTS[:2], max_new_tokens=7, eos_token_id=None, return_dict_in_generate=True)
+    for prompt, new, lps, tops in zip(PROMPTS, out.new_tokens, out.logprobs, out.top_logprobs):
+        ids = torch.tensor([prompt])
+        ref = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=7, do_sample=False,
+                              eos_token_id=None, output_logits=True, return_dict_in_generate=True)  # fmt: skip
+        assert new == ref.sequences[0, len(prompt) :].tolist()
+        want = torch.log_softmax(torch.cat(ref.logits).float(), -1)  # [7, V]
+        torch.testing.assert_close(
+            torch.tensor(lps), want.gather(-1, torch.tensor(new)[:, None])[:, 0], atol=1e-5, rtol=0
+        )
+        assert [[t for t, _ in top] for top in tops] == want.topk(2, -1).indices.tolist()
+    assert decoder(models).generate(PROMPTS[:1], max_new_tokens=2, return_dict_in_generate=True).logprobs is None

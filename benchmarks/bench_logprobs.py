@@ -1,0 +1,70 @@
+"""Cost of log-probabilities in the step: decode time per step of the example model's step graph (28
+layers, K = 3) through ``SpecDecoder.generate``, without them against ``logprobs=0`` (each token's own)
+and ``logprobs=20`` (with the top 20 alternatives), greedy, at B = 1, 8 and 32, in one run, the settings
+taking turns. The ratio to the decoder without them is what matters (target with top-20: <= 1.05x).
+
+    python benchmarks/bench_logprobs.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from _timing import add_smoke_flag, env_record, example_models, median, save, smoke
+from bench_sampling import step_ms
+
+from stepgraph import SamplingParams
+from stepgraph.speculative.decoder import SpecDecoder
+
+SETTINGS = {"none": None, "logprobs=0": 0, "logprobs=20": 20}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=3)
+    add_smoke_flag(ap)
+    args = ap.parse_args()
+    batches = (1, 8, 32)
+    if smoke(args):
+        args.tokens, args.rounds, batches = 4, 1, (1, 2)
+    target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
+    decoders = {
+        name: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), logprobs=n)
+        for name, n in SETTINGS.items()
+    }
+    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}
+    env = record["env"]
+    rows = [
+        f"# Log-probabilities in the step, {args.layers} layers, K = 3, greedy, {env['date']}, {env['gpu']}, "
+        f"torch {env['torch']}, triton {env['triton']}",
+        "",
+        "| B | " + " | ".join(SETTINGS) + " |",
+        "| --- |" + " --- |" * len(SETTINGS),
+    ]
+    for B in batches:
+        times: dict[str, list[float]] = {name: [] for name in SETTINGS}
+        device: dict[str, list[float]] = {name: [] for name in SETTINGS}
+        for _ in range(args.rounds):  # the settings take turns
+            for name, dec in decoders.items():
+                t, d = step_ms(dec, B, SamplingParams(), args.tokens, 1)
+                times[name].append(t)
+                device[name].append(d)
+        ms = {name: median(ts) for name, ts in times.items()}
+        dev = {name: median(ds) for name, ds in device.items()}
+        record["ms_per_step"][f"B={B}"] = {"wall": ms, "device": dev}
+        cells = [f"{ms[n]:.3f} ms ({ms[n] / ms['none']:.3f}x; device {dev[n]:.3f})" for n in SETTINGS]
+        rows.append(f"| {B} | " + " | ".join(cells) + " |")
+    rows += [
+        "",
+        f"Median of {args.rounds} rounds; ratios are to the decoder without log-probabilities in the same run. "
+        "Device: median CUDA-event time of one step.",
+    ]
+    print("\n".join(rows))
+    save(args.out, "logprobs", record, "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Log-probabilities of the emitted tokens (and the top alternatives), computed in the step: equal to the
+target's own log_softmax at each emitted token, for accepted drafts, bonus and prefill tokens alike."""
+
+import pytest
+import torch
+
+from stepgraph import SamplingParams
+from stepgraph.examples.model import build
+from stepgraph.speculative.decoder import SpecDecoder
+from stepgraph.speculative.scores import token_scores
+
+PROMPTS = [[5, 17, 99, 3], [42, 7], [1, 2, 3, 4, 5, 6, 7]]
+
+
+@pytest.fixture(autouse=True)
+def _torch_paths(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+def reference(target, prompt, output):
+    """log_softmax of the target's logits over prompt + output (one forward, a fresh cache row)."""
+    dev = target.device
+    seq = torch.tensor([prompt + output[:-1]], device=dev)
+    rows = torch.tensor([target.cfg.max_requests - 1], device=dev)
+    logits, _ = target(seq, torch.arange(seq.shape[1], device=dev)[None], rows)
+    return torch.log_softmax(logits[0, len(prompt) - 1 :].float(), -1)  # [len(output), V]
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=3)],
+                         ids=["greedy", "sampled"])  # fmt: skip
+def test_each_tokens_logprob_is_the_targets(overlap, k, sampling):
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=k, max_batch=2, logprobs=4)
+    requests = dec.make_requests(PROMPTS, [9, 5, 12], sampling)
+    dec.serve(requests, overlap=overlap)
+    for r in requests:
+        ref = reference(target, r.prompt, r.output)
+        assert len(r.logprobs) == len(r.top_logprobs) == len(r.output)
+        want = ref.gather(-1, torch.tensor(r.output)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(r.logprobs), want, rtol=0, atol=2e-5)
+        values, ids = ref.topk(4, -1)
+        assert [[t for t, _ in top] for top in r.top_logprobs] == ids.tolist()
+        torch.testing.assert_close(torch.tensor([[v for _, v in top] for top in r.top_logprobs]), values, atol=2e-5,
+                                   rtol=0)  # fmt: skip
+        if sampling.temperature == 0:
+            assert [top[0][0] for top in r.top_logprobs] == r.output  # greedy: the token is the most probable
+
+
+def test_no_logprobs_unless_asked_and_bad_counts_refused():
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft)
+    (r,) = dec.serve(dec.make_requests([PROMPTS[0]], 6))
+    assert r.logprobs == [] and r.top_logprobs == [] and len(r.output) == 6
+    for bad in (-1, 21, 2.5, True):
+        with pytest.raises(ValueError, match="logprobs must be None or the number of alternatives"):
+            SpecDecoder.for_example(target, draft, logprobs=bad)
+
+
+def test_zero_alternatives_and_the_cut_at_eos():
+    """logprobs=0: each token's own only; tokens past an EOS in a step are not kept, nor are their scores."""
+    target, draft = build("tiny")
+    free = SpecDecoder.for_example(target, draft).generate([PROMPTS[0]], max_new_tokens=10)[0]
+    dec = SpecDecoder.for_example(target, draft, logprobs=0, eos_token_id=free[4])
+    (r,) = dec.serve(dec.make_requests([PROMPTS[0]], 10))
+    assert r.output == free[: free.index(free[4]) + 1] and r.finish_reason == "eos"
+    assert len(r.logprobs) == len(r.output) and r.top_logprobs == [[] for _ in r.output]
+
+
+def test_token_scores_on_odd_rows():
+    """-inf entries, a -1 token, bfloat16 logits: each score is log_softmax's, in float32."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 2, 37, generator=g)
+    logits[0, 0, :30] = float("-inf")
+    tokens = torch.tensor([[31, -1], [0, 36], [5, 5]])
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = logits.to(dtype)
+        s = token_scores(x, tokens, 3)
+        ref = torch.log_softmax(x.float(), -1)
+        torch.testing.assert_close(
+            s.logprobs[tokens >= 0], ref.gather(-1, tokens.clamp_min(0)[..., None])[..., 0][tokens >= 0]
+        )
+        torch.testing.assert_close(s.top_logprobs, ref.topk(3, -1).values)
+        assert s.logprobs.dtype == torch.float32 and s.top_ids.dtype == torch.int64
