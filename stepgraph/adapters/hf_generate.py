@@ -111,12 +111,13 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
             continue
         if value is None or value == neutral.get(name) or value in ({}, [], False):
             continue
-        bad.append(f"{name}={value!r}")
+        off = f" (pass {name}={neutral[name]!r} to turn it off)" if neutral.get(name) is not None else ""
+        bad.append(f"{name}={value!r}{off}")
     if bad:
         raise ValueError(
-            f"generation settings the stepgraph adapter cannot honour: {', '.join(bad)}; unset them (in the "
-            "model's generation_config or the call) or use model.generate() for them. Repetition, presence and "
-            "frequency penalties, beams, min_new_tokens and scores are not implemented yet"
+            f"generation settings the stepgraph adapter cannot honour: {'; '.join(bad)}. Unset them in the model's "
+            "generation_config or override them in the call, or use model.generate() for them: repetition, "
+            "presence and frequency penalties, beams, min_new_tokens and scores are not implemented yet"
         )
 
 

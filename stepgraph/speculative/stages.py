@@ -6,8 +6,9 @@ identically (``SHARED``); the step broadcasts exactly those, from rank 0, after 
 The next step's state (what the relay carries) is what the stages write into ``StepContext.next``.
 
 The chain step's stages (:class:`~stepgraph.speculative.step.ChainStep`): draft (the K-1 draft steps),
-verify (the target over the K+1 positions, and acceptance), extend (the draft over the verified
-positions and the tail), then the relay's commit.
+verify (the target over the K+1 positions, and acceptance), scores (the emitted tokens'
+log-probabilities; only when the step reports them), extend (the draft over the verified positions and
+the tail), then the relay's commit.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class Verified(StageResult):
     ``extend_tokens [B, K+1]``: the draft-extend input; ``num_accepted [B]``; ``accepted_row [B]``: the
     last accepted position's row among the verify's rows flattened over the batch; the target's
     ``hidden [B, K+1, D]`` and ``positions [B, K+1]``; ``next_token`` and ``next_seq_len`` ``[B]``: the
-    next step's state, written into the relay's outputs; ``scores``: the tokens' log-probabilities when
-    the step reports them."""
+    next step's state, written into the relay's outputs; the target's ``logits [B, K+1, V]`` (for the
+    stages after)."""
 
     SHARED: ClassVar[tuple[str, ...]] = (
         "tokens",
@@ -67,7 +68,16 @@ class Verified(StageResult):
     positions: torch.Tensor
     next_token: torch.Tensor
     next_seq_len: torch.Tensor
-    scores: Scores | None = None
+    logits: torch.Tensor
+
+
+@dataclass
+class Scored(StageResult):
+    """The scores stage (with log-probabilities on): the emitted tokens' log-probabilities and their top
+    alternatives (:class:`~stepgraph.speculative.scores.Scores`), computed from the verify's tokens as
+    every rank holds them."""
+
+    scores: Scores
 
 
 @dataclass

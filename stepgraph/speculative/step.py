@@ -32,7 +32,7 @@ from stepgraph.sampling import Sampling
 from stepgraph.speculative.pieces import Pieces
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.scores import check_top_logprobs, token_scores
-from stepgraph.speculative.stages import Drafted, Extended, Stage, StageResult, StepContext, Verified
+from stepgraph.speculative.stages import Drafted, Extended, Scored, Stage, StageResult, StepContext, Verified
 from stepgraph.speculative.tp import TensorParallel
 from stepgraph.splice import SpliceError, StageGraph, splice
 from stepgraph.splice import support as splice_support
@@ -132,9 +132,11 @@ class ChainStep:
         self.pieces = Pieces(self.toggles, self.device, workspace)
         self._offsets = {k: torch.arange(k + 1, device=self.device) for k in self.draft_lens}  # [K+1] positions
         #: The step, as data: each stage a function of the context returning what it made.
+        scores = (Stage("scores", self._scores),) if self.logprobs is not None else ()
         self.stages: tuple[Stage, ...] = (
             Stage("draft", self._draft),
             Stage("verify", self._verify),
+            *scores,
             Stage("extend", self._extend),
             Stage("commit", self._commit, spliced=False),
         )
@@ -197,8 +199,10 @@ class ChainStep:
                 self.run_stage(stage, ctx)
         v = ctx.verified
         out = {"tokens": v.tokens, "num_accepted": v.num_accepted}
-        if v.scores is not None:
-            out.update(logprobs=v.scores.logprobs, top_ids=v.scores.top_ids, top_logprobs=v.scores.top_logprobs)
+        scored = ctx.results.get("scores")
+        if scored is not None:
+            sc = scored.scores
+            out.update(logprobs=sc.logprobs, top_ids=sc.top_ids, top_logprobs=sc.top_logprobs)
         return out
 
     # The stages: each reads the context and returns what it made.
@@ -224,7 +228,6 @@ class ChainStep:
             v = self.pieces.greedy_verify(logits, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
         else:
             v = self.pieces.sampled_verify(logits, drafts, st, ctx.sampling, nxt["token"], nxt["seq_len"])
-        scores = token_scores(logits, v.tokens, self.logprobs) if self.logprobs is not None else None
         return Verified(
             v.tokens,
             v.extend_tokens,
@@ -234,8 +237,13 @@ class ChainStep:
             positions,
             nxt["token"],
             nxt["seq_len"],
-            scores,
+            logits,
         )
+
+    def _scores(self, ctx: StepContext) -> Scored:
+        """The emitted tokens' log-probabilities and alternatives, after the verify's tokens are shared."""
+        v = ctx.verified
+        return Scored(token_scores(v.logits, v.tokens, self.logprobs))
 
     def _extend(self, ctx: StepContext) -> Extended:
         """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""

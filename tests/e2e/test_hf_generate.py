@@ -82,6 +82,16 @@ def test_a_setting_it_cannot_honour_is_refused_by_name(setting, models):
         decoder(models).generate(PROMPTS, **setting)
 
 
+def test_a_penalty_in_the_models_config_is_turned_off_in_the_call(models):
+    """Qwen2.5-Instruct ships repetition_penalty=1.05: the error says how to run without it, and that runs."""
+    target, _ = models
+    config = transformers.GenerationConfig(repetition_penalty=1.05, max_new_tokens=4)
+    dec = decoder(models, generation_config=config)
+    with pytest.raises(ValueError, match=r"repetition_penalty=1.05 \(pass repetition_penalty=1.0 to turn it off\)"):
+        dec.generate(PROMPTS)
+    assert dec.generate(PROMPTS, repetition_penalty=1.0) == [hf_greedy(target, p, 4) for p in PROMPTS]
+
+
 def test_bad_calls_say_what_to_change(models):
     dec = decoder(models)
     with pytest.raises(TypeError, match="no generation settings: top_q"):
