@@ -76,7 +76,7 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
         toggles = toggles.with_piece("tp_broadcast", opts.get("packed", True))  # the piece decides packing
         dec = SpecDecoder.for_example(
             target, draft, num_draft_tokens=opts.get("num_draft_tokens", K), max_batch=opts.get("batch", 4),
-            config=RunnerConfig(toggles=toggles, progress=False), tp=tp,
+            config=RunnerConfig(toggles=toggles, progress=False), tp=tp, logprobs=opts.get("logprobs"),
         )  # fmt: skip
         if opts.get("skew_times") and rank == 1:  # this rank's host measures every key far off from rank 0's
             measure = dec.runner.time_key
@@ -90,7 +90,10 @@ def worker(rank: int, world: int, port: int, out_dir: str, opts: dict) -> None:
             torch.cuda.synchronize()
         say("generate")
         t0 = time.perf_counter()
-        out = dec.generate(p, max_new_tokens=opts.get("max_new_tokens", 16))
+        requests = dec.serve(dec.make_requests(p, opts.get("max_new_tokens", 16)))
+        out = [r.output for r in requests]
+        record["logprobs"] = [r.logprobs for r in requests]
+        record["top1"] = [[list(top[0]) for top in r.top_logprobs if top] for r in requests]
         say("done")
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -43,6 +43,22 @@ def test_auto_draft_length_is_the_same_on_every_rank_whatever_each_host_measures
     assert r0["info"]["step_ms"] == r1["info"]["step_ms"]
 
 
+def test_log_probabilities_score_the_shared_tokens_on_every_rank(tmp_path):
+    """Rank 1's verify logits are perturbed, so its own argmax often differs from rank 0's token. Each rank
+    scores the tokens both emit (rank 0's) under its own logits: where a token is not the rank's own most
+    probable, its log-probability is below that one's; where it is, the two are equal."""
+    r0, r1 = _run(tmp_path, perturb=True, logprobs=1)
+    assert r0["outputs"] == r1["outputs"]
+    differ = 0
+    for rank in (r0, r1):
+        for out, lps, tops in zip(rank["outputs"], rank["logprobs"], rank["top1"]):
+            assert len(lps) == len(tops) == len(out)
+            for token, lp, (best, best_lp) in zip(out, lps, tops):
+                assert lp == pytest.approx(best_lp, abs=1e-5) if token == best else lp < best_lp - 1e-6
+                differ += token != best
+    assert differ > 0  # rank 1 scored tokens it would not have emitted
+
+
 def test_without_broadcast_the_perturbed_rank_diverges(tmp_path):
     r0, r1 = _run(tmp_path, perturb=True, tp=False)
     assert r0["outputs"] != r1["outputs"]  # the test above can fail
