@@ -315,7 +315,7 @@ class _AsDraft:
 
     def __init__(self, lm: HFCausalLM, target_vocab: int) -> None:
         self.lm = lm
-        self.hidden_size = lm.hidden_size
+        self.hidden_size, self.dtype = lm.hidden_size, lm.dtype
         self.width = min(lm.vocab_size, target_vocab)
         self.last_row = lm.vocab_size - 1 if lm.vocab_size < target_vocab else None
 
@@ -324,6 +324,26 @@ class _AsDraft:
             tokens = tokens.clamp_max(self.last_row)
         logits, hid = self.lm(tokens, positions, cache_rows)
         return (logits if logits.shape[-1] == self.width else logits[..., : self.width]), hid
+
+
+class _AsHead:
+    """An EAGLE-style head as the step calls a draft: it gets the target's hidden states (the LM head's
+    input, ``[B, T, D]``) and keeps its own cache; its proposals come from the first ``Vt`` logits."""
+
+    def __init__(self, head, target_vocab: int, dtype: torch.dtype) -> None:
+        size = getattr(head, "hidden_size", None)
+        if not callable(head) or not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise TypeError(
+                "draft must be a Hugging Face causal LM, or an EAGLE-style head: a callable head(tokens [B, T], "
+                "positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh]) "
+                f"with an int hidden_size (Dh); got {type(head).__name__}"
+            )
+        self.head, self.hidden_size, self.width = head, size, target_vocab
+        self.dtype = getattr(head, "dtype", dtype)
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        logits, hid = self.head(tokens, positions, hidden, cache_rows)
+        return (logits if logits.shape[-1] <= self.width else logits[..., : self.width]), hid
 
 
 def _check_vocabularies(tv: int, dv: int, tokenizer) -> None:
@@ -365,9 +385,13 @@ def hf_spec_decoder(
     its ``generate()`` takes what ``model.generate()`` takes and defaults to the target's
     ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
 
-    The draft is a plain draft model; both get a :class:`RowCache` of ``max_requests`` rows of
-    ``max_seq_len`` positions. ``eos_token_id``: by default the target's ``generation_config.eos_token_id``
-    (an id or a list, where ``generate()`` stops too); an id or a list of ids; ``None`` never stops early.
+    The draft is a plain draft model (an HF causal LM: both get a :class:`RowCache` of ``max_requests``
+    rows of ``max_seq_len`` positions), or an EAGLE-style head: a callable ``head(tokens [B, T], positions
+    [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int
+    ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own
+    cache of ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
+    ``generation_config.eos_token_id`` (an id or a list, where ``generate()`` stops too); an id or a list
+    of ids; ``None`` never stops early.
     ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"``
     (module docstring). ``compile``: torch.compile the step's target and draft forwards inside the step
     graph (:class:`SpecDecoder`). ``generation_config``: the ``GenerationConfig`` its ``generate()``
@@ -381,8 +405,10 @@ def hf_spec_decoder(
         For vocabularies that differ (other than one tokenizer's padded to two sizes, with ``tokenizer``), a
         model the adapter cannot drive, or EOS ids outside the vocabulary.
     """
-    tv, dv = target_model.config.vocab_size, draft_model.config.vocab_size
-    _check_vocabularies(tv, dv, tokenizer)
+    tv = target_model.config.vocab_size
+    is_lm = hasattr(getattr(draft_model, "config", None), "vocab_size")
+    if is_lm:
+        _check_vocabularies(tv, draft_model.config.vocab_size, tokenizer)
     if generation_config is None:
         generation_config = getattr(target_model, "generation_config", None)
     generation = copy.deepcopy(generation_config)
@@ -406,12 +432,12 @@ def hf_spec_decoder(
                 )
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention}
     target = HFCausalLM(target_model, **size)
-    draft = HFCausalLM(draft_model, **size)
+    draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
         generation.eos_token_id = eos_token_id
     return HFSpecDecoder(
         target,
-        _AsDraft(draft, tv),
+        draft,
         num_draft_tokens=num_draft_tokens,
         max_requests=max_requests,
         max_seq_len=max_seq_len,

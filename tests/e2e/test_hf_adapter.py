@@ -136,3 +136,34 @@ def test_compiled_forwards_give_the_uncompiled_output():
     assert dec.generate(PROMPTS, max_new_tokens=8) == plain
     info = dec.info()["compile"]
     assert info["target"]["compiles"] >= 1 and info["target"]["failures"] == info["draft"]["failures"] == 0
+
+
+class EagleHead(torch.nn.Module):
+    """A stateless EAGLE-style head over the target's embeddings and LM head: one projection of the token's
+    embedding and the feature (the target's hidden state, or its own last output)."""
+
+    def __init__(self, target) -> None:
+        super().__init__()
+        D = target.config.hidden_size
+        self.embed, self.lm_head = target.model.embed_tokens, target.lm_head
+        self.fc = torch.nn.Linear(2 * D, D)
+        self.hidden_size, self.seen = D, []
+
+    def forward(self, tokens, positions, hidden, cache_rows):
+        self.seen.append(hidden.detach().clone())
+        h = self.fc(torch.cat([self.embed(tokens), hidden], -1))
+        return self.lm_head(h), h
+
+
+def test_an_eagle_head_gets_the_targets_hidden_states(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    target = llama(64, 2, 2, 1, seed=0)
+    head = EagleHead(target)
+    dec = hf_spec_decoder(target, head, max_requests=3, max_seq_len=64, attention="gather")
+    assert dec.generate(PROMPTS, max_new_tokens=8) == [hf_greedy(target, p, 8) for p in PROMPTS]
+    with torch.no_grad():
+        want = target.model(torch.tensor([PROMPTS[0]])).last_hidden_state  # the LM head's input
+    torch.testing.assert_close(head.seen[0][:, 1:], want)  # prefill: the prompt's features, shifted by one
+    assert torch.equal(head.seen[0][:, 0], torch.zeros_like(want[:, 0]))
+    with pytest.raises(TypeError, match="an EAGLE-style head: a callable"):
+        hf_spec_decoder(target, object(), max_requests=3, max_seq_len=64)
