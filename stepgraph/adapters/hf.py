@@ -3,9 +3,9 @@
 Both models keep their weights; stepgraph gives each a static KV cache indexed by request row, with a
 position per row (:class:`RowCache`), and passes 4-D attention masks, so a forward over ``[B, T]``
 tokens at per-request positions is graph-safe. The masks are the model's own per layer: causal, or a
-sliding window where the model's layers have one (:mod:`stepgraph.adapters.hf_masks`; chunked, linear
-and recurrent layers are refused at construction). A plain draft model ignores the target's hidden
-states.
+sliding window or chunks where the model's layers have them (:mod:`stepgraph.adapters.hf_masks`;
+linear, recurrent and unknown layer types are refused at construction). A plain draft model ignores
+the target's hidden states; an EAGLE-style head gets them.
 
 Greedy policy: in float32 the speculative output equals the target's own greedy ``generate()`` token for
 token (tested on CPU). In bf16 on the GPU the verify forward (K+1 tokens) and a one-token decode use

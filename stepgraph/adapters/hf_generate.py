@@ -38,8 +38,6 @@ from stepgraph.sampling import SamplingParams
 from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.speculative.requests import Request, normalize_eos
 
-#: transformers' defaults for what a config leaves unset (``GenerationConfig._get_default_generation_params``)
-DEFAULTS: dict[str, Any] = {"max_length": 20, "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
 HONOURED = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "max_new_tokens", "max_length", "eos_token_id",
     "pad_token_id", "stop_strings", "return_dict_in_generate",
@@ -97,13 +95,15 @@ def generation_settings(model_config, generation_config=None, **kwargs) -> dict[
         raise TypeError(f"generate() got keywords that are no generation settings: {', '.join(unknown)}")
     merged.update({k: v for k, v in kwargs.items() if v is not None})
     _refuse_unservable(merged)
-    return {**DEFAULTS, **{k: v for k, v in merged.items() if k in HONOURED}}
+    defaults = _transformers_defaults()
+    return {
+        **{k: v for k, v in defaults.items() if k in HONOURED},
+        **{k: v for k, v in merged.items() if k in HONOURED},
+    }
 
 
 def _refuse_unservable(merged: dict[str, Any]) -> None:
-    from transformers import GenerationConfig
-
-    neutral = {**GenerationConfig().to_dict(), **_transformers_defaults()}
+    neutral = _transformers_defaults()
     beams = merged.get("num_beams") or 1
     bad = []
     for name, value in sorted(merged.items()):
@@ -123,10 +123,13 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
 
 @functools.cache
 def _transformers_defaults() -> dict[str, Any]:
+    """What transformers runs a setting at when no config sets it: ``GenerationConfig()``'s values (4.x),
+    overlaid by ``generate()``'s global defaults (5.x: ``max_length=20``, ``top_k=50``, ...)."""
     from transformers import GenerationConfig
 
     get = getattr(GenerationConfig, "_get_default_generation_params", None)
-    return dict(get()) if get is not None else {}
+    own = {k: v for k, v in GenerationConfig().to_dict().items() if v is not None}
+    return {**own, **(get() if get is not None else {})}
 
 
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:

@@ -167,14 +167,10 @@ def draft_policy(num_draft_tokens) -> tuple[tuple[int, ...], DraftPolicy]:
     if isinstance(num_draft_tokens, AutoDraftLength):
         return draft_lengths(num_draft_tokens.draft_lens), num_draft_tokens
     if isinstance(num_draft_tokens, Mapping):
-        policy = DraftSchedule(dict(num_draft_tokens))
-        return draft_lengths(sorted(set(policy.schedule.values()))), policy
-    if isinstance(num_draft_tokens, (FixedDraftLength, DraftSchedule)):
-        lens = (
-            (num_draft_tokens.draft_len,)
-            if isinstance(num_draft_tokens, FixedDraftLength)
-            else tuple(sorted(set(num_draft_tokens.schedule.values())))
-        )
-        return draft_lengths(lens), num_draft_tokens
+        num_draft_tokens = DraftSchedule(dict(num_draft_tokens))
+    if isinstance(num_draft_tokens, DraftSchedule):
+        return draft_lengths(sorted(set(num_draft_tokens.schedule.values()))), num_draft_tokens
+    if isinstance(num_draft_tokens, FixedDraftLength):
+        return draft_lengths((num_draft_tokens.draft_len,)), num_draft_tokens
     lens = draft_lengths(num_draft_tokens)
     return lens, FixedDraftLength(lens[0])
