@@ -90,6 +90,11 @@ def add_parser(sub) -> None:
         "--matmul", default="torch", choices=["torch", "triton"],
         help="the MLP's down projection: cuBLAS, or the Triton skinny matmul (few rows per step)",
     )  # fmt: skip
+    p.add_argument(
+        "--kv", default="rows", choices=["rows", "paged"],
+        help="the KV cache: a row of the whole length per request, or pages handed out as requests grow",
+    )  # fmt: skip
+    p.add_argument("--page-size", type=bounded_int(1, 4096), default=16, help="positions per page (--kv paged)")
     p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="an EAGLE head, or a copy of the target")
     p.add_argument(
         "--compile", action="store_true",
@@ -166,6 +171,7 @@ def _overrides(args) -> dict:
     o["max_requests"] = max(args.batch, 1)
     o["attention"] = args.attention
     o["matmul"] = args.matmul
+    o["kv"], o["page_size"] = args.kv, args.page_size
     return o
 
 
@@ -227,7 +233,8 @@ def _check_sizes(args, device: torch.device, dtype: torch.dtype) -> None:
     from stepgraph.examples.model import PRESETS
 
     cfg = replace(
-        PRESETS[args.preset], **{k: v for k, v in _overrides(args).items() if k not in ("attention", "matmul")}
+        PRESETS[args.preset],
+        **{k: v for k, v in _overrides(args).items() if k not in ("attention", "matmul", "kv", "page_size")},
     )
     longest_prompt = 16
     need = longest_prompt + args.max_new_tokens + 2 * (_max_k(args.k) + 1)

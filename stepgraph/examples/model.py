@@ -2,6 +2,8 @@
 
 Both keep a static KV cache indexed by *cache row* (one per request, plus a scratch row that padded
 batch rows write to), so a forward over ``[B, T]`` tokens is graph-safe: fixed shapes, no host syncs.
+What a row stands for is the cache's (:mod:`stepgraph.kv`): a row of ``max_seq_len`` positions
+(``kv="rows"``) or pages named by a block table (``kv="paged"``); the target and its draft share one.
 Weights are random but deterministic (a seeded generator); nothing is downloaded.
 
 The residual branches are scaled down (``residual_scale``) so each token's next-token prediction is
@@ -18,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from stepgraph.kernels import triton_interprets
-from stepgraph.kernels.decode_attention import decode_attention, fits
+from stepgraph.kernels.decode_attention import fits
 from stepgraph.kernels.skinny_matmul import skinny_matmul
+from stepgraph.kv import KVCache, PagedKV, RowKV
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,17 @@ class ModelConfig:
     #: cuBLAS splits the reduction and adds a second kernel; on the other projections cuBLAS was as fast
     #: or faster on the H200 (``bench_kernels.py --only matmul``). Prefill's many rows still go to torch.
     matmul: str = "torch"
+    #: "rows": a cache row of max_seq_len positions per request; "paged": pages of page_size positions
+    #: from a pool of num_pages (default: the rows' memory), named per request by a block table
+    kv: str = "rows"
+    page_size: int = 16
+    num_pages: int | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ("sdpa", "triton"):
             raise ValueError(f"attention must be 'sdpa' or 'triton', got {self.attention!r}")
+        if self.kv not in ("rows", "paged"):
+            raise ValueError(f"kv must be 'rows' or 'paged', got {self.kv!r}")
         if self.matmul not in ("torch", "triton"):
             raise ValueError(f"matmul must be 'torch' or 'triton', got {self.matmul!r}")
         if self.num_heads % self.num_kv_heads:
@@ -79,6 +89,13 @@ QWEN3_0_6B = ModelConfig(
 )
 
 PRESETS = {"tiny": ModelConfig(), "qwen3-0.6b": QWEN3_0_6B}
+
+
+def make_kv(cfg: ModelConfig, device) -> KVCache:
+    """The cache a config asks for: ``max_requests`` rows of ``max_seq_len`` positions, or pages."""
+    if cfg.kv == "paged":
+        return PagedKV(cfg.max_requests, cfg.max_seq_len, device, page_size=cfg.page_size, num_pages=cfg.num_pages)
+    return RowKV(cfg.max_requests, cfg.max_seq_len, device)
 
 
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -137,18 +154,17 @@ class _Layer:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
 
-    def __call__(self, x, rope, kv_cache, rows, positions, mask) -> torch.Tensor:
+    def __call__(self, x, rope, kv: KVCache, kv_cache, rows, positions, mask) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
         H, KVH = cfg.num_heads, cfg.num_kv_heads
         qkv = _project(_rms_norm(x, self.ln1), self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
         qk = _rope(qkv[:, :, : H + KVH], *rope)
-        kv = torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2)  # [B, T, 2, KVH, hd]
-        kv_cache[rows[:, None].expand(B, T), :, :, positions] = kv  # into the rows at their positions
+        kv.write(kv_cache, torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2), rows, positions)
         if mask is None:  # read the rows in place, up to each query's position
-            attn = decode_attention(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
+            attn = kv.attend(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
         else:
-            cached = kv_cache[rows]  # [B, 2, KVH, S, hd]
+            cached = kv.gather(kv_cache, rows)  # [B, 2, KVH, S, hd]
             q = qk[:, :, :H].transpose(1, 2)
             attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
             attn = attn.transpose(1, 2).reshape(B * T, -1)
@@ -160,20 +176,20 @@ class _Layer:
 class _Stack:
     """Embedding-free decoder stack with its own static KV cache and rotary tables.
 
-    The cache is one tensor per layer, ``kv_caches[i]`` ``[max_requests + 1, 2, KVH, S, hd]``, not slices
-    of one tensor: torch.compile then writes the new keys and values in place (a write into a slice of a
-    larger input is compiled as a copy of the whole tensor).
+    The cache is one tensor per layer, ``kv_caches[i]`` (``[max_requests + 1, 2, KVH, S, hd]`` rows, or
+    ``[num_pages + 1, 2, KVH, page_size, hd]`` pages), not slices of one tensor: torch.compile then writes
+    the new keys and values in place (a write into a slice of a larger input is compiled as a copy of the
+    whole tensor).
     """
 
-    def __init__(self, cfg: ModelConfig, num_layers: int, init: _Init) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: ModelConfig, num_layers: int, init: _Init, kv: KVCache) -> None:
+        self.cfg, self.kv = cfg, kv
         self.layers = [_Layer(cfg, init, cfg.residual_scale) for _ in range(num_layers)]
-        shape = (cfg.max_requests + 1, 2, cfg.num_kv_heads, cfg.max_seq_len, cfg.head_dim)
-        self.kv_caches = [torch.zeros(shape, device=init.device, dtype=init.dtype) for _ in range(num_layers)]
+        self.kv_caches = [kv.layer_cache(cfg.num_kv_heads, cfg.head_dim, init.dtype) for _ in range(num_layers)]
         half = torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim
         freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] / cfg.rope_theta**half
         self.cos, self.sin = freqs.cos(), freqs.sin()  # [S, hd/2]
-        self.key_pos = torch.arange(cfg.max_seq_len, device=init.device)
+        self.key_pos = torch.arange(kv.row_len, device=init.device)
 
     def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         rope = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
@@ -183,7 +199,7 @@ class _Stack:
         else:
             mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         for layer, kv_cache in zip(self.layers, self.kv_caches):
-            x = layer(x, rope, kv_cache, rows, positions, mask)
+            x = layer(x, rope, self.kv, kv_cache, rows, positions, mask)
         return x
 
 
@@ -192,10 +208,13 @@ class ExampleTarget:
 
     Shapes: tokens/positions ``[B, T]`` int64, cache_rows ``[B]`` int64 (``cfg.scratch_row`` for padding);
     returns logits ``[B, T, V]`` and the final hidden states (before the last norm) ``[B, T, D]``.
-    CUDA graph: safe (static cache, fixed shapes, no host syncs).
+    CUDA graph: safe (static cache, fixed shapes, no host syncs). ``kv``: the cache to share (a draft
+    model over the target's block table); by default the one ``cfg`` asks for (:func:`make_kv`).
     """
 
-    def __init__(self, cfg: ModelConfig = ModelConfig(), *, device="cpu", dtype=torch.float32) -> None:
+    def __init__(
+        self, cfg: ModelConfig = ModelConfig(), *, device="cpu", dtype=torch.float32, kv: KVCache | None = None
+    ) -> None:
         if cfg.attention == "triton" and torch.device(device).type != "cuda" and not triton_interprets():
             raise ValueError(
                 "attention='triton' runs Triton kernels: build on a CUDA device, or set TRITON_INTERPRET=1 to "
@@ -206,7 +225,8 @@ class ExampleTarget:
         self.embed = init.normal(cfg.vocab_size, cfg.hidden_size, std=1.0)
         self.lm_head = init.normal(cfg.hidden_size, cfg.vocab_size, std=1.0 / math.sqrt(cfg.hidden_size))
         self.norm = init.ones(cfg.hidden_size)
-        self.stack = _Stack(cfg, cfg.num_layers, init)
+        self.kv = make_kv(cfg, device) if kv is None else kv
+        self.stack = _Stack(cfg, cfg.num_layers, init, self.kv)
 
     @property
     def vocab_size(self) -> int:
@@ -249,7 +269,8 @@ class EagleDraft:
         fc = torch.cat([eye, torch.zeros(d, d, device=init.device)], 0) + init.normal(2 * d, d, std=0.02).float()
         self.fc = fc.to(target.dtype)
         self.norm = init.ones(d)
-        self.stack = _Stack(cfg, 1, init)
+        self.kv = target.kv
+        self.stack = _Stack(cfg, 1, init, target.kv)
 
     @property
     def hidden_size(self) -> int:
@@ -325,27 +346,33 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
     if draft == "eagle":
         return target, EagleDraft(target)
     if draft == "same":
-        return target, ModelDraft(ExampleTarget(cfg, device=device, dtype=dtype))
+        return target, ModelDraft(ExampleTarget(cfg, device=device, dtype=dtype, kv=target.kv))
     if draft.startswith("twin:"):
         try:
             acceptance = float(draft.removeprefix("twin:"))
         except ValueError:
             raise ValueError(f"draft {draft!r}: give twin:A with A an acceptance in [0, 1], e.g. twin:0.6") from None
-        return target, TwinDraft(ExampleTarget(cfg, device=device, dtype=dtype), acceptance)
+        return target, TwinDraft(ExampleTarget(cfg, device=device, dtype=dtype, kv=target.kv), acceptance)
     raise ValueError(f"draft must be 'eagle', 'same' or 'twin:A' (A in [0, 1]), got {draft!r}")
 
 
 def greedy_reference(
-    target: ExampleTarget, prompt: list[int], max_new_tokens: int, *, cache_row: int = 0, eos: int | None = None
+    target: ExampleTarget, prompt: list[int], max_new_tokens: int, *, eos: int | None = None
 ) -> list[int]:
-    """Plain greedy decoding of the target alone (no speculation), one token per forward."""
+    """Plain greedy decoding of the target alone (no speculation), one token per forward, in a cache row
+    taken from the target's cache for the call (none may be held by a running decoder's request)."""
     dev = target.device
-    rows = torch.tensor([cache_row], device=dev)
-    logits, _ = target(torch.tensor([prompt], device=dev), torch.arange(len(prompt), device=dev)[None], rows)
-    out = [int(torch.argmax(logits[0, -1]))]
-    pos = len(prompt)
-    while len(out) < max_new_tokens and (eos is None or out[-1] != eos):
-        logits, _ = target(torch.tensor([[out[-1]]], device=dev), torch.tensor([[pos]], device=dev), rows)
-        out.append(int(torch.argmax(logits[0, -1])))
-        pos += 1
+    n = len(prompt) + max_new_tokens
+    row = target.kv.admit(n, n)
+    try:
+        rows = torch.tensor([row], device=dev)
+        logits, _ = target(torch.tensor([prompt], device=dev), torch.arange(len(prompt), device=dev)[None], rows)
+        out = [int(torch.argmax(logits[0, -1]))]
+        pos = len(prompt)
+        while len(out) < max_new_tokens and (eos is None or out[-1] != eos):
+            logits, _ = target(torch.tensor([[out[-1]]], device=dev), torch.tensor([[pos]], device=dev), rows)
+            out.append(int(torch.argmax(logits[0, -1])))
+            pos += 1
+    finally:
+        target.kv.release(row)
     return out

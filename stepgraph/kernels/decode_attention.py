@@ -1,12 +1,17 @@
-"""Decode attention over row-indexed caches: reads each request's cache row in place, up to its length.
+"""Decode attention over a KV cache read in place, up to each request's length: a row per request
+(:func:`decode_attention`) or pages named by a block table (:func:`paged_attention`).
 
-Used by the example model (``attention="triton"``) and the Hugging Face adapter (``attention="rows"``).
+Used by the example model (``attention="triton"``, either layout) and the Hugging Face adapter
+(``attention="rows"``).
 A default attention gathers every request's whole cache row (``kv_cache[rows]``) and runs
 ``scaled_dot_product_attention`` over all ``max_seq_len`` positions under a mask, so a step costs what a
 decode at the full cache length costs. This kernel (flash-decoding with a fixed split of the sequence,
 so the grid does not depend on the lengths and the launch is graph-safe) reads keys and values through
 the row index and skips the blocks past each request's last visible position, as a serving engine's
 paged decode kernel does.
+
+The paged form is the same kernel with one more load per block of keys: the block table's entries for
+those positions (a page holds ``page_size`` consecutive positions of one request).
 
 It serves the decode and verify forwards (a few query tokens per request); prefill keeps SDPA. Results
 match SDPA to floating-point tolerance, not bit for bit (another reduction order); eager and graph
@@ -26,11 +31,13 @@ TARGET_PROGRAMS = 264  # about two per SM on an H200
 
 @triton.jit
 def _decode_attn_partial(
-    q_ptr, kv_ptr, rows_ptr, pos_ptr, acc_ptr, ml_ptr,
-    S, sq_b, sq_t, sq_h, skv_r, skv_kv, skv_h, skv_s, scale,
+    q_ptr, kv_ptr, rows_ptr, table_ptr, pos_ptr, acc_ptr, ml_ptr,
+    S, sq_b, sq_t, sq_h, skv_r, skv_kv, skv_h, skv_s, st_r, scale,
     T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr,
-    CHUNK: tl.constexpr, NSPLIT: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    CHUNK: tl.constexpr, NSPLIT: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PAGE: tl.constexpr,
 ):  # fmt: skip
+    # PAGE = 0: kv_ptr holds rows [R, 2, KVH, S, hd]; else pages [P, 2, KVH, PAGE, hd] and table_ptr the
+    # block table [R, S / PAGE] of page ids
     pid = tl.program_id(0)  # request * KVH + kv head
     split = tl.program_id(1)
     b = pid // KVH
@@ -44,7 +51,8 @@ def _decode_attn_partial(
     q = q.to(tl.float32)  # 16-bit inputs are exact in tf32, so the dots below lose nothing on q.k
     pos = tl.load(pos_ptr + b * T + t, mask=live, other=-1)
     last = tl.max(pos, 0)
-    base = kv_ptr + tl.load(rows_ptr + b) * skv_r + kvh * skv_h
+    row = tl.load(rows_ptr + b)
+    base = kv_ptr + row * skv_r + kvh * skv_h
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
     acc = tl.zeros([M, HD], tl.float32)
@@ -53,7 +61,12 @@ def _decode_attn_partial(
         if start + n0 <= last:  # blocks past every row's last visible position are skipped
             n = start + n0 + tl.arange(0, BLOCK_N)
             inside = ((n < S) & (n <= last))[:, None]  # never read past the last position (stale rows)
-            k = tl.load(base + n[:, None] * skv_s + d[None, :], mask=inside, other=0.0).to(tl.float32)
+            if PAGE:
+                page = tl.load(table_ptr + row * st_r + n // PAGE, mask=(n < S) & (n <= last), other=0)
+                at = kv_ptr + kvh * skv_h + page.to(tl.int64)[:, None] * skv_r + (n % PAGE)[:, None] * skv_s
+            else:
+                at = base + n[:, None] * skv_s
+            k = tl.load(at + d[None, :], mask=inside, other=0.0).to(tl.float32)
             if IEEE:
                 s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
             else:
@@ -63,7 +76,7 @@ def _decode_attn_partial(
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet stays at 0
             p = tl.exp(s - m_ref[:, None])
             alpha = tl.exp(m_i - m_ref)
-            v = tl.load(base + skv_kv + n[:, None] * skv_s + d[None, :], mask=inside, other=0.0).to(tl.float32)
+            v = tl.load(at + skv_kv + d[None, :], mask=inside, other=0.0).to(tl.float32)
             if IEEE:
                 pv = tl.dot(p, v, input_precision="ieee")
             else:
@@ -124,14 +137,47 @@ def decode_attention(
     """
     if torch.compiler.is_compiling():
         return torch.ops.stepgraph.decode_attention(q, kv_cache, rows, positions, scale)
-    return _launch(q, kv_cache, rows, positions, scale)
+    return _launch(q, kv_cache, rows, None, positions, scale)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    pages: torch.Tensor,
+    block_table: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of a few new tokens per request over its pages.
+
+    q ``[B, T, H, hd]`` (last dimension contiguous), pages ``[P, 2, KVH, page_size, hd]`` (keys, values; the
+    new tokens already written), block_table ``[R, max_pages]`` int32 (row ``r``'s entry ``j`` is the page
+    holding its positions ``j * page_size ..``), rows ``[B]`` int64 block-table rows, positions ``[B, T]``
+    int64. Only entries for positions up to each request's last are read. Returns ``[B, T, H, hd]``.
+    Through ``torch.ops.stepgraph.paged_attention`` under ``torch.compile``.
+    """
+    if torch.compiler.is_compiling():
+        return torch.ops.stepgraph.paged_attention(q, pages, block_table, rows, positions, scale)
+    return _launch(q, pages, rows, block_table, positions, scale)
 
 
 @torch.library.custom_op("stepgraph::decode_attention", mutates_args=())
 def _decode_attention_op(
     q: torch.Tensor, kv_cache: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    return _launch(q, kv_cache, rows, positions, scale)
+    return _launch(q, kv_cache, rows, None, positions, scale)
+
+
+@torch.library.custom_op("stepgraph::paged_attention", mutates_args=())
+def _paged_attention_op(
+    q: torch.Tensor,
+    pages: torch.Tensor,
+    block_table: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    return _launch(q, pages, rows, block_table, positions, scale)
 
 
 @_decode_attention_op.register_fake
@@ -139,11 +185,22 @@ def _(q, kv_cache, rows, positions, scale):
     return q.new_empty(q.shape)
 
 
-def _launch(q, kv_cache, rows, positions, scale) -> torch.Tensor:
+@_paged_attention_op.register_fake
+def _(q, pages, block_table, rows, positions, scale):
+    return q.new_empty(q.shape)
+
+
+def _launch(q, kv_cache, rows, block_table, positions, scale) -> torch.Tensor:
     B, T, H, HD = q.shape
     R, two, KVH, S, hd = kv_cache.shape
     if two != 2 or hd != HD or H % KVH or q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
         raise ValueError(f"q {tuple(q.shape)} and kv_cache {tuple(kv_cache.shape)} do not fit together")
+    page = 0
+    if block_table is not None:  # S was the page size: the sequence is the table's width of pages
+        if block_table.dim() != 2 or block_table.dtype != torch.int32 or block_table.stride(-1) != 1:
+            raise ValueError(f"block_table must be a [rows, max_pages] int32 tensor, got {block_table.dtype} "
+                             f"{tuple(block_table.shape)}")  # fmt: skip
+        page, S = S, S * block_table.shape[1]
     G = H // KVH
     if not fits(H, KVH, T):
         raise ValueError(f"{G} heads per KV head x {T} tokens exceeds {MAX_ROWS} query rows; use SDPA")
@@ -157,10 +214,12 @@ def _launch(q, kv_cache, rows, positions, scale) -> torch.Tensor:
     out = torch.empty(B, T, H, HD, dtype=q.dtype, device=dev)
     positions = positions.contiguous()
     ieee = q.dtype == torch.float32
+    table = rows if block_table is None else block_table  # an unread pointer for rows
+    st_r = 0 if block_table is None else block_table.stride(0)
     _decode_attn_partial[(B * KVH, nsplit)](
-        q, kv_cache, rows, positions, acc, ml,
-        S, q.stride(0), q.stride(1), q.stride(2), *kv_cache.stride()[:4], scale,
-        T=T, KVH=KVH, G=G, HD=HD, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee,
+        q, kv_cache, rows, table, positions, acc, ml,
+        S, q.stride(0), q.stride(1), q.stride(2), *kv_cache.stride()[:4], st_r, scale,
+        T=T, KVH=KVH, G=G, HD=HD, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee, PAGE=page,
     )  # fmt: skip
     _decode_attn_combine[(B * KVH, G * T)](
         acc, ml, out, out.stride(0), out.stride(1), out.stride(2), T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit
@@ -179,3 +238,27 @@ def reference_attention(
         q.float().transpose(1, 2), cached[:, 0], cached[:, 1], attn_mask=mask, scale=scale, enable_gqa=True
     )
     return o.transpose(1, 2)
+
+
+def gather_pages(pages: torch.Tensor, block_table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The requests' pages laid out as cache rows: pages ``[P, 2, KVH, page_size, hd]``, block_table
+    ``[R, max_pages]``, rows ``[B]`` -> ``[B, 2, KVH, max_pages * page_size, hd]``."""
+    g = pages[block_table[rows].long()]  # [B, max_pages, 2, KVH, page, hd]
+    B, n, two, KVH, page, hd = g.shape
+    return g.permute(0, 2, 3, 1, 4, 5).reshape(B, two, KVH, n * page, hd)
+
+
+def reference_paged_attention(
+    q: torch.Tensor,
+    pages: torch.Tensor,
+    block_table: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """:func:`paged_attention` through the pages gathered into rows and masked SDPA (float32). Positions
+    past each request's last are zeroed first: the entries behind them name pages the kernel never reads."""
+    cached = gather_pages(pages, block_table, rows)
+    past = torch.arange(cached.shape[3], device=q.device) > positions.amax(1)[:, None]  # [B, S]
+    cached = cached.masked_fill(past[:, None, None, :, None], 0)
+    return reference_attention(q, cached, torch.arange(len(rows), device=rows.device), positions, scale)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from stepgraph.config import RunnerConfig
+from stepgraph.kv import KVCache, RowKV
 from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling, SamplingParams, check_int64
 from stepgraph.speculative.draft_policy import AutoDraftLength, DraftPolicy, draft_policy
@@ -87,6 +88,10 @@ class SpecDecoder:
         under the target's raw distribution, computed in the step graph, with that many most probable
         alternatives; each :class:`Request` from :meth:`serve` holds them (``logprobs``, ``top_logprobs``).
         See :mod:`stepgraph.speculative.scores`.
+    kv_cache:
+        The models' KV cache (:mod:`stepgraph.kv`), which hands out cache rows (and pages) to requests:
+        a :class:`~stepgraph.kv.PagedKV` the models share, or by default a :class:`~stepgraph.kv.RowKV` of
+        ``max_requests`` rows. ``for_example`` passes the example models' own.
 
     Notes
     -----
@@ -117,6 +122,7 @@ class SpecDecoder:
         splice_stages: bool = False,
         compile: bool | str = False,
         logprobs: int | None = None,
+        kv_cache: KVCache | None = None,
     ) -> None:
         self.target, self.draft = target, draft
         self.draft_lens, policy = draft_policy(num_draft_tokens)
@@ -138,6 +144,12 @@ class SpecDecoder:
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
         self.seed = check_int64("seed", seed)
+        self.kv = RowKV(max_requests, max_seq_len, self.device) if kv_cache is None else kv_cache
+        if self.kv.num_rows < max_requests or self.kv.scratch_row != scratch_cache_row:
+            raise ValueError(
+                f"kv_cache has {self.kv.num_rows} rows and scratch row {self.kv.scratch_row}; the decoder needs "
+                f">= max_requests ({max_requests}) rows and scratch_cache_row {scratch_cache_row}"
+            )
         self.step = ChainStep(
             target,
             draft,
@@ -154,10 +166,11 @@ class SpecDecoder:
             splice_stages=splice_stages,
             compile=compile,
             logprobs=logprobs,
+            kv_cache=self.kv,
         )
         self.logprobs = self.step.logprobs
         self.toggles = self.step.toggles
-        self.slots = SlotAllocator(max_requests, self.step.relay)
+        self.slots = SlotAllocator(max_requests, self.step.relay, self.kv, margin=2 * (self.step.max_draft_len + 1))
         prefill = Prefill(
             target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling, logprobs=logprobs
         )
@@ -185,6 +198,7 @@ class SpecDecoder:
             hidden_dtype=target.dtype,
             scratch_cache_row=cfg.scratch_row,
             device=target.device,
+            kv_cache=target.kv,
             **kwargs,
         )
 
@@ -353,7 +367,7 @@ class SpecDecoder:
         params = [sampling] * n if isinstance(sampling, SamplingParams) else list(sampling)
         if len(limits) != n or len(params) != n:
             raise ValueError("give one max_new_tokens and one SamplingParams per prompt (or one for all)")
-        rules = RequestRules(self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos)
+        rules = RequestRules(self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos, self.kv)
         requests = [
             rules.make(self._next_id + i, p, m, sp) for i, (p, m, sp) in enumerate(zip(prompts, limits, params))
         ]
@@ -402,6 +416,7 @@ class SpecDecoder:
         times = {"step_ms": self.step_times()} if self._step_ms else {}
         return {
             **self.step.info(),
+            "kv": self.kv.info(),
             "generation": self.stats.as_dict(),
             "draft_policy": type(self.policy).__name__,
             **times,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from stepgraph.kv import KVCache
 from stepgraph.sampling import INT64_MAX, SamplingParams
 
 GREEDY = SamplingParams()
@@ -80,6 +81,7 @@ class GenerationStats:
     discarded_steps: int = 0  # overlapped loop: extra steps of requests that had already finished
     batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
     draft_len_steps: Counter = field(default_factory=Counter)  # K -> steps that drafted K tokens
+    stalled: int = 0  # request-steps sat out waiting for KV pages
 
     @property
     def mean_accept_len(self) -> float:
@@ -98,6 +100,7 @@ class GenerationStats:
             "discarded_steps": self.discarded_steps,
             "batch_changes": self.batch_changes,
             "draft_len_steps": {str(k): n for k, n in sorted(self.draft_len_steps.items())},
+            "stalled": self.stalled,
         }
 
 
@@ -110,6 +113,7 @@ class RequestRules:
     num_draft_tokens: int
     seed: int
     eos: tuple[int, ...]
+    kv: KVCache | None = None  # refuses what could never fit its pool
 
     def make(
         self, rid: int, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, params: SamplingParams
@@ -132,6 +136,8 @@ class RequestRules:
                 f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + 2*(K+1) = {need} exceeds max_seq_len "
                 f"{self.max_seq_len}; lower max_new_tokens or build the models with a longer cache"
             )
+        if self.kv is not None:
+            self.kv.check_fits(need)
         if params.seed is None:
             params = replace(params, seed=(self.seed * 1_000_003 + rid) % (INT64_MAX + 1))
         return Request(rid, prompt, int(max_new_tokens), params, self.eos)

@@ -9,6 +9,10 @@ the key changes as the batch shrinks and grows.
   late: a request that finished at step N also runs step N+1, whose output is discarded. A slot (and
   cache row) is reused only after every step that reads it has completed. On the CPU the same loop runs
   (its copies and events are synchronous), which is how it is tested without a GPU.
+
+With a paged KV cache a request joins once its prompt's pages can be had, and each step first asks for
+the pages its requests will write (:meth:`SlotAllocator.grow`); one that cannot have them now sits the
+step out (counted in ``stalled``) and runs again when others give pages back.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class Scheduler:
         self._last_batch: list[Request] | None = None  # the requests of the last step, and their class:
         self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
         self._host: dict[tuple[str, int], torch.Tensor] = {}  # (output, turn) -> pinned [max_batch, width, ...]
+        self._kv_inputs = step.kv is not None and bool(step.kv.buffers(max_batch, step.max_draft_len))
         self._t0 = 0.0
 
     # ---- requests in and out ---------------------------------------------------------------------
@@ -91,7 +96,9 @@ class Scheduler:
 
     def _admit_waiting(self, pending: deque, active: list[Request]) -> None:
         now = time.perf_counter() - self._t0
-        while pending and len(active) < self.max_batch and self.slots.available() and pending[0].arrival <= now:
+        while (
+            pending and len(active) < self.max_batch and pending[0].arrival <= now and self.slots.can_take(pending[0])
+        ):
             r = pending.popleft()
             self.admit(r)
             if r.finished:  # one token was enough
@@ -122,13 +129,15 @@ class Scheduler:
             draft_len = self.policy.choose(batch, key.batch_size if key is not None else len(batch))
         self.stats.draft_len_steps[draft_len] += 1
         slots = [r.slot for r in batch]
+        changed = slots != self._last_slots
+        kv_inputs = self.slots.kv.step_inputs([r.cache_row for r in batch], changed) if self._kv_inputs else None
         if on_step is not None:
             on_step(len(batch))
         with self._recorded(self.step_events):
-            if slots == self._last_slots:
-                out = self.step.run(None, sampling, batch_size=len(batch), draft_len=draft_len)
+            if not changed:
+                out = self.step.run(None, sampling, batch_size=len(batch), draft_len=draft_len, kv_inputs=kv_inputs)
             else:
-                out = self.step.run(slots, sampling, draft_len=draft_len)  # the list itself: no tensor is made
+                out = self.step.run(slots, sampling, draft_len=draft_len, kv_inputs=kv_inputs)  # no tensor is made
                 self._last_slots = slots
                 self.stats.batch_changes += 1
         self.stats.steps += 1
@@ -184,6 +193,18 @@ class Scheduler:
             forget(r)
         return done
 
+    def runnable(self, active: list[Request], drain: Callable[[], None] | None = None) -> list[Request]:
+        """The requests of ``active`` that get room for their next step (the rest sit it out). When none
+        does, ``drain`` gives back the pages of finished requests whose last step is in flight first."""
+        batch = self.slots.grow(list(active))
+        if not batch and drain is not None:
+            drain()
+            batch = self.slots.grow(list(active))
+        if not batch:
+            raise RuntimeError(f"no request of {len(active)} can have pages for its next step; {self.slots.kv.info()}")
+        self.stats.stalled += len(active) - len(batch)
+        return batch
+
     # ---- loops -------------------------------------------------------------------------------------
     def run(self, requests: list[Request], *, overlap: bool, on_step: OnStep | None = None) -> None:
         """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed.
@@ -205,7 +226,7 @@ class Scheduler:
             if not active:
                 self._wait_for_arrival(pending)
                 continue
-            batch = list(active)
+            batch = self.runnable(active)
             host = self.read_outputs(self.launch(batch, on_step))
             for r in self.consume(batch, host["tokens"], host):
                 active.remove(r)
@@ -233,7 +254,7 @@ class Scheduler:
                 continue
             current = None
             if active:
-                batch = list(active)
+                batch = self.runnable(active, drain=lambda: free_completed(block=True))
                 out = self.launch(batch, on_step, drain=lambda: free_completed(block=True))
                 buf = self.read_outputs(out, turn=1 + turn % 2, wait=False)  # this step's, copied as it ends
                 turn += 1
@@ -265,8 +286,8 @@ class Scheduler:
             return
         if drain is not None:
             drain()
-        if not self.slots.available():
-            raise RuntimeError("no relay slot or cache row is free while no request runs")
+        if not self.slots.can_take(pending[0]):
+            raise RuntimeError(f"no room for a request while none runs: {self.slots.kv.info()}")
 
 
 class _Done:

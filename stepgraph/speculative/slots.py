@@ -1,5 +1,9 @@
 """Relay slots and cache rows: which request holds which, and handing them back.
 
+Cache rows (and, with pages, the positions behind them) come from the decoder's KV cache
+(:mod:`stepgraph.kv`): a request is admitted with room for its prompt and first step, and a row's
+pages go back with it.
+
 Slot 0 is handed out last: a batch of one reads and writes it through views (no gather, no store), so a
 lone request is moved there once. A slot is cleared (pad values, scratch cache row) when it comes back;
 clears are stream-ordered after every step already launched.
@@ -12,43 +16,67 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from stepgraph.kv import KVCache
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
 
 
 class SlotAllocator:
-    """The free relay slots (``max_requests + 1``) and cache rows (``max_requests``) of a decoder."""
+    """The free relay slots (``max_requests + 1``) and the cache rows (from ``kv``) of a decoder.
 
-    def __init__(self, max_requests: int, relay: RelayState) -> None:
-        self.max_requests, self.relay = max_requests, relay
+    ``margin``: positions a request holds beyond its tokens (a step's writes, one step ahead).
+    """
+
+    def __init__(self, max_requests: int, relay: RelayState, kv: KVCache, margin: int) -> None:
+        self.max_requests, self.relay, self.kv, self.margin = max_requests, relay, kv, margin
         self._free_slots = list(range(1, max_requests + 1)) + [0]
-        self._free_rows = list(range(max_requests))
 
     @property
     def in_use(self) -> tuple[int, int]:
         """``(slots, cache rows)`` held by requests."""
-        return self.max_requests + 1 - len(self._free_slots), self.max_requests - len(self._free_rows)
+        return self.max_requests + 1 - len(self._free_slots), self.max_requests - self.kv.free_rows()
 
     def available(self) -> bool:
-        return bool(self._free_slots and self._free_rows)
+        return bool(self._free_slots) and self.kv.free_rows() > 0
 
     def free(self) -> int:
-        """How many more requests can be given a slot and a cache row."""
-        return min(len(self._free_slots), len(self._free_rows))
+        """How many more requests can be given a slot and a cache row (pages aside)."""
+        return min(len(self._free_slots), self.kv.free_rows())
+
+    def positions(self, r: Request) -> int:
+        """The positions ``r`` needs held before its next step: its tokens and the margin."""
+        return min(len(r.prompt) + max(len(r.output), 1) + self.margin, self.worst(r))
+
+    def worst(self, r: Request) -> int:
+        """The positions ``r`` may come to hold: its prompt, ``max_new_tokens`` and the margin."""
+        return len(r.prompt) + r.max_new_tokens + self.margin
+
+    def can_take(self, r: Request) -> bool:
+        """Whether ``r`` can be admitted now (a free slot, a cache row and room for its prompt)."""
+        return bool(self._free_slots) and self.kv.can_admit(self.positions(r), self.worst(r))
 
     def take(self, r: Request) -> None:
-        """Give ``r`` a slot and a cache row (refused, taking nothing, when none is free)."""
-        if not self.available():
-            raise ValueError(f"no relay slot or cache row is free: all {self.max_requests} are held by requests")
-        r.slot, r.cache_row = self._free_slots.pop(0), self._free_rows.pop(0)
+        """Give ``r`` a slot and a cache row with room for its prompt (refused, taking nothing, when
+        there is none)."""
+        if not self._free_slots:
+            raise ValueError(f"no relay slot is free: all {self.max_requests} are held by requests")
+        r.cache_row = self.kv.admit(self.positions(r), self.worst(r))
+        r.slot = self._free_slots.pop(0)
+
+    def grow(self, batch: list[Request]) -> list[Request]:
+        """Room for the next step of each request of ``batch``; returns those that got it (the others sit
+        this step out, keeping what they hold)."""
+        if not self.kv.grows:
+            return batch
+        granted = self.kv.reserve([(r.cache_row, self.positions(r)) for r in batch])
+        return batch if all(granted) else [r for r, ok in zip(batch, granted) if ok]
 
     def give_back(self, r: Request) -> None:
         """Take back whatever ``r`` holds (slot cleared); ``r`` then holds nothing."""
         if r.slot >= 0:
             self._retire_slot(r.slot)
         if r.cache_row >= 0:
-            self._free_rows.append(r.cache_row)
-            self._free_rows.sort()
+            self.kv.release(r.cache_row)
         r.slot = r.cache_row = -1
 
     def give_back_all(self, requests: Iterable[Request], device: torch.device) -> None:

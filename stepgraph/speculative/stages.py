@@ -13,7 +13,7 @@ the tail), then the relay's commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -92,8 +92,8 @@ class Extended(StageResult):
 @dataclass
 class StepContext:
     """One step of one key: the batch, its sampling class and draft length, the requests' gathered relay
-    rows (``state``), where the next step's state goes (``next``), their slots, and each stage's result
-    by name."""
+    rows (``state``), where the next step's state goes (``next``), their slots, the step's input buffers
+    (``inputs``, ``[batch, ...]`` views) and each stage's result by name."""
 
     batch: int
     sampling: Sampling
@@ -101,6 +101,7 @@ class StepContext:
     state: RelayFields
     next: RelayFields
     slots: torch.Tensor | None = None  # [>= batch] the requests' relay slots (the commit's destinations)
+    inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the step's static input buffers
     results: dict[str, StageResult] = field(default_factory=dict)
 
     @property

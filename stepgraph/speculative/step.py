@@ -9,10 +9,14 @@ Per request, with state (token ``t`` at position ``s``, first draft ``d_1``, dra
    states, then the tail: row ``n`` gives the next step's ``d_1`` and feature;
 4. commit: next state (bonus, next ``d_1``, feature, ``s + n + 1``, random offset) into the request's slot.
 
+With a KV cache that keeps metadata of its own (a paged cache's block table, :mod:`stepgraph.kv`), a
+first stage, ``kv``, brings it up to date from the step's inputs before any forward reads it.
+
 The stages are data (:mod:`stepgraph.speculative.stages`). K is part of each key: a step built for
 several draft lengths captures each, and K = 0 is plain decoding (the target over ``[t]``, its sampling,
 and the draft over that one position, so the draft's cache and the relay stay current for any K next).
-Everything stays on the device; the only per-step host input is the batch's slot list.
+Everything stays on the device; the per-step host inputs are the batch's slot list and, with pages,
+the entries handed out since the step before (both in the one copy launch).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from stepgraph.buffers import Buffer
 from stepgraph.compile import CompiledForward, backend_name
 from stepgraph.config import RunnerConfig
 from stepgraph.keys import GraphKey, draft_lengths
+from stepgraph.kv import KVCache
 from stepgraph.outputs import StepOutputs
 from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling
@@ -85,6 +90,9 @@ class ChainStep:
     logprobs:
         ``None``, or the top alternatives per token (0..20): the step also outputs each emitted token's
         log-probability and the alternatives (:mod:`stepgraph.speculative.scores`).
+    kv_cache:
+        The models' cache when it keeps device metadata that the step must update (a
+        :class:`~stepgraph.kv.PagedKV`): its buffers join the step's inputs and its ``apply`` runs first.
     """
 
     def __init__(
@@ -106,6 +114,7 @@ class ChainStep:
         compile: bool | str = False,
         before_replay=None,
         logprobs: int | None = None,
+        kv_cache: KVCache | None = None,
     ) -> None:
         self.draft_lens = draft_lengths(num_draft_tokens)
         self.logprobs = check_top_logprobs(logprobs)
@@ -133,14 +142,18 @@ class ChainStep:
         self._offsets = {k: torch.arange(k + 1, device=self.device) for k in self.draft_lens}  # [K+1] positions
         #: The step, as data: each stage a function of the context returning what it made.
         scores = (Stage("scores", self._scores),) if self.logprobs is not None else ()
+        self.kv = kv_cache
+        kv_buffers = kv_cache.buffers(max_batch, self.max_draft_len) if kv_cache is not None else {}
+        kv_stage = (Stage("kv", self._apply_kv, spliced=False),) if kv_buffers else ()
         self.stages: tuple[Stage, ...] = (
+            *kv_stage,
             Stage("draft", self._draft),
             Stage("verify", self._verify),
             *scores,
             Stage("extend", self._extend),
             Stage("commit", self._commit, spliced=False),
         )
-        buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1)}
+        buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1), **kv_buffers}
         self._spliced: dict[GraphKey, dict[str, StageGraph]] = {}
         if splice_stages:
             ok, why = splice_support()
@@ -187,6 +200,7 @@ class ChainStep:
         self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling, draft_len: int
     ) -> dict[str, torch.Tensor]:
         ctx = self.context(buf["slots"], batch, sampling, draft_len)
+        ctx.inputs = buf
         spliced = self._spliced.get(GraphKey(batch, sampling, draft_len))
         for stage in self.stages:
             if spliced is not None and stage.spliced:  # splice the stage's graph; the glue is captured here
@@ -206,6 +220,11 @@ class ChainStep:
         return out
 
     # The stages: each reads the context and returns what it made.
+    def _apply_kv(self, ctx: StepContext) -> StageResult:
+        """The cache's metadata (a paged cache's block-table entries) from the step's inputs, on the device."""
+        self.kv.apply(ctx.inputs, ctx.state["cache_row"])
+        return StageResult()
+
     def _draft(self, ctx: StepContext) -> Drafted:
         """K-1 topk-1 draft steps from the first draft token and feature in the relay (none for K <= 1)."""
         st, K = ctx.state, ctx.draft_len
@@ -290,18 +309,25 @@ class ChainStep:
         *,
         batch_size: int | None = None,
         draft_len: int | None = None,
+        kv_inputs: dict | None = None,
     ) -> StepOutputs:
         """One step for the requests in ``slots`` (``[B]``, a tensor or a list of ints, which goes into the
         copy-in's pinned buffer without becoming a tensor; ``None`` = the same slots as the last run), with
-        ``draft_len`` draft tokens (one of :attr:`draft_lens`; default the first).
+        ``draft_len`` draft tokens (one of :attr:`draft_lens`; default the first). ``kv_inputs``: the
+        cache's step inputs (:meth:`KVCache.step_inputs`), copied in the same launch; given whenever the
+        slots are.
 
         Returns ``tokens [B, K+1]`` (accepted drafts, then the bonus/correction, then -1) and
         ``num_accepted [B]``, and with ``logprobs`` also ``logprobs [B, K+1]``, ``top_ids`` and
         ``top_logprobs`` ``[B, K+1, n]``; valid until the next run.
         """
         if slots is None:
+            if kv_inputs:
+                return self.runner.run(kv_inputs, sampling, draft_len=draft_len)
             return self.runner.run(None, sampling, batch_size=batch_size, draft_len=draft_len)
-        return self.runner.run({"slots": slots}, sampling, draft_len=draft_len)
+        return self.runner.run(
+            {"slots": slots, **kv_inputs} if kv_inputs else {"slots": slots}, sampling, draft_len=draft_len
+        )
 
     def warmup(
         self, max_running_requests: int | None = None, sampling: Sampling | str | Iterable | None = None

@@ -1,0 +1,245 @@
+"""The paged layout: pages of ``page_size`` positions from one pool, a block table per request.
+
+Row ``r`` of the block table (``[num_rows + 1, max_pages + 1]`` int32, on the device) names the pages that
+hold request ``r``'s positions: entry ``j`` holds positions ``j * page_size ..``. Entries not handed out,
+and the whole scratch row, name the scratch page (``num_pages``), which padded batch rows write. The last
+column is a trash column that no position reaches: masked-off updates land there.
+
+**Host side.** A request is admitted with the pages of its prompt and first step, then ``reserve`` hands
+out pages as it grows (the positions the next step writes; the overlapped loop asks one step ahead).
+Admission and growth keep the pool *safe* (the banker's rule): in some order every request can run to
+its worst case (prompt + ``max_new_tokens`` + the draft margin) with the pages the ones before it give
+back. A grant that would leave the pool unsafe is withheld and the request sits a step out; a request
+that cannot get its prompt's pages waits in the queue. Nothing is evicted and nothing deadlocks: in a
+safe pool the request first in that order can always grow.
+
+**On the device.** The table row of a newly admitted request is uploaded at admission (stream-ordered, it
+waits for nothing). Pages handed out while serving travel with the step's inputs: the static buffer
+``kv_pages [max_batch, W]`` (``(j << 32) | page`` per new entry, -1 for none) is filled by the runner's
+copy-in in the step's one launch, and :meth:`PagedKV.apply`, the step's first stage, writes them into the
+table. A buffer left in place is applied again by the next replay: its entries are still the table's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from stepgraph.buffers import Buffer
+from stepgraph.kernels.decode_attention import gather_pages, paged_attention
+
+NO_UPDATE = -1
+
+
+class PagedKV:
+    """A paged KV cache for ``num_rows`` requests at once, ``num_pages`` pages of ``page_size`` positions.
+
+    Parameters
+    ----------
+    num_rows:
+        Requests held at once (block-table rows; the scratch row is ``num_rows``).
+    max_seq_len:
+        Positions per request at most (the table's width is ``ceil(max_seq_len / page_size)`` pages).
+    page_size:
+        Positions per page (default 16).
+    num_pages:
+        Pages in the pool (default: ``num_rows * max_pages``, the memory of a row per request).
+
+    Model-side tensors: ``[num_pages + 1, 2, KVH, page_size, hd]`` per layer (the last page is scratch).
+    """
+
+    kind = "paged"
+    grows = True
+
+    def __init__(
+        self,
+        num_rows: int,
+        max_seq_len: int,
+        device: torch.device | str = "cpu",
+        *,
+        page_size: int = 16,
+        num_pages: int | None = None,
+    ) -> None:
+        if num_rows < 1 or max_seq_len < 1 or page_size < 1:
+            raise ValueError(
+                f"PagedKV needs num_rows, max_seq_len and page_size >= 1, got {num_rows}, {max_seq_len}, {page_size}"
+            )
+        self.num_rows, self.max_seq_len, self.page_size = num_rows, max_seq_len, page_size
+        self.device = torch.device(device)
+        self.max_pages = math.ceil(max_seq_len / page_size)
+        self.num_pages = num_rows * self.max_pages if num_pages is None else int(num_pages)
+        if self.num_pages < 1:
+            raise ValueError(f"num_pages must be >= 1, got {num_pages}")
+        self.scratch_row, self.scratch_page, self.trash_col = num_rows, self.num_pages, self.max_pages
+        self.row_len = self.max_pages * page_size  # positions a gathered row spans
+        shape = (num_rows + 1, self.max_pages + 1)
+        self._host_table = torch.full(shape, self.scratch_page, dtype=torch.int32)
+        self.table = self._host_table.to(self.device, copy=True)  # [rows + 1, max_pages + 1] int32, its own
+        self._free_rows = list(range(num_rows))
+        self._free_pages = list(range(self.num_pages - 1, -1, -1))  # a stack: page 0 handed out first
+        self._held: dict[int, list[int]] = {}  # row -> its pages, in position order
+        self._worst: dict[int, int] = {}  # row -> pages it may come to hold
+        self._owed = 0  # sum over rows of worst - held: what the pool may still be asked for
+        self._pending: dict[int, list[int]] = {}  # row -> entries handed out, not yet in a step's inputs
+        self._width = 1
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
+
+    # ---- host side: admission, growth, release -------------------------------------------------------
+    def check_fits(self, tokens: int) -> None:
+        """Refuse a request whose worst case (``tokens`` positions) exceeds the whole pool."""
+        if self.pages_for(tokens) > self.num_pages:
+            raise ValueError(
+                f"a request of up to {tokens} positions needs {self.pages_for(tokens)} pages of {self.page_size}, "
+                f"but the pool holds {self.num_pages}; lower max_new_tokens or the prompt, or build the cache "
+                "with more num_pages"
+            )
+
+    def can_admit(self, reserve: int, worst: int) -> bool:
+        """Whether a request can be admitted now with ``reserve`` positions, ``worst`` at most."""
+        n = self.pages_for(reserve)
+        return bool(self._free_rows) and n <= len(self._free_pages) and self._safe({None: (n, self.pages_for(worst))})
+
+    def admit(self, reserve: int, worst: int) -> int:
+        """A row for a new request, its first ``reserve`` positions' pages handed out and its table row
+        uploaded (ValueError when :meth:`can_admit` says no; nothing is taken then)."""
+        if not self.can_admit(reserve, worst):
+            raise ValueError(
+                f"no room for a request of {reserve} positions: {len(self._free_rows)} rows and "
+                f"{len(self._free_pages)} of {self.num_pages} pages free; it waits until others finish"
+            )
+        row = self._free_rows.pop(0)
+        self._held[row], self._worst[row] = [], self.pages_for(worst)
+        self._owed += self._worst[row]
+        self._hand_out(row, self.pages_for(reserve))
+        self._pending.pop(row, None)  # uploaded with the whole row
+        self.table[row].copy_(self._host_table[row], non_blocking=True)
+        return row
+
+    def reserve(self, wanted: Sequence[tuple[int, int]]) -> list[bool]:
+        """Grow each ``(row, positions)`` to hold that many positions; returns which rows got them. A
+        grant that would leave the pool unsafe (or that no free pages cover) is withheld: that request
+        sits this step out. Rows asking least go first, as the safe order would take them."""
+        ok = [True] * len(wanted)
+        asks = []
+        for i, (row, tokens) in enumerate(wanted):
+            need = min(self.pages_for(tokens), self._worst[row]) - len(self._held[row])
+            if need > 0:
+                asks.append((self._worst[row] - len(self._held[row]), i, row, need))
+        if not asks:
+            return ok
+        if self._owed <= len(self._free_pages):  # no contention: every worst case fits at once
+            for _, _, row, need in asks:
+                self._hand_out(row, need)
+            return ok
+        for _, i, row, need in sorted(asks):
+            held = len(self._held[row])
+            if need <= len(self._free_pages) and self._safe({row: (held + need, self._worst[row])}):
+                self._hand_out(row, need)
+            else:
+                ok[i] = False
+        return ok
+
+    def release(self, row: int) -> None:
+        """Give back ``row`` and its pages (after the last step that reads them has completed). The
+        device's table row keeps naming them until the row's next admission rewrites it; no step
+        reads it in between."""
+        pages = self._held.pop(row)
+        self._owed -= self._worst.pop(row) - len(pages)
+        self._free_pages.extend(reversed(pages))
+        self._host_table[row].fill_(self.scratch_page)
+        self._pending.pop(row, None)
+        self._free_rows.append(row)
+        self._free_rows.sort()
+
+    def free_rows(self) -> int:
+        return len(self._free_rows)
+
+    def info(self) -> dict:
+        return {
+            "kind": self.kind,
+            "rows": self.num_rows,
+            "rows_held": self.num_rows - len(self._free_rows),
+            "page_size": self.page_size,
+            "pages": self.num_pages,
+            "pages_held": self.num_pages - len(self._free_pages),
+        }
+
+    def _hand_out(self, row: int, n: int) -> None:
+        held = self._held[row]
+        start = len(held)
+        new = [self._free_pages.pop() for _ in range(n)]
+        held.extend(new)
+        self._owed -= n
+        self._host_table[row, start : start + n] = torch.tensor(new, dtype=torch.int32)
+        self._pending.setdefault(row, []).extend(((start + k) << 32) | p for k, p in enumerate(new))
+
+    def _safe(self, change: Mapping[int | None, tuple[int, int]]) -> bool:
+        """Whether the pool stays safe with ``change`` applied (row -> (held, worst) pages; ``None``: a new
+        request): sorted by what each may still ask, every one can finish with what the pool has free
+        plus what those before it give back."""
+        state = {r: (len(p), self._worst[r]) for r, p in self._held.items()}
+        state.update(change)
+        free = self.num_pages - sum(h for h, _ in state.values())
+        if free < 0:
+            return False
+        for held, worst in sorted(state.values(), key=lambda hw: hw[1] - hw[0]):
+            if worst - held > free:
+                return False
+            free += held
+        return True
+
+    # ---- the step's inputs and its first stage ------------------------------------------------------
+    def buffers(self, max_batch: int, max_draft_len: int) -> dict[str, Buffer]:
+        """``kv_pages [max_batch, W]``: the entries handed out since a request's last step (W covers a
+        step's growth, ``2 * (K + 1)`` positions ahead; more travel as an upload of the row)."""
+        self._width = self.pages_for(2 * (max_draft_len + 1)) + 1
+        return {"kv_pages": Buffer((max_batch, self._width), torch.int64, pad=NO_UPDATE)}
+
+    def step_inputs(self, rows: Sequence[int], batch_changed: bool) -> dict | None:
+        """The ``kv_pages`` input for a batch of ``rows``: ``None`` when nothing is new and the batch is the
+        one before (its buffer still holds what is right to apply again). A row with more new entries than
+        the buffer holds is uploaded whole instead (stream-ordered after the steps in flight)."""
+        if not batch_changed and not any(r in self._pending for r in rows):
+            return None
+        out = torch.full((len(rows), self._width), NO_UPDATE, dtype=torch.int64)
+        for i, row in enumerate(rows):
+            entries = self._pending.pop(row, None)
+            if entries is None:
+                continue
+            if len(entries) > self._width:
+                self.table[row].copy_(self._host_table[row], non_blocking=True)
+            else:
+                out[i, : len(entries)] = torch.tensor(entries, dtype=torch.int64)
+        return {"kv_pages": out}
+
+    def apply(self, buf: Mapping[str, torch.Tensor], rows: torch.Tensor) -> None:
+        """In the step graph: the ``kv_pages`` entries into the block table rows ``rows [B]`` (masked-off
+        entries into the scratch row's trash column)."""
+        e = buf["kv_pages"]
+        valid = e >= 0
+        col = torch.where(valid, e >> 32, self.trash_col)
+        page = torch.where(valid, e & 0xFFFFFFFF, self.scratch_page).to(torch.int32)
+        row = torch.where(valid, rows[:, None], self.scratch_row)
+        self.table[row, col] = page
+
+    # ---- the models ---------------------------------------------------------------------------------
+    def layer_cache(self, kv_heads: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+        shape = (self.num_pages + 1, 2, kv_heads, self.page_size, head_dim)
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def write(self, cache: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> None:
+        """kv ``[B, T, 2, KVH, hd]`` into the pages of rows ``[B]`` at ``positions [B, T]``."""
+        page = self.table[rows[:, None], positions // self.page_size].long()  # [B, T]
+        cache[page, :, :, positions % self.page_size] = kv
+
+    def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The rows' pages laid out as rows ``[B, 2, KVH, max_pages * page_size, hd]`` (for SDPA)."""
+        return gather_pages(cache, self.table[:, : self.max_pages], rows)
+
+    def attend(self, q, cache, rows, positions, scale: float) -> torch.Tensor:
+        """q ``[B, T, H, hd]`` over the rows' pages in place, up to each query's position."""
+        return paged_attention(q, cache, self.table[:, : self.max_pages], rows, positions, scale)
