@@ -50,8 +50,7 @@ def test_greedy_equals_the_row_cache_token_for_token_with_a_pool_that_makes_requ
     for kv, extra in (("rows", {}), ("paged", {"num_pages": 40})):
         target, draft = models(kv, **extra)
         dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3)
-        held = []
-        out = dec.generate(prompts, max_new_tokens=lengths, overlap=overlap, on_step=lambda b: held.append(b))
+        out = dec.generate(prompts, max_new_tokens=lengths, overlap=overlap)
         results[kv] = (out, dec)
         assert out == [greedy_reference(target, p, n) for p, n in zip(prompts, lengths)]
         assert dec.in_use == (0, 0)
