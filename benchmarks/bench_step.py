@@ -27,6 +27,7 @@ from _timing import CUDA, DEVICE, add_smoke_flag, env_record, save, smoke, sync
 
 from stepgraph import RunnerConfig, Sampling, SamplingParams, Toggles
 from stepgraph.examples.model import build
+from stepgraph.kv import RowKV
 from stepgraph.speculative.decoder import SpecDecoder
 
 K = 3
@@ -68,6 +69,7 @@ class Setup:
         self, name: str, toggles: Toggles, buckets=None, splice_stages=False, sampling=None, compile=False
     ) -> SpecDecoder:
         cfg = RunnerConfig(toggles=toggles, progress=False, buckets=buckets or (self.B,))
+        c = self.target.cfg  # each decoder its own rows (over the same cache): every mode keeps a resident batch
         dec = SpecDecoder.for_example(
             self.target,
             self.draft,
@@ -76,6 +78,7 @@ class Setup:
             config=cfg,
             splice_stages=splice_stages,
             compile=compile,
+            kv_cache=RowKV(c.max_requests, c.max_seq_len, self.target.device),
         )
         requests = dec.make_requests(self.prompts, 64, sampling or SamplingParams())
         slots = dec.admit(requests)  # resident: every step replays over them

@@ -186,7 +186,8 @@ class SpecDecoder:
     @classmethod
     def for_example(cls, target: Any, draft: Draft, **kwargs) -> SpecDecoder:
         """A decoder for the example models (``stepgraph.examples.model``: ``target`` an ``ExampleTarget``,
-        whose config gives the cache and vocabulary sizes)."""
+        whose config gives the cache and vocabulary sizes), over their KV cache (``target.kv``): decoders
+        built over the same models share its rows and pages."""
         cfg = target.cfg
         return cls(
             target,
@@ -198,8 +199,7 @@ class SpecDecoder:
             hidden_dtype=target.dtype,
             scratch_cache_row=cfg.scratch_row,
             device=target.device,
-            kv_cache=target.kv,
-            **kwargs,
+            **{"kv_cache": target.kv, **kwargs},
         )
 
     # ---- state ---------------------------------------------------------------------------------

@@ -1,0 +1,163 @@
+"""The paged KV cache against the row cache on the example model, in one run.
+
+* **step**: the device time of one step graph (K = 3, prompts of 256 tokens, the Qwen3-0.6B shape) at
+  B = 1, 8 and 32 for the row cache with the Triton decode attention, the paged cache (pages of 16, the
+  Triton paged attention) and the row cache with SDPA. Targets: paged <= 1.05x rows (Triton) at each B;
+  paged at B = 32 <= 5.0 ms, and <= 1.2x its B = 1 step (the goal).
+* **capacity**: the serving trace of ``bench_serving.py`` (prompts 32-512, outputs 16-256, mixed sampling)
+  with every request arriving at once, in the KV memory of 64 rows x 1024 positions: the row cache (64
+  requests at most) against the paged cache (4096 pages of 16 and up to 256 requests; the overlapped loop
+  in both). Reported: requests in a step (mean, max), tokens/s, steps, request-steps sat out for pages.
+  Target: >= 3x as many requests at once paged, and more tokens/s.
+
+    python benchmarks/bench_paged.py --out benchmarks/results/<dir> [--layers 28] [--requests 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from _timing import add_smoke_flag, env_record, example_models, save, smoke, sync
+from bench_serving import SHAPE, trace
+
+from stepgraph import RunnerConfig
+from stepgraph.examples.model import PRESETS
+from stepgraph.keys import DEFAULT_BUCKETS
+from stepgraph.sampling import Sampling
+from stepgraph.speculative.decoder import SpecDecoder
+
+K, ROWS, ROW_LEN, PAGE = 3, 64, 1024, 16
+PROMPT = {"length": 256}  # a smoke run's are short
+CONFIGS = {  # name -> example model overrides
+    "rows, triton": {"kv": "rows", "attention": "triton"},
+    "paged, triton": {"kv": "paged", "attention": "triton", "page_size": PAGE},
+    "rows, sdpa": {"kv": "rows", "attention": "sdpa"},
+}
+
+
+def step_ms(dec: SpecDecoder, b: int, steps: int) -> float:
+    """Device time of the step graph of a resident batch of ``b`` (pages for every position it reaches)."""
+    g = torch.Generator().manual_seed(b)
+    prompts = [torch.randint(0, dec.vocab_size, (PROMPT["length"],), generator=g).tolist() for _ in range(b)]
+    requests = dec.make_requests(prompts, max_new_tokens=(steps + 2) * (K + 1))
+    slots = dec.admit(requests).tolist()
+    dec.kv.reserve([(r.cache_row, dec.slots.worst(r)) for r in requests])
+    inputs = dec.kv.step_inputs([r.cache_row for r in requests], True)
+    dec.read_tokens(dec.step.run(slots, Sampling.GREEDY, kv_inputs=inputs)["tokens"])  # captures the key
+    ms = dec.device_step_ms(b, steps) if torch.cuda.is_available() else float("nan")
+    dec.finish(requests)
+    return ms
+
+
+def capacity(layers: int, kv: str, work: dict, smoke_run: bool) -> dict:
+    """The trace served once untimed (captures) and once timed; the batch of every step recorded."""
+    rows = ROWS if kv == "rows" else 4 * ROWS
+    overrides = {"kv": kv, "attention": "triton", "max_requests": rows, "max_seq_len": ROW_LEN}
+    if kv == "paged":
+        overrides.update(page_size=PAGE, num_pages=ROWS * ROW_LEN // PAGE)
+    if smoke_run:
+        overrides.update(attention="sdpa", max_requests=rows // 16, num_pages=ROWS * 256 // PAGE // 16)
+    target, draft = example_models(num_layers=layers, **overrides)
+    buckets = tuple(b for b in (*DEFAULT_BUCKETS, 96, 128, 192, 256) if b <= target.cfg.max_requests)
+    cfg = RunnerConfig(buckets=buckets, progress=False)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=K, max_batch=target.cfg.max_requests, config=cfg)
+    batches: list[int] = []
+    for _ in range(2):  # untimed (first-use captures), then timed
+        batches.clear()
+        dec.stats = type(dec.stats)()
+        sync()
+        t0 = time.perf_counter()
+        out = dec.generate(
+            work["prompts"], max_new_tokens=work["max_new_tokens"], sampling=work["sampling"], overlap=True,
+            on_step=batches.append,
+        )  # fmt: skip
+        sync()
+        seconds = time.perf_counter() - t0
+    tokens = sum(map(len, out))
+    return {
+        "kv": dec.kv.info(),
+        "requests_per_step_mean": statistics.fmean(batches),
+        "requests_per_step_max": max(batches),
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "steps": dec.stats.steps,
+        "stalled_request_steps": dec.stats.stalled,
+        "prefill_seconds": dec.stats.prefill_seconds,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=50, help="replays per step time")
+    ap.add_argument("--only", choices=["step", "capacity"], help="one part only")
+    add_smoke_flag(ap)
+    args = ap.parse_args()
+    smoke_run = smoke(args)
+    batches = (1, 8, 32)
+    if smoke_run:
+        args.requests, args.steps, batches = 8, 2, (1, 2)
+        PROMPT["length"] = 16
+        SHAPE.update(prompts=(4, 12), outputs=(2, 8))
+    record = {**env_record(), "layers": args.layers, "k": K, "prompt": PROMPT["length"], "page_size": PAGE}
+    if args.only in (None, "step"):
+        step: dict[str, dict[int, float]] = {}
+        for name, overrides in CONFIGS.items():
+            if smoke_run:
+                overrides = {**overrides, "attention": "sdpa"}
+            target, draft = example_models(num_layers=args.layers, max_requests=max(batches), **overrides)
+            dec = SpecDecoder.for_example(target, draft, num_draft_tokens=K, config=RunnerConfig(progress=False))
+            step[name] = {b: step_ms(dec, b, args.steps) for b in batches}
+            print(name, step[name], flush=True)
+            del dec, target, draft
+            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        record["step_ms"] = step
+        paged, rows = step["paged, triton"], step["rows, triton"]
+        record["paged_over_rows"] = {b: paged[b] / rows[b] for b in batches}
+        record["paged_b_last_over_b1"] = paged[batches[-1]] / paged[1]
+    if args.only in (None, "capacity"):
+        vocab = PRESETS["tiny" if smoke_run else "qwen3-0.6b"].vocab_size
+        work = trace(args.requests, 1.0, False, vocab)
+        record["capacity"] = {kv: capacity(args.layers, kv, work, smoke_run) for kv in ("rows", "paged")}
+        rows_c, paged_c = record["capacity"]["rows"], record["capacity"]["paged"]
+        record["capacity_ratio"] = paged_c["requests_per_step_mean"] / rows_c["requests_per_step_mean"]
+        record["tokens_per_s_ratio"] = paged_c["tokens_per_s"] / rows_c["tokens_per_s"]
+    save(args.out, "paged", record, table(record))
+
+
+def table(rec: dict) -> str:
+    lines = [f"# Paged KV cache vs row cache ({rec['gpu']}, {rec['layers']} layers, K = {rec['k']})", ""]
+    if "step_ms" in rec:
+        batches = list(next(iter(rec["step_ms"].values())))
+        lines += [
+            "## Step device time (ms), prompts of 256",
+            "",
+            "| cache | " + " | ".join(f"B={b}" for b in batches) + " |",
+        ]
+        lines.append("|---" * (len(batches) + 1) + "|")
+        for name, by_b in rec["step_ms"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{by_b[b]:.3f}" for b in batches) + " |")
+        ratios = ", ".join(f"B={b} {r:.3f}x" for b, r in rec["paged_over_rows"].items())
+        lines += ["", f"paged / rows (Triton): {ratios} (target <= 1.05x)"]
+        lines.append(f"paged B={batches[-1]} / B=1: {rec['paged_b_last_over_b1']:.2f}x (goal <= 1.2x)")
+    if "capacity" in rec:
+        lines += ["", "## Capacity: the serving trace, all at once, KV memory of 64 x 1024 positions", ""]
+        lines += ["| cache | requests per step (mean / max) | tokens/s | steps | sat out |", "|---|---|---|---|---|"]
+        for kv, c in rec["capacity"].items():
+            lines.append(
+                f"| {kv} | {c['requests_per_step_mean']:.1f} / {c['requests_per_step_max']} | {c['tokens_per_s']:.0f} | "
+                f"{c['steps']} | {c['stalled_request_steps']} |"
+            )
+        lines += ["", f"requests at once, paged / rows: {rec['capacity_ratio']:.2f}x (target >= 3x); "
+                  f"tokens/s: {rec['tokens_per_s_ratio']:.2f}x"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
