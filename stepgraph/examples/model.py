@@ -154,13 +154,13 @@ class _Layer:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
 
-    def __call__(self, x, rope, kv: KVCache, kv_cache, rows, positions, mask) -> torch.Tensor:
+    def __call__(self, x, rope, kv: KVCache, kv_cache, where, rows, positions, mask) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
         H, KVH = cfg.num_heads, cfg.num_kv_heads
         qkv = _project(_rms_norm(x, self.ln1), self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
         qk = _rope(qkv[:, :, : H + KVH], *rope)
-        kv.write(kv_cache, torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2), rows, positions)
+        kv.write(kv_cache, torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2), where)
         if mask is None:  # read the rows in place, up to each query's position
             attn = kv.attend(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
         else:
@@ -198,8 +198,9 @@ class _Stack:
             mask = None  # decode attention: no mask, no gather
         else:
             mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        where = self.kv.locate(rows, positions)  # the slot mapping, once for every layer
         for layer, kv_cache in zip(self.layers, self.kv_caches):
-            x = layer(x, rope, self.kv, kv_cache, rows, positions, mask)
+            x = layer(x, rope, self.kv, kv_cache, where, rows, positions, mask)
         return x
 
 

@@ -99,9 +99,16 @@ class PagedKV:
             )
 
     def can_admit(self, reserve: int, worst: int) -> bool:
-        """Whether a request can be admitted now with ``reserve`` positions, ``worst`` at most."""
+        """Whether a request can be admitted now with ``reserve`` positions, ``worst`` at most: a free row,
+        a safe pool after it, and its pages leave one free for each request already held that may still
+        grow (admitting it does not make those sit their next step out)."""
         n = self.pages_for(reserve)
-        return bool(self._free_rows) and n <= len(self._free_pages) and self._safe({None: (n, self.pages_for(worst))})
+        if not self._free_rows or n + self._growing() > len(self._free_pages):
+            return False
+        return self._safe({None: (n, self.pages_for(worst))})
+
+    def _growing(self) -> int:
+        return sum(1 for r, p in self._held.items() if len(p) < self._worst[r])
 
     def admit(self, reserve: int, worst: int) -> int:
         """A row for a new request, its first ``reserve`` positions' pages handed out and its table row
@@ -231,10 +238,14 @@ class PagedKV:
         shape = (self.num_pages + 1, 2, kv_heads, self.page_size, head_dim)
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
-    def write(self, cache: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> None:
-        """kv ``[B, T, 2, KVH, hd]`` into the pages of rows ``[B]`` at ``positions [B, T]``."""
-        page = self.table[rows[:, None], positions // self.page_size].long()  # [B, T]
-        cache[page, :, :, positions % self.page_size] = kv
+    def locate(self, rows: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where a forward's new keys and values go, ``(page, offset in the page)`` each ``[B, T]`` (the
+        slot mapping: made once per forward, used by every layer's :meth:`write`)."""
+        return self.table[rows[:, None], positions // self.page_size].long(), positions % self.page_size
+
+    def write(self, cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """kv ``[B, T, 2, KVH, hd]`` into one layer's pages at ``where`` (:meth:`locate`)."""
+        cache[where[0], :, :, where[1]] = kv
 
     def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The rows' pages laid out as rows ``[B, 2, KVH, max_pages * page_size, hd]`` (for SDPA)."""

@@ -37,7 +37,8 @@ class KVCache(Protocol):
 
     # the models
     def layer_cache(self, kv_heads: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor: ...
-    def write(self, cache: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> None: ...
+    def locate(self, rows: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def write(self, cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None: ...
     def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
     def attend(self, q, cache, rows, positions, scale: float) -> torch.Tensor: ...
 
@@ -99,10 +100,14 @@ class RowKV:
         shape = (self.num_rows + 1, 2, kv_heads, self.max_seq_len, head_dim)
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
-    def write(self, cache: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> None:
-        """kv ``[B, T, 2, KVH, hd]`` into the rows ``[B]`` at ``positions [B, T]``."""
-        B, T = positions.shape
-        cache[rows[:, None].expand(B, T), :, :, positions] = kv
+    def locate(self, rows: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where a forward's new keys and values go, ``(row, position)`` each ``[B, T]`` (made once per
+        forward, used by every layer's :meth:`write`)."""
+        return rows[:, None].expand(positions.shape), positions
+
+    def write(self, cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """kv ``[B, T, 2, KVH, hd]`` into one layer's cache at ``where`` (:meth:`locate`)."""
+        cache[where[0], :, :, where[1]] = kv
 
     def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The rows ``[B]`` as ``[B, 2, KVH, max_seq_len, hd]``."""
