@@ -91,8 +91,8 @@ def add_parser(sub) -> None:
         help="the MLP's down projection: cuBLAS, or the Triton skinny matmul (few rows per step)",
     )  # fmt: skip
     p.add_argument(
-        "--kv", default="rows", choices=["rows", "paged"],
-        help="the KV cache: a row of the whole length per request, or pages handed out as requests grow",
+        "--kv", default="paged", choices=["paged", "rows"],
+        help="the KV cache: pages handed out as requests grow (default), or a row of the whole length per request",
     )  # fmt: skip
     p.add_argument("--page-size", type=bounded_int(1, 4096), default=16, help="positions per page (--kv paged)")
     p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="an EAGLE head, or a copy of the target")
