@@ -47,7 +47,7 @@ def step_ms(dec: SpecDecoder, b: int, steps: int) -> float:
     requests = dec.make_requests(prompts, max_new_tokens=(steps + 2) * (K + 1))
     slots = dec.admit(requests).tolist()
     dec.kv.reserve([(r.cache_row, dec.slots.worst(r)) for r in requests])
-    inputs = dec.kv.step_inputs([r.cache_row for r in requests], True)
+    inputs = dec.kv.step_inputs([r.cache_row for r in requests], True, dec.step.kv_buffers)
     dec.read_tokens(dec.step.run(slots, Sampling.GREEDY, kv_inputs=inputs)["tokens"])  # captures the key
     ms = dec.device_step_ms(b, steps) if torch.cuda.is_available() else float("nan")
     dec.finish(requests)

@@ -167,6 +167,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=40.0, help="Poisson arrivals per second")
     ap.add_argument("--plot", help="only draw the plot of a saved serving.json")
     ap.add_argument("--preset", default="qwen3-0.6b", help="example model shape")
+    ap.add_argument("--prefill-chunk", type=int, help="prompt positions prefilled between steps (default: whole)")
+    ap.add_argument("--no-eager", action="store_true", help="leave the eager mode out")
     add_smoke_flag(ap)
     args = ap.parse_args()
     if args.plot:
@@ -178,12 +180,17 @@ def main() -> None:
     target, draft = example_models(args.preset, num_layers=args.layers, max_requests=MAX_BATCH + 2, max_seq_len=1024)
     vocab = target.cfg.vocab_size
     modes = {"eager": (False, False), "step graph": (True, False), "step graph + overlap": (True, True)}
-    record = {**env_record(), "layers": args.layers, "requests": args.requests, "rate": args.rate, "runs": {}}
+    if args.no_eager:
+        del modes["eager"]
+    record = {**env_record(), "layers": args.layers, "requests": args.requests, "rate": args.rate, "runs": {},
+              "prefill_chunk": args.prefill_chunk}  # fmt: skip
     decoders = {}
     for mode, (graphs, _) in modes.items():
         toggles = Toggles.all(True) if graphs else Toggles(step_graph=False)
         cfg = RunnerConfig(toggles=toggles, progress=False)
-        decoders[mode] = SpecDecoder.for_example(target, draft, num_draft_tokens=K, max_batch=MAX_BATCH, config=cfg)
+        decoders[mode] = SpecDecoder.for_example(
+            target, draft, num_draft_tokens=K, max_batch=MAX_BATCH, config=cfg, prefill_chunk=args.prefill_chunk
+        )
         if graphs:
             decoders[mode].warmup(MAX_BATCH)
         decoders[mode].record_step_events = True
@@ -230,7 +237,8 @@ def table(rec: dict) -> str:
         "",
         f"Example model, Qwen3-0.6B shape, {rec['layers']} layers, bf16, K = {K}, max batch {MAX_BATCH}; "
         f"{rec['requests']} requests (prompts 32-512, outputs 16-256 tokens; half greedy, a quarter temperature, "
-        f"a quarter top-k/top-p), all at once or Poisson arrivals at {rec['rate']:g}/s.",
+        f"a quarter top-k/top-p), all at once or Poisson arrivals at {rec['rate']:g}/s; prefill "
+        + (f"in chunks of {rec['prefill_chunk']} positions between steps." if rec.get("prefill_chunk") else "whole."),
         "",
         "| mode, arrivals | tokens/s | steps | mean batch | batch changed | step p50 / p99 ms | occupancy | "
         "keys captured | eager runs | capture failures |",

@@ -83,7 +83,6 @@ class PagedKV:
         self._worst: dict[int, int] = {}  # row -> pages it may come to hold
         self._owed = 0  # sum over rows of worst - held: what the pool may still be asked for
         self._pending: dict[int, list[int]] = {}  # row -> entries handed out, not yet in a step's inputs
-        self._width = 1
 
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
@@ -203,21 +202,23 @@ class PagedKV:
     def buffers(self, max_batch: int, max_draft_len: int) -> dict[str, Buffer]:
         """``kv_pages [max_batch, W]``: the entries handed out since a request's last step (W covers a
         step's growth, ``2 * (K + 1)`` positions ahead; more travel as an upload of the row)."""
-        self._width = self.pages_for(2 * (max_draft_len + 1)) + 1
-        return {"kv_pages": Buffer((max_batch, self._width), torch.int64, pad=NO_UPDATE)}
+        width = self.pages_for(2 * (max_draft_len + 1)) + 1
+        return {"kv_pages": Buffer((max_batch, width), torch.int64, pad=NO_UPDATE)}
 
-    def step_inputs(self, rows: Sequence[int], batch_changed: bool) -> dict | None:
-        """The ``kv_pages`` input for a batch of ``rows``: ``None`` when nothing is new and the batch is the
-        one before (its buffer still holds what is right to apply again). A row with more new entries than
-        the buffer holds is uploaded whole instead (stream-ordered after the steps in flight)."""
+    def step_inputs(self, rows: Sequence[int], batch_changed: bool, buffers: Mapping[str, Buffer]) -> dict | None:
+        """The ``kv_pages`` input for a batch of ``rows`` (``buffers``: what :meth:`buffers` declared for this
+        step): ``None`` when nothing is new and the batch is the one before (its buffer still holds what is
+        right to apply again). A row with more new entries than the buffer holds is uploaded whole instead
+        (stream-ordered after the steps in flight)."""
         if not batch_changed and not any(r in self._pending for r in rows):
             return None
-        out = torch.full((len(rows), self._width), NO_UPDATE, dtype=torch.int64)
+        width = buffers["kv_pages"].shape[1]
+        out = torch.full((len(rows), width), NO_UPDATE, dtype=torch.int64)
         for i, row in enumerate(rows):
             entries = self._pending.pop(row, None)
             if entries is None:
                 continue
-            if len(entries) > self._width:
+            if len(entries) > width:
                 self.table[row].copy_(self._host_table[row], non_blocking=True)
             else:
                 out[i, : len(entries)] = torch.tensor(entries, dtype=torch.int64)

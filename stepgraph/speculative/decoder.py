@@ -92,6 +92,12 @@ class SpecDecoder:
         The models' KV cache (:mod:`stepgraph.kv`), which hands out cache rows (and pages) to requests:
         a :class:`~stepgraph.kv.PagedKV` the models share, or by default a :class:`~stepgraph.kv.RowKV` of
         ``max_requests`` rows. ``for_example`` passes the example models' own.
+    prefill_chunk:
+        Positions of prompt prefilled between two steps (``None``: each arriving prompt whole, before the
+        next step). A long prompt then goes through in chunks of that many positions while the requests
+        already decoding keep stepping, and joins the batch after its last chunk. Chunk boundaries depend
+        on the prompt and this setting alone; the forwards differ from a whole prompt's only in how they
+        split the work (greedy output can differ in the last bits, as with another batch size in bf16).
 
     Notes
     -----
@@ -123,8 +129,13 @@ class SpecDecoder:
         compile: bool | str = False,
         logprobs: int | None = None,
         kv_cache: KVCache | None = None,
+        prefill_chunk: int | None = None,
     ) -> None:
         self.target, self.draft = target, draft
+        if prefill_chunk is not None and (
+            not isinstance(prefill_chunk, numbers.Integral) or isinstance(prefill_chunk, bool) or prefill_chunk < 1
+        ):
+            raise ValueError(f"prefill_chunk must be an int >= 1 (positions per chunk) or None, got {prefill_chunk!r}")
         self.draft_lens, policy = draft_policy(num_draft_tokens)
         self.K = self.draft_lens[0]
         self.device = torch.device(device)
@@ -172,7 +183,13 @@ class SpecDecoder:
         self.toggles = self.step.toggles
         self.slots = SlotAllocator(max_requests, self.step.relay, self.kv, margin=2 * (self.step.max_draft_len + 1))
         prefill = Prefill(
-            target, draft, self.step.relay, self.device, kernels=self.toggles.two_launch_sampling, logprobs=logprobs
+            target,
+            draft,
+            self.step.relay,
+            self.device,
+            kernels=self.toggles.two_launch_sampling,
+            logprobs=logprobs,
+            chunk=prefill_chunk,
         )
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(

@@ -40,6 +40,8 @@ class Request:
     stop: Callable[[list[int]], bool] | None = None
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    prefilled: int = 0  # prompt positions in the cache (a chunked prefill's progress)
+    prefill_carry: torch.Tensor | None = field(default=None, repr=False)  # the target's hidden at prefilled - 1
 
     def append(self, tokens: Sequence[int], scores: tuple | None = None) -> None:
         """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``.

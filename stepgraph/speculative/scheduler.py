@@ -10,6 +10,9 @@ the key changes as the batch shrinks and grows.
   cache row) is reused only after every step that reads it has completed. On the CPU the same loop runs
   (its copies and events are synchronous), which is how it is tested without a GPU.
 
+With ``prefill_chunk`` a request's prompt goes through in chunks, up to that many positions between two
+steps, so that a long prompt does not stall the requests decoding; it joins the batch after its last.
+
 With a paged KV cache a request joins once its prompt's pages can be had, and each step first asks for
 the pages its requests will write (:meth:`SlotAllocator.grow`); one that cannot have them now sits the
 step out (counted in ``stalled``) and runs again when others give pages back.
@@ -68,8 +71,9 @@ class Scheduler:
         self._last_batch: list[Request] | None = None  # the requests of the last step, and their class:
         self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
         self._host: dict[tuple[str, int], torch.Tensor] = {}  # (output, turn) -> pinned [max_batch, width, ...]
-        self._kv_inputs = step.kv is not None and bool(step.kv.buffers(max_batch, step.max_draft_len))
         self._t0 = 0.0
+        self.prefill_chunk: int | None = getattr(prefill, "chunk", None)  # positions of prompt per step
+        self._prefilling: deque[Request] = deque()  # admitted, their prompts going through in chunks
 
     # ---- requests in and out ---------------------------------------------------------------------
     def admit(self, r: Request) -> None:
@@ -97,14 +101,43 @@ class Scheduler:
     def _admit_waiting(self, pending: deque, active: list[Request]) -> None:
         now = time.perf_counter() - self._t0
         while (
-            pending and len(active) < self.max_batch and pending[0].arrival <= now and self.slots.can_take(pending[0])
+            pending
+            and len(active) + len(self._prefilling) < self.max_batch
+            and pending[0].arrival <= now
+            and self.slots.can_take(pending[0])
         ):
             r = pending.popleft()
-            self.admit(r)
-            if r.finished:  # one token was enough
-                self.slots.give_back(r)
+            if self.prefill_chunk is not None:  # its prompt goes through in chunks, between steps
+                self.slots.take(r)
+                self._prefilling.append(r)
             else:
-                active.append(r)
+                self.admit(r)
+                self._joined(r, active)
+
+    def _joined(self, r: Request, active: list[Request]) -> None:
+        if r.finished:  # one token was enough
+            self.slots.give_back(r)
+        else:
+            active.append(r)
+
+    def _prefill_chunks(self, active: list[Request]) -> None:
+        """Chunks of the prompts being prefilled, oldest first, up to ``prefill_chunk`` positions in all (at
+        least one chunk); a request whose prompt is done joins ``active``."""
+        spent = 0
+        while self._prefilling:
+            r = self._prefilling[0]
+            n = self.prefill.chunk_len(r)
+            if spent and spent + n > self.prefill_chunk:
+                return
+            t0 = time.perf_counter()
+            with self._recorded(self.prefill_events):
+                done = self.prefill.next_chunk(r)
+            self.stats.prefill_seconds += time.perf_counter() - t0
+            spent += n
+            if done is not None:
+                self._prefilling.popleft()
+                r.append([done[0]], done[1])
+                self._joined(r, active)
 
     def launch(
         self,
@@ -130,7 +163,9 @@ class Scheduler:
         self.stats.draft_len_steps[draft_len] += 1
         slots = [r.slot for r in batch]
         changed = slots != self._last_slots
-        kv_inputs = self.slots.kv.step_inputs([r.cache_row for r in batch], changed) if self._kv_inputs else None
+        kv_inputs = None
+        if self.step.kv_buffers:
+            kv_inputs = self.slots.kv.step_inputs([r.cache_row for r in batch], changed, self.step.kv_buffers)
         if on_step is not None:
             on_step(len(batch))
         with self._recorded(self.step_events):
@@ -215,16 +250,19 @@ class Scheduler:
         try:
             (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
         except BaseException:
+            self._prefilling.clear()
             self.slots.give_back_all(requests, self.device)
             self._last_slots = self._last_batch = None
             raise
 
     def _loop_sync(self, pending: deque, on_step: OnStep | None) -> None:
         active: list[Request] = []
-        while pending or active:
+        while pending or active or self._prefilling:
             self._admit_waiting(pending, active)
+            self._prefill_chunks(active)
             if not active:
-                self._wait_for_arrival(pending)
+                if not self._prefilling:
+                    self._wait_for_arrival(pending)
                 continue
             batch = self.runnable(active)
             host = self.read_outputs(self.launch(batch, on_step))
@@ -246,11 +284,13 @@ class Scheduler:
                 for r in reqs:
                     self.slots.give_back(r)
 
-        while pending or active or inflight is not None:
+        while pending or active or inflight is not None or self._prefilling:
             free_completed()
             self._admit_waiting(pending, active)
+            self._prefill_chunks(active)
             if not active and inflight is None:
-                self._wait_for_arrival(pending, drain=lambda: free_completed(block=True))
+                if not self._prefilling:
+                    self._wait_for_arrival(pending, drain=lambda: free_completed(block=True))
                 continue
             current = None
             if active:

@@ -34,10 +34,7 @@ class SlotAllocator:
     @property
     def in_use(self) -> tuple[int, int]:
         """``(slots, cache rows)`` held by requests."""
-        return self.max_requests + 1 - len(self._free_slots), self.max_requests - self.kv.free_rows()
-
-    def available(self) -> bool:
-        return bool(self._free_slots) and self.kv.free_rows() > 0
+        return self.max_requests + 1 - len(self._free_slots), self.kv.num_rows - self.kv.free_rows()
 
     def free(self) -> int:
         """How many more requests can be given a slot and a cache row (pages aside)."""

@@ -143,8 +143,9 @@ class ChainStep:
         #: The step, as data: each stage a function of the context returning what it made.
         scores = (Stage("scores", self._scores),) if self.logprobs is not None else ()
         self.kv = kv_cache
-        kv_buffers = kv_cache.buffers(max_batch, self.max_draft_len) if kv_cache is not None else {}
-        kv_stage = (Stage("kv", self._apply_kv, spliced=False),) if kv_buffers else ()
+        #: the cache's step inputs (name -> declaration): what :meth:`KVCache.step_inputs` fills
+        self.kv_buffers = kv_cache.buffers(max_batch, self.max_draft_len) if kv_cache is not None else {}
+        kv_stage = (Stage("kv", self._apply_kv, spliced=False),) if self.kv_buffers else ()
         self.stages: tuple[Stage, ...] = (
             *kv_stage,
             Stage("draft", self._draft),
@@ -153,7 +154,7 @@ class ChainStep:
             Stage("extend", self._extend),
             Stage("commit", self._commit, spliced=False),
         )
-        buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1), **kv_buffers}
+        buffers = {"slots": Buffer((max_batch,), torch.int64, pad=-1), **self.kv_buffers}
         self._spliced: dict[GraphKey, dict[str, StageGraph]] = {}
         if splice_stages:
             ok, why = splice_support()

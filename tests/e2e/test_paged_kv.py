@@ -140,14 +140,14 @@ def test_apply_writes_entries_into_the_table_and_skips_padding():
     buffers = kv.buffers(max_batch=3, max_draft_len=3)
     row = kv.admit(4, 32)
     assert kv.reserve([(row, 13)]) == [True]  # pages for positions 4..12 handed out, pending
-    inputs = kv.step_inputs([row], batch_changed=True)["kv_pages"]
+    inputs = kv.step_inputs([row], True, buffers)["kv_pages"]
     padded = torch.full(buffers["kv_pages"].shape, -1, dtype=torch.int64)
     padded[:1] = inputs
     before = kv.table.clone()
     kv.apply({"kv_pages": padded}, torch.tensor([row, kv.scratch_row, kv.scratch_row]))
     assert torch.equal(kv.table[row, :4], kv._host_table[row, :4]) and not torch.equal(before, kv.table)
     assert torch.equal(kv.table[kv.scratch_row, : kv.max_pages], before[kv.scratch_row, : kv.max_pages])
-    assert kv.step_inputs([row], batch_changed=False) is None  # nothing new: the buffer stays as it is
+    assert kv.step_inputs([row], False, buffers) is None  # nothing new: the buffer stays as it is
 
 
 def test_the_triton_paged_attention_decodes_what_the_row_kernel_decodes(monkeypatch):

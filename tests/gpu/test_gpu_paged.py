@@ -79,3 +79,12 @@ def test_paged_attention_kernel_on_the_gpu_matches_its_reference_and_the_row_ker
     as_rows = decode_attention(q, gather_pages(pages, table, rows).contiguous(), torch.arange(B, device="cuda"),
                                positions, hd**-0.5)  # fmt: skip
     assert torch.equal(got, as_rows)
+
+
+@pytest.mark.parametrize("kv", ["rows", "paged"])
+def test_chunked_prefill_on_the_gpu_decodes_the_targets_greedy_in_fp32(kv):
+    target, draft = build("tiny", device="cuda", dtype=torch.float32, kv=kv, attention="triton", max_seq_len=128)
+    dec = SpecDecoder.for_example(target, draft, max_batch=4, config=RunnerConfig(progress=False), prefill_chunk=16)
+    out = dec.generate(prompts(), max_new_tokens=40, overlap=True)
+    assert out == [greedy_reference(target, p, 40) for p in prompts()]
+    assert dec.in_use == (0, 0)
