@@ -59,6 +59,16 @@ def test_log_probabilities_score_the_shared_tokens_on_every_rank(tmp_path):
     assert differ > 0  # rank 1 scored tokens it would not have emitted
 
 
+def test_a_paged_cache_hands_out_the_same_pages_on_every_rank(tmp_path):
+    """A pool that makes requests wait and sit steps out: both ranks take the same decisions from the
+    shared tokens, so their pages, stalls and outputs agree."""
+    r0, r1 = _run(tmp_path, perturb=True, overrides={"kv": "paged", "page_size": 4, "num_pages": 16})
+    assert r0["outputs"] == r1["outputs"]
+    assert r0["info"]["kv"] == r1["info"]["kv"] and r0["info"]["kv"]["pages_held"] == 0
+    g0, g1 = r0["info"]["generation"], r1["info"]["generation"]
+    assert g0["stalled"] == g1["stalled"] and g0["steps"] == g1["steps"] == r0["broadcasts"]
+
+
 def test_without_broadcast_the_perturbed_rank_diverges(tmp_path):
     r0, r1 = _run(tmp_path, perturb=True, tp=False)
     assert r0["outputs"] != r1["outputs"]  # the test above can fail
