@@ -91,10 +91,13 @@ def test_requests_wait_for_pages_one_at_a_time_and_all_finish():
     assert max(rows_held) <= 2 and dec.kv.info()["pages_held"] == 0
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
-def test_nothing_is_kept_when_a_callback_raises_mid_run(overlap):
+@pytest.mark.parametrize(
+    "overlap,chunk", [(False, None), (True, None), (True, 4)], ids=["sync", "overlapped", "chunked-prefill"]
+)
+def test_nothing_is_kept_when_a_callback_raises_mid_run(overlap, chunk):
+    """Also with chunked prefill (requests admitted, their prompts going through between steps)."""
     target, draft = models("paged", num_pages=40)
-    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, prefill_chunk=chunk)
     prompts, lengths = workload(6)
     seen = []
 
