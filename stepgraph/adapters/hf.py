@@ -1,7 +1,8 @@
 """Hugging Face transformers adapter: speculative decoding with a target and a draft causal LM.
 
 Both models keep their weights; stepgraph gives each a static KV cache indexed by request row, with a
-position per row (:class:`RowCache`), and passes 4-D attention masks, so a forward over ``[B, T]``
+position per row (:class:`HFKVCache`), over rows or pages (``kv="paged"``: both models' pages named by
+one block table, :mod:`stepgraph.kv`), and passes 4-D attention masks, so a forward over ``[B, T]``
 tokens at per-request positions is graph-safe. The masks are the model's own per layer: causal, or a
 sliding window or chunks where the model's layers have them (:mod:`stepgraph.adapters.hf_masks`;
 linear, recurrent and unknown layer types are refused at construction). A plain draft model ignores
@@ -42,40 +43,52 @@ from stepgraph.adapters.hf_generate import HFSpecDecoder
 from stepgraph.adapters.hf_masks import attention_masks
 from stepgraph.config import RunnerConfig
 from stepgraph.kernels._common import use_triton
-from stepgraph.kernels.decode_attention import decode_attention, fits
+from stepgraph.kernels.decode_attention import fits
+from stepgraph.kv import KVCache, PagedKV, RowKV
 
 ATTENTIONS = ("auto", "rows", "gather")
 ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers
-_ACTIVE: contextvars.ContextVar[RowCache | None] = contextvars.ContextVar("stepgraph_hf_cache", default=None)
+_ACTIVE: contextvars.ContextVar[HFKVCache | None] = contextvars.ContextVar("stepgraph_hf_cache", default=None)
 
 
-class RowCache:
-    """A static KV cache for an HF decoder: per layer that caches, ``kv[layer]`` ``[rows + 1, 2, kv_heads,
-    max_seq_len, width]`` (keys, values). One tensor per layer, not slices of one: under ``compile=True``
-    the new keys and values are then written in place (a write into a slice of a larger tensor compiles to
-    a copy of it).
+class HFKVCache:
+    """A static KV cache for an HF decoder over a stepgraph KV layout (:mod:`stepgraph.kv`): per layer that
+    caches, ``kv[layer]`` as the layout makes it (rows ``[rows + 1, 2, kv_heads, max_seq_len, width]``, or
+    pages ``[pages + 1, 2, kv_heads, page_size, width]``; keys, values). One tensor per layer, not slices of
+    one: under ``compile=True`` the new keys and values are then written in place (a write into a slice of
+    a larger tensor compiles to a copy of it).
 
     ``shapes`` maps each caching layer to ``(kv_heads, key_dim, value_dim)``, as the model's layers make
     them (:func:`cache_shapes`); where keys and values differ in width (multi-head latent attention) both
     take the larger, the narrower zero-padded. Before each forward, :attr:`rows` (``[B]``) and
-    :attr:`positions` (``[B, T]``) say where the new keys and values go; ``update`` writes them there and
-    returns the rows' whole caches (``gather``), or the layer's whole cache as views for the in-place
-    attention (``rows``). Row ``rows`` (the last) is the scratch row for padded batch rows.
+    :attr:`positions` (``[B, T]``) say where the new keys and values go (:attr:`where`: the layout's slot
+    mapping); ``update`` writes them there and returns the rows' whole caches (``gather``), or the layer's
+    whole cache as views for the in-place attention (``rows``). The layout's scratch row serves padded batch
+    rows.
     """
 
     is_compileable = False
 
-    def __init__(self, shapes, max_requests: int, max_seq_len: int, device, dtype, attention: str = "gather"):
-        self.shapes = dict(shapes)
+    def __init__(self, shapes, layout: KVCache, dtype, attention: str = "gather"):
+        self.shapes, self.layout = dict(shapes), layout
         self.kv = {
-            layer: torch.zeros((max_requests + 1, 2, heads, max_seq_len, max(kd, vd)), device=device, dtype=dtype)
-            for layer, (heads, kd, vd) in self.shapes.items()
+            layer: layout.layer_cache(heads, max(kd, vd), dtype) for layer, (heads, kd, vd) in self.shapes.items()
         }
         self.attention = attention
         self.in_place_layers: frozenset[int] = frozenset()  # the layers the rows attention reads in place
-        self.scratch_row = max_requests
+        self.scratch_row = layout.scratch_row
         self.rows: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
+        self.where: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def place(self, rows: torch.Tensor, positions: torch.Tensor) -> None:
+        """Where the next forward's keys and values go: rows ``[B]``, positions ``[B, T]``."""
+        self.rows, self.positions, self.where = rows, positions, self.layout.locate(rows, positions)
+
+    def gathered(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The active rows of ``layer`` as keys and values ``[B, KVH, S, width]`` (for SDPA)."""
+        g = self.layout.gather(self.kv[layer], self.rows)
+        return g[:, 0], g[:, 1]
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         B, _, T, _ = key_states.shape  # [B, KVH, T, hd]
@@ -86,8 +99,9 @@ class RowCache:
             key_states = torch.nn.functional.pad(key_states, (0, width - kd))
             value_states = torch.nn.functional.pad(value_states, (0, width - vd))
         new = torch.stack([key_states, value_states], 1).permute(0, 3, 1, 2, 4)  # [B, T, 2, KVH, hd]
-        kv[self.rows[:, None].expand(B, T), :, :, self.positions] = new
-        cached = kv if self.attention == "rows" else kv[self.rows]  # rows: [rows + 1, ...] views, read in place
+        self.layout.write(kv, new, self.where)
+        # rows: the whole layer as views, read in place by rows_attention; else the rows gathered
+        cached = kv if self.attention == "rows" else self.layout.gather(kv, self.rows)
         if kd != vd:
             return cached[:, 0, ..., :kd], cached[:, 1, ..., :vd]
         return cached[:, 0], cached[:, 1]
@@ -136,7 +150,7 @@ def rows_attention(module, query, key, value, attention_mask, scaling=None, drop
     """The ``attention="rows"`` attention (registered with transformers as ``stepgraph_rows``).
 
     ``query [B, H, T, hd]``; ``key``/``value``: the layer's whole cache ``[rows + 1, KVH, S, hd]`` (views of
-    the active :class:`RowCache`). Returns ``([B, T, H, hd], None)``. Falls back to the gathered rows and
+    the active :class:`HFKVCache`). Returns ``([B, T, H, hd], None)``. Falls back to the gathered rows and
     SDPA where the in-place kernel does not apply: layers with a window or chunks, soft-capping, shapes
     the kernel does not fit.
     """
@@ -150,11 +164,11 @@ def rows_attention(module, query, key, value, attention_mask, scaling=None, drop
     B, H, T, _ = query.shape
     special = module.layer_idx not in cache.in_place_layers or kwargs.get("sliding_window") or kwargs.get("softcap")
     if special or not fits(H, key.shape[1], T) or scaling is None:
+        k, v = cache.gathered(module.layer_idx)
         return sdpa_attention_forward(
-            module, query, key[cache.rows], value[cache.rows], attention_mask, dropout=dropout, scaling=scaling,
-            **kwargs,
+            module, query, k, v, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )  # fmt: skip
-    out = decode_attention(query.transpose(1, 2), cache.kv[module.layer_idx], cache.rows, cache.positions, scaling)
+    out = cache.layout.attend(query.transpose(1, 2), cache.kv[module.layer_idx], cache.rows, cache.positions, scaling)
     return out, None
 
 
@@ -233,7 +247,9 @@ class HFCausalLM:
         At construction, for a model the adapter cannot drive (the message says what it needs).
     """
 
-    def __init__(self, model, *, max_requests: int, max_seq_len: int, attention: str = "auto") -> None:
+    def __init__(
+        self, model, *, max_requests: int, max_seq_len: int, attention: str = "auto", kv: KVCache | None = None
+    ) -> None:
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r}: use one of {', '.join(ATTENTIONS)}")
         self.model = model.eval()
@@ -263,11 +279,12 @@ class HFCausalLM:
         if attention == "rows" and refusal:
             raise ValueError(f"attention='rows' cannot serve {type(model).__name__}: {refusal}; use 'gather' or 'auto'")
         self.attention = "gather" if attention == "gather" or refusal else "rows"
-        self.cache = RowCache(shapes, max_requests, max_seq_len, self.device, self.dtype, self.attention)
+        self.kv = RowKV(max_requests, max_seq_len, self.device) if kv is None else kv
+        self.cache = HFKVCache(shapes, self.kv, self.dtype, self.attention)
         if self.attention == "rows":
             self.cache.in_place_layers = frozenset(layer for layer in shapes if self.masks.causal_only(layer))
             _use_rows_attention(model)
-        self.key_pos = torch.arange(max_seq_len, device=self.device)
+        self.key_pos = torch.arange(self.kv.row_len, device=self.device)
         self._hidden: torch.Tensor | None = None
         self._head = model.get_output_embeddings()
         if self._head is None:
@@ -293,7 +310,7 @@ class HFCausalLM:
         return getattr(self._head, "in_features", self.config.hidden_size)
 
     def __call__(self, tokens, positions, cache_rows, hidden=None):
-        self.cache.rows, self.cache.positions = cache_rows, positions
+        self.cache.place(cache_rows, positions)
         mask = self.masks.build(self.key_pos, positions, self.dtype)  # [B, 1, T, S], or one per layer type
         token = _ACTIVE.set(self.cache)
         try:
@@ -379,13 +396,16 @@ def hf_spec_decoder(
     generation_config=None,
     tokenizer=None,
     logprobs: int | None = None,
+    kv: str = "rows",
+    page_size: int = 16,
+    num_pages: int | None = None,
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
     vocabulary (e.g. ``LlamaForCausalLM``; or one tokenizer's, padded to two sizes, given ``tokenizer``):
     its ``generate()`` takes what ``model.generate()`` takes and defaults to the target's
     ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
 
-    The draft is a plain draft model (an HF causal LM: both get a :class:`RowCache` of ``max_requests``
+    The draft is a plain draft model (an HF causal LM: both get a :class:`HFKVCache` of ``max_requests``
     rows of ``max_seq_len`` positions), or an EAGLE-style head: a callable ``head(tokens [B, T], positions
     [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int
     ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own
@@ -397,7 +417,9 @@ def hf_spec_decoder(
     graph (:class:`SpecDecoder`). ``generation_config``: the ``GenerationConfig`` its ``generate()``
     starts from (default: the target's; copied). ``tokenizer``: for text prompts and ``stop_strings``.
     ``logprobs``: ``None``, or the alternatives per token (0..20) to report with each token's
-    log-probability (:class:`SpecDecoder`).
+    log-probability (:class:`SpecDecoder`). ``kv``: ``"rows"`` (a row of ``max_seq_len`` positions per
+    request) or ``"paged"`` (``num_pages`` pages of ``page_size`` positions, by default the rows' memory,
+    handed out as requests grow: :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache.
 
     Raises
     ------
@@ -430,7 +452,14 @@ def hf_spec_decoder(
                     f"the target's generation_config.eos_token_id {eos_token_id} has ids outside the vocabulary "
                     f"[0, {tv}); pass eos_token_id=... (an id, a list, or None) to hf_spec_decoder"
                 )
-    size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention}
+    device = next(target_model.parameters()).device
+    if kv == "paged":
+        layout = PagedKV(max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages)
+    elif kv == "rows":
+        layout = RowKV(max_requests, max_seq_len, device)
+    else:
+        raise ValueError(f"kv={kv!r}: use 'rows' or 'paged'")
+    size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
     target = HFCausalLM(target_model, **size)
     draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
@@ -454,4 +483,5 @@ def hf_spec_decoder(
         generation_config=generation,
         tokenizer=tokenizer,
         logprobs=logprobs,
+        kv_cache=layout,
     )

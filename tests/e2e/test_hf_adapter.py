@@ -6,8 +6,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
-from stepgraph.adapters import hf as hf_module  # noqa: E402
 from stepgraph.adapters.hf import HFCausalLM, hf_spec_decoder  # noqa: E402
+from stepgraph.kv import rows as kv_rows  # noqa: E402
 from tests.helpers import hf_greedy  # noqa: E402
 
 
@@ -25,14 +25,23 @@ PROMPTS = [[5, 17, 99, 3], [42, 7, 7, 8, 200, 31, 9], [1, 2]]
 
 
 @pytest.mark.parametrize(
-    "toggles,attention", [(Toggles.all(True), "auto"), (Toggles.all(False), "gather")], ids=["pieces-on", "plain"]
+    "toggles,attention,kv",
+    [
+        (Toggles.all(True), "auto", "rows"),
+        (Toggles.all(False), "gather", "rows"),
+        (Toggles.all(True), "auto", "paged"),
+        (Toggles.all(False), "gather", "paged"),
+    ],
+    ids=["pieces-on", "plain", "paged-in-place", "paged-gather"],
 )
-def test_greedy_equals_hf_generate(toggles, attention):
-    """In float32 the speculative output equals generate() token for token, with the rows read in place
-    (``auto`` picks ``rows`` for Llama) and with the gather."""
+def test_greedy_equals_hf_generate(toggles, attention, kv):
+    """In float32 the speculative output equals generate() token for token, with the rows (or pages) read
+    in place (``auto`` picks ``rows`` for Llama) and with the gather; the paged pool is small enough that
+    requests wait for pages."""
     target, draft = llama(64, 2, 2, 1, seed=0), llama(32, 1, 2, 1, seed=1)
     cfg = RunnerConfig(toggles=toggles)
-    dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, config=cfg, attention=attention)
+    pages = {"kv": "paged", "page_size": 4, "num_pages": 10} if kv == "paged" else {}
+    dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, config=cfg, attention=attention, **pages)
     out = dec.generate(PROMPTS, max_new_tokens=6)
     for prompt, got in zip(PROMPTS, out):
         ids = torch.tensor([prompt])
@@ -41,6 +50,7 @@ def test_greedy_equals_hf_generate(toggles, attention):
         )
         assert got == ref[0, len(prompt) :].tolist()
     assert 1.0 <= dec.stats.mean_accept_len <= 4.0
+    assert dec.in_use == (0, 0) and dec.info()["kv"]["kind"] == kv
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -59,8 +69,8 @@ def test_rows_attention_matches_the_gather(family, monkeypatch):
         model = transformers.Qwen2ForCausalLM(cfg).float().eval()
     lms = [HFCausalLM(model, max_requests=3, max_seq_len=64, attention=a) for a in ("gather", "rows")]
     in_place = []  # query tokens of each forward the in-place kernel served
-    kernel = hf_module.decode_attention
-    monkeypatch.setattr(hf_module, "decode_attention", lambda q, *a: in_place.append(q.shape[1]) or kernel(q, *a))
+    kernel = kv_rows.decode_attention
+    monkeypatch.setattr(kv_rows, "decode_attention", lambda q, *a: in_place.append(q.shape[1]) or kernel(q, *a))
     rows = torch.tensor([2, 0])
     steps = [(torch.randint(0, 256, (2, 40)), torch.arange(40).expand(2, 40))]  # 2 x 40 query rows: SDPA
     for s in range(3):  # verify-shaped forwards: 4 tokens at different positions per request
