@@ -44,6 +44,18 @@ def test_hf_greedy_agreement_with_generate():
         assert got == ref[0, len(prompt) :].tolist()  # float32: token for token
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hf_paged_cache_gives_the_row_caches_output_with_graphs(dtype):
+    """Pages read in place by the paged kernel, a pool that makes requests wait: the rows' tokens."""
+    outs = []
+    for kv in ({"kv": "paged", "page_size": 8, "num_pages": 16}, {}):
+        target, draft = models(dtype)
+        dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=96, config=RunnerConfig(progress=False), **kv)
+        outs.append(dec.generate(PROMPTS, max_new_tokens=20, overlap=True))
+        assert dec.info()["captured_keys"] and dec.in_use == (0, 0)
+    assert outs[0] == outs[1]
+
+
 def test_padded_input_ids_on_the_gpu_give_generates_output():
     """The transformers-style generate() with CUDA tensors: left-padded input_ids and attention_mask in,
     the same [B, S + N] tensor as transformers' generate() out (float32), on the input's device."""
