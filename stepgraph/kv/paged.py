@@ -161,6 +161,10 @@ class PagedKV:
         self._free_rows.append(row)
         self._free_rows.sort()
 
+    def room(self, row: int) -> int:
+        """Positions ``row`` holds: its pages' worth."""
+        return len(self._held[row]) * self.page_size
+
     def free_rows(self) -> int:
         return len(self._free_rows)
 

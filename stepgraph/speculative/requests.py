@@ -41,6 +41,7 @@ class Request:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     prefilled: int = 0  # prompt positions in the cache (a chunked prefill's progress)
+    room: int = 0  # positions its cache row holds (the allocator's; it asks for more past this)
     prefill_carry: torch.Tensor | None = field(default=None, repr=False)  # the target's hidden at prefilled - 1
 
     def append(self, tokens: Sequence[int], scores: tuple | None = None) -> None:

@@ -58,15 +58,26 @@ class SlotAllocator:
         if not self._free_slots:
             raise ValueError(f"no relay slot is free: all {self.max_requests} are held by requests")
         r.cache_row = self.kv.admit(self.positions(r), self.worst(r))
+        r.room = self.kv.room(r.cache_row)
         r.slot = self._free_slots.pop(0)
 
     def grow(self, batch: list[Request]) -> list[Request]:
         """Room for the next step of each request of ``batch``; returns those that got it (the others sit
-        this step out, keeping what they hold)."""
+        this step out, keeping what they hold). Only requests about to outgrow their room ask the cache."""
         if not self.kv.grows:
             return batch
-        granted = self.kv.reserve([(r.cache_row, self.positions(r)) for r in batch])
-        return batch if all(granted) else [r for r, ok in zip(batch, granted) if ok]
+        m = self.margin
+        asks = [r for r in batch if len(r.prompt) + len(r.output) + m > r.room]
+        if not asks:
+            return batch
+        granted = self.kv.reserve([(r.cache_row, self.positions(r)) for r in asks])
+        denied = set()
+        for r, ok in zip(asks, granted):
+            if ok:
+                r.room = self.kv.room(r.cache_row)
+            else:
+                denied.add(r.id)
+        return [r for r in batch if r.id not in denied] if denied else batch
 
     def give_back(self, r: Request) -> None:
         """Take back whatever ``r`` holds (slot cleared); ``r`` then holds nothing."""
@@ -75,6 +86,7 @@ class SlotAllocator:
         if r.cache_row >= 0:
             self.kv.release(r.cache_row)
         r.slot = r.cache_row = -1
+        r.room = 0
 
     def give_back_all(self, requests: Iterable[Request], device: torch.device) -> None:
         """After a failure: wait for the steps in flight (none may still read a slot handed out again),
