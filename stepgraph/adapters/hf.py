@@ -44,7 +44,7 @@ from stepgraph.adapters.hf_masks import attention_masks
 from stepgraph.config import RunnerConfig
 from stepgraph.kernels._common import use_triton
 from stepgraph.kernels.decode_attention import fits
-from stepgraph.kv import KVCache, PagedKV, RowKV
+from stepgraph.kv import KVCache, RowKV, make_kv
 
 ATTENTIONS = ("auto", "rows", "gather")
 ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers
@@ -453,12 +453,7 @@ def hf_spec_decoder(
                     f"[0, {tv}); pass eos_token_id=... (an id, a list, or None) to hf_spec_decoder"
                 )
     device = next(target_model.parameters()).device
-    if kv == "paged":
-        layout = PagedKV(max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages)
-    elif kv == "rows":
-        layout = RowKV(max_requests, max_seq_len, device)
-    else:
-        raise ValueError(f"kv={kv!r}: use 'rows' or 'paged'")
+    layout = make_kv(kv, max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages)
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
     target = HFCausalLM(target_model, **size)
     draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from stepgraph.kernels import triton_interprets
 from stepgraph.kernels.decode_attention import fits
 from stepgraph.kernels.skinny_matmul import skinny_matmul
-from stepgraph.kv import KVCache, PagedKV, RowKV
+from stepgraph.kv import KVCache, make_kv
 
 
 @dataclass(frozen=True)
@@ -91,11 +91,9 @@ QWEN3_0_6B = ModelConfig(
 PRESETS = {"tiny": ModelConfig(), "qwen3-0.6b": QWEN3_0_6B}
 
 
-def make_kv(cfg: ModelConfig, device) -> KVCache:
+def config_kv(cfg: ModelConfig, device) -> KVCache:
     """The cache a config asks for: ``max_requests`` rows of ``max_seq_len`` positions, or pages."""
-    if cfg.kv == "paged":
-        return PagedKV(cfg.max_requests, cfg.max_seq_len, device, page_size=cfg.page_size, num_pages=cfg.num_pages)
-    return RowKV(cfg.max_requests, cfg.max_seq_len, device)
+    return make_kv(cfg.kv, cfg.max_requests, cfg.max_seq_len, device, page_size=cfg.page_size, num_pages=cfg.num_pages)
 
 
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -210,7 +208,7 @@ class ExampleTarget:
     Shapes: tokens/positions ``[B, T]`` int64, cache_rows ``[B]`` int64 (``cfg.scratch_row`` for padding);
     returns logits ``[B, T, V]`` and the final hidden states (before the last norm) ``[B, T, D]``.
     CUDA graph: safe (static cache, fixed shapes, no host syncs). ``kv``: the cache to share (a draft
-    model over the target's block table); by default the one ``cfg`` asks for (:func:`make_kv`).
+    model over the target's block table); by default the one ``cfg`` asks for (:func:`config_kv`).
     """
 
     def __init__(
@@ -226,7 +224,7 @@ class ExampleTarget:
         self.embed = init.normal(cfg.vocab_size, cfg.hidden_size, std=1.0)
         self.lm_head = init.normal(cfg.hidden_size, cfg.vocab_size, std=1.0 / math.sqrt(cfg.hidden_size))
         self.norm = init.ones(cfg.hidden_size)
-        self.kv = make_kv(cfg, device) if kv is None else kv
+        self.kv = config_kv(cfg, device) if kv is None else kv
         self.stack = _Stack(cfg, cfg.num_layers, init, self.kv)
 
     @property

@@ -17,7 +17,28 @@ copy launch) and ``apply`` (make the device metadata current, first thing in the
 :mod:`stepgraph.kernels.decode_attention`).
 """
 
-from stepgraph.kv.paged import PagedKV
-from stepgraph.kv.rows import KVCache, RowKV
+import torch
 
-__all__ = ["KVCache", "PagedKV", "RowKV"]
+from stepgraph.kv.paged import PagedKV
+from stepgraph.kv.rows import RowKV
+from stepgraph.kv.seam import KVCache
+
+__all__ = ["KVCache", "PagedKV", "RowKV", "make_kv"]
+
+
+def make_kv(
+    kind: str,
+    num_rows: int,
+    max_seq_len: int,
+    device: torch.device | str = "cpu",
+    *,
+    page_size: int = 16,
+    num_pages: int | None = None,
+) -> KVCache:
+    """``kind="rows"``: a :class:`RowKV` of ``num_rows`` rows of ``max_seq_len`` positions; ``"paged"``: a
+    :class:`PagedKV` for as many requests, ``num_pages`` pages of ``page_size`` positions."""
+    if kind == "paged":
+        return PagedKV(num_rows, max_seq_len, device, page_size=page_size, num_pages=num_pages)
+    if kind == "rows":
+        return RowKV(num_rows, max_seq_len, device)
+    raise ValueError(f"kv={kind!r}: use 'rows' or 'paged'")

@@ -42,11 +42,15 @@ class PagedKV:
         Requests held at once (block-table rows; the scratch row is ``num_rows``).
     max_seq_len:
         Positions per request at most (the table's width is ``ceil(max_seq_len / page_size)`` pages).
+    device:
+        Where the block table and the layers' pages live.
     page_size:
         Positions per page (default 16).
     num_pages:
         Pages in the pool (default: ``num_rows * max_pages``, the memory of a row per request).
 
+    Notes
+    -----
     Model-side tensors: ``[num_pages + 1, 2, KVH, page_size, hd]`` per layer (the last page is scratch).
     """
 
@@ -101,10 +105,11 @@ class PagedKV:
         """Whether a request can be admitted now with ``reserve`` positions, ``worst`` at most: a free row,
         a safe pool after it, and its pages leave one free for each request already held that may still
         grow (admitting it does not make those sit their next step out)."""
-        n = self.pages_for(reserve)
-        if not self._free_rows or n + self._growing() > len(self._free_pages):
+        n, free = self.pages_for(reserve), len(self._free_pages)
+        if not self._free_rows or n > free or n + self._growing() > free:
             return False
-        return self._safe({None: (n, self.pages_for(worst))})
+        w = self.pages_for(worst)
+        return self._owed + w <= free or self._safe({None: (n, w)})  # every worst case fits: safe
 
     def _growing(self) -> int:
         return sum(1 for r, p in self._held.items() if len(p) < self._worst[r])
@@ -137,7 +142,7 @@ class PagedKV:
                 asks.append((self._worst[row] - len(self._held[row]), i, row, need))
         if not asks:
             return ok
-        if self._owed <= len(self._free_pages):  # no contention: every worst case fits at once
+        if self._grants_all_safe(asks):
             for _, _, row, need in asks:
                 self._hand_out(row, need)
             return ok
@@ -148,6 +153,16 @@ class PagedKV:
             else:
                 ok[i] = False
         return ok
+
+    def _grants_all_safe(self, asks: list[tuple[int, int, int, int]]) -> bool:
+        """Whether granting every ask at once leaves the pool safe (then so does granting any part of them):
+        at once when every worst case fits, else by one check of the whole."""
+        free = len(self._free_pages)
+        if self._owed <= free:
+            return True
+        if sum(a[3] for a in asks) > free:
+            return False
+        return self._safe({row: (len(self._held[row]) + need, self._worst[row]) for _, _, row, need in asks})
 
     def release(self, row: int) -> None:
         """Give back ``row`` and its pages (after the last step that reads them has completed). The
@@ -214,7 +229,7 @@ class PagedKV:
         step): ``None`` when nothing is new and the batch is the one before (its buffer still holds what is
         right to apply again). A row with more new entries than the buffer holds is uploaded whole instead
         (stream-ordered after the steps in flight)."""
-        if not batch_changed and not any(r in self._pending for r in rows):
+        if not batch_changed and (not self._pending or not any(r in self._pending for r in rows)):
             return None
         width = buffers["kv_pages"].shape[1]
         out = torch.full((len(rows), width), NO_UPDATE, dtype=torch.int64)

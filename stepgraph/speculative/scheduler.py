@@ -30,6 +30,7 @@ import torch
 from stepgraph.outputs import StepOutputs
 from stepgraph.sampling import Sampling
 from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength
+from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GenerationStats, Request
 from stepgraph.speculative.slots import SlotAllocator
 from stepgraph.speculative.step import ChainStep
@@ -53,7 +54,7 @@ class Scheduler:
         self,
         step: ChainStep,
         slots: SlotAllocator,
-        prefill: Callable[[Request], int],
+        prefill: Prefill,
         *,
         max_batch: int,
         device: torch.device,
@@ -72,7 +73,7 @@ class Scheduler:
         self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
         self._host: dict[tuple[str, int], torch.Tensor] = {}  # (output, turn) -> pinned [max_batch, width, ...]
         self._t0 = 0.0
-        self.prefill_chunk: int | None = getattr(prefill, "chunk", None)  # positions of prompt per step
+        self.prefill_chunk = prefill.chunk  # positions of prompt per step (None: whole prompts)
         self._prefilling: deque[Request] = deque()  # admitted, their prompts going through in chunks
 
     # ---- requests in and out ---------------------------------------------------------------------
