@@ -11,6 +11,11 @@
   room, and the peak), tokens/s (and without the prefills, which run alone and eagerly in both), steps,
   request-steps sat out for pages.
   Target: >= 3x as many requests at once paged, and more tokens/s.
+* **schedule**: the paged attention kernel alone (20 in one graph; the Qwen3-0.6B attention, K + 1 = 4
+  query tokens, pages of 16, 4096 positions per request at most) on its fixed split against the split
+  planned on the host from the lengths (:mod:`stepgraph.kernels.split_plan`), for uniform and mixed
+  lengths; and the host time of one plan (the ``before_replay`` hook). The step part also runs the paged
+  cache on the planned schedule.
 
     python benchmarks/bench_paged.py --out benchmarks/results/<dir> [--layers 28] [--requests 256]
 """
@@ -22,7 +27,7 @@ import statistics
 import time
 
 import torch
-from _timing import add_smoke_flag, env_record, example_models, save, smoke, sync
+from _timing import add_smoke_flag, env_record, example_models, per_instance_us, save, smoke, sync
 from bench_serving import SHAPE, trace
 
 from stepgraph import RunnerConfig
@@ -36,7 +41,16 @@ PROMPT = {"length": 256}  # a smoke run's are short
 CONFIGS = {  # name -> example model overrides
     "rows, triton": {"kv": "rows", "attention": "triton"},
     "paged, triton": {"kv": "paged", "attention": "triton", "page_size": PAGE},
+    "paged, triton, planned": {"kv": "paged", "attention": "triton", "page_size": PAGE, "kv_schedule": "planned"},
     "rows, sdpa": {"kv": "rows", "attention": "sdpa"},
+}
+SCHEDULE_CASES = {  # name -> lengths (positions each request reads)
+    "B=1, 3000": [3000],
+    "B=8, 512 each": [512] * 8,
+    "B=8, 64..4000": [64, 4000, 300, 1200, 90, 2500, 700, 150],
+    "B=32, 512 each": [512] * 32,
+    "B=32, one of 4000 and 31 of 128": [4000] + [128] * 31,
+    "B=64, 200..1000": [200 + (i * 131) % 800 for i in range(64)],
 }
 
 
@@ -52,6 +66,43 @@ def step_ms(dec: SpecDecoder, b: int, steps: int) -> float:
     ms = dec.device_step_ms(b, steps) if torch.cuda.is_available() else float("nan")
     dec.finish(requests)
     return ms
+
+
+def schedule(smoke_run: bool) -> dict:
+    """Fixed against planned split for each of SCHEDULE_CASES: microseconds per kernel in a graph, and the
+    host microseconds of one plan."""
+    from stepgraph.kernels.decode_attention import paged_attention, planned_paged_attention
+    from stepgraph.kernels.split_plan import SplitPlan
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    H, KVH, hd, T, S = (16, 8, 128, 4, 4096) if not smoke_run else (4, 2, 16, 2, 256)
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    out = {}
+    for name, lengths in SCHEDULE_CASES.items():
+        lengths = [min(n, S) for n in lengths]
+        B, n = len(lengths), S // PAGE
+        g = torch.Generator(device=dev).manual_seed(B)
+        pages = torch.randn(B * n + 1, 2, KVH, PAGE, hd, device=dev, dtype=dtype, generator=g)
+        table = torch.randperm(B * n, device=dev, generator=g).to(torch.int32).view(B, n)
+        rows = torch.arange(B, device=dev)
+        last = torch.tensor(lengths, device=dev)[:, None] - 1
+        positions = (last - T + 1 + torch.arange(T, device=dev)).clamp(min=0)
+        q = torch.randn(B, T, H, hd, device=dev, dtype=dtype, generator=g)
+        plan = SplitPlan(B, KVH, dev)
+        plan.update(lengths)
+        fixed_us = per_instance_us(lambda: paged_attention(q, pages, table, rows, positions, hd**-0.5))
+        planned_us = per_instance_us(
+            lambda: planned_paged_attention(q, pages, table, rows, positions, hd**-0.5, plan.plan, plan.items)
+        )
+        reps, grown = 200, [lengths, [n + PAGE for n in lengths]]  # a new plan each time, as pages come
+        t0 = time.perf_counter()
+        for i in range(reps):
+            plan.update(grown[i % 2])
+        host_us = (time.perf_counter() - t0) / reps * 1e6
+        out[name] = {"fixed_us": fixed_us, "planned_us": planned_us, "ratio": planned_us / fixed_us,
+                     "plan_host_us": host_us}  # fmt: skip
+        print(name, out[name], flush=True)
+    return out
 
 
 def capacity(layers: int, kv: str, work: dict, smoke_run: bool) -> dict:
@@ -105,7 +156,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--requests", type=int, default=256)
     ap.add_argument("--steps", type=int, default=50, help="replays per step time")
-    ap.add_argument("--only", choices=["step", "capacity"], help="one part only")
+    ap.add_argument("--only", choices=["step", "capacity", "schedule"], help="one part only")
     add_smoke_flag(ap)
     args = ap.parse_args()
     smoke_run = smoke(args)
@@ -130,6 +181,9 @@ def main() -> None:
         paged, rows = step["paged, triton"], step["rows, triton"]
         record["paged_over_rows"] = {b: paged[b] / rows[b] for b in batches}
         record["paged_b_last_over_b1"] = paged[batches[-1]] / paged[1]
+        record["planned_over_fixed"] = {b: step["paged, triton, planned"][b] / paged[b] for b in batches}
+    if args.only in (None, "schedule"):
+        record["schedule"] = schedule(smoke_run)
     if args.only in (None, "capacity"):
         vocab = PRESETS["tiny" if smoke_run else "qwen3-0.6b"].vocab_size
         work = trace(args.requests, 1.0, False, vocab)
@@ -156,6 +210,20 @@ def table(rec: dict) -> str:
         ratios = ", ".join(f"B={b} {r:.3f}x" for b, r in rec["paged_over_rows"].items())
         lines += ["", f"paged / rows (Triton): {ratios} (target <= 1.05x)"]
         lines.append(f"paged B={batches[-1]} / B=1: {rec['paged_b_last_over_b1']:.2f}x (goal <= 1.2x)")
+        ratios = ", ".join(f"B={b} {r:.3f}x" for b, r in rec["planned_over_fixed"].items())
+        lines.append(f"paged, planned / fixed schedule: {ratios}")
+    if "schedule" in rec:
+        lines += [
+            "",
+            "## Paged attention alone: fixed split against the host-planned split (us per kernel in a graph)",
+            "",
+            "| lengths | fixed | planned | planned / fixed | plan on the host (us) |",
+            "|---|---|---|---|---|",
+        ]
+        for name, c in rec["schedule"].items():
+            lines.append(
+                f"| {name} | {c['fixed_us']:.1f} | {c['planned_us']:.1f} | {c['ratio']:.3f} | {c['plan_host_us']:.1f} |"
+            )
     if "capacity" in rec:
         lines += ["", "## Capacity: the serving trace, all at once, KV memory of 64 x 1024 positions", ""]
         lines += [

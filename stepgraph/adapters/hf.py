@@ -399,6 +399,7 @@ def hf_spec_decoder(
     kv: str = "rows",
     page_size: int = 16,
     num_pages: int | None = None,
+    kv_schedule: str = "fixed",
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
     vocabulary (e.g. ``LlamaForCausalLM``; or one tokenizer's, padded to two sizes, given ``tokenizer``):
@@ -420,6 +421,8 @@ def hf_spec_decoder(
     log-probability (:class:`SpecDecoder`). ``kv``: ``"rows"`` (a row of ``max_seq_len`` positions per
     request) or ``"paged"`` (``num_pages`` pages of ``page_size`` positions, by default the rows' memory,
     handed out as requests grow: :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache.
+    ``kv_schedule``: the paged cache's attention schedule with ``attention="rows"`` (``"fixed"``, or
+    ``"planned"`` on the host before each replay).
 
     Raises
     ------
@@ -453,7 +456,9 @@ def hf_spec_decoder(
                     f"[0, {tv}); pass eos_token_id=... (an id, a list, or None) to hf_spec_decoder"
                 )
     device = next(target_model.parameters()).device
-    layout = make_kv(kv, max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages)
+    layout = make_kv(
+        kv, max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages, schedule=kv_schedule
+    )
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
     target = HFCausalLM(target_model, **size)
     draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)

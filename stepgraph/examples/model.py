@@ -56,6 +56,9 @@ class ModelConfig:
     kv: str = "rows"
     page_size: int = 16
     num_pages: int | None = None
+    #: the paged cache's attention schedule: "fixed", or "planned" on the host before each replay
+    #: (:class:`stepgraph.kv.PagedKV`)
+    kv_schedule: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.attention not in ("sdpa", "triton"):
@@ -93,7 +96,15 @@ PRESETS = {"tiny": ModelConfig(), "qwen3-0.6b": QWEN3_0_6B}
 
 def config_kv(cfg: ModelConfig, device) -> KVCache:
     """The cache a config asks for: ``max_requests`` rows of ``max_seq_len`` positions, or pages."""
-    return make_kv(cfg.kv, cfg.max_requests, cfg.max_seq_len, device, page_size=cfg.page_size, num_pages=cfg.num_pages)
+    return make_kv(
+        cfg.kv,
+        cfg.max_requests,
+        cfg.max_seq_len,
+        device,
+        page_size=cfg.page_size,
+        num_pages=cfg.num_pages,
+        schedule=cfg.kv_schedule,
+    )
 
 
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

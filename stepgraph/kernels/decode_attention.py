@@ -31,17 +31,29 @@ TARGET_PROGRAMS = 264  # about two per SM on an H200
 
 @triton.jit
 def _decode_attn_partial(
-    q_ptr, kv_ptr, rows_ptr, table_ptr, pos_ptr, acc_ptr, ml_ptr,
+    q_ptr, kv_ptr, rows_ptr, table_ptr, pos_ptr, acc_ptr, ml_ptr, plan_ptr,
     S, sq_b, sq_t, sq_h, skv_r, skv_kv, skv_h, skv_s, st_r, scale,
     T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr,
     CHUNK: tl.constexpr, NSPLIT: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PAGE: tl.constexpr,
+    PLANNED: tl.constexpr,
 ):  # fmt: skip
     # PAGE = 0: kv_ptr holds rows [R, 2, KVH, S, hd]; else pages [P, 2, KVH, PAGE, hd] and table_ptr the
-    # block table [R, S / PAGE] of page ids
-    pid = tl.program_id(0)  # request * KVH + kv head
-    split = tl.program_id(1)
-    b = pid // KVH
+    # block table [R, S / PAGE] of page ids.
+    # PLANNED: program (item * KVH + kv head) takes positions [start, stop) of batch row b, read from the
+    # host's plan (items of (b, start, stop)); else program (b * KVH + kv head, split) takes CHUNK of them
+    pid = tl.program_id(0)
     kvh = pid % KVH
+    if PLANNED:
+        b = tl.load(plan_ptr + (pid // KVH) * 3)
+        start = tl.load(plan_ptr + (pid // KVH) * 3 + 1)
+        stop = tl.load(plan_ptr + (pid // KVH) * 3 + 2)
+        off = pid * M
+    else:
+        split = tl.program_id(1)
+        b = pid // KVH
+        start = split * CHUNK
+        stop = start + CHUNK
+        off = (pid * NSPLIT + split) * M
     r = tl.arange(0, M)  # query row = head-in-group * T + token
     live = r < G * T
     t = r % T
@@ -56,10 +68,9 @@ def _decode_attn_partial(
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
     acc = tl.zeros([M, HD], tl.float32)
-    start = split * CHUNK
-    for n0 in range(0, CHUNK, BLOCK_N):
-        if start + n0 <= last:  # blocks past every row's last visible position are skipped
-            n = start + n0 + tl.arange(0, BLOCK_N)
+    for n0 in range(start, stop, BLOCK_N):
+        if n0 <= last:  # blocks past every row's last visible position are skipped
+            n = n0 + tl.arange(0, BLOCK_N)
             inside = ((n < S) & (n <= last))[:, None]  # never read past the last position (stale rows)
             if PAGE:
                 page = tl.load(table_ptr + row * st_r + n // PAGE, mask=(n < S) & (n <= last), other=0)
@@ -84,7 +95,7 @@ def _decode_attn_partial(
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
-    off = (pid * NSPLIT + split) * M + r
+    off = off + r
     tl.store(ml_ptr + off * 2, m_i)
     tl.store(ml_ptr + off * 2 + 1, l_i)
     tl.store(acc_ptr + off[:, None] * HD + d[None, :], acc)
@@ -92,8 +103,9 @@ def _decode_attn_partial(
 
 @triton.jit
 def _decode_attn_combine(
-    acc_ptr, ml_ptr, o_ptr, so_b, so_t, so_h,
+    acc_ptr, ml_ptr, o_ptr, indptr_ptr, so_b, so_t, so_h,
     T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr, NSPLIT: tl.constexpr,
+    PLANNED: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)  # request * KVH + kv head
     r = tl.program_id(1)  # one live query row per program: B * KVH programs alone leave the GPU idle
@@ -101,16 +113,24 @@ def _decode_attn_combine(
     t = r % T
     h = (pid % KVH) * G + r // T
     d = tl.arange(0, HD)
-    first = pid * NSPLIT * M + r  # split 0's row; split s is s * M further
-    m = tl.load(ml_ptr + first * 2)
-    for s in range(1, NSPLIT):
-        m = tl.maximum(m, tl.load(ml_ptr + (first + s * M) * 2))
+    if PLANNED:  # the row's items indptr[b] .. indptr[b + 1] (none for a padded row: its output is 0)
+        lo = tl.load(indptr_ptr + b)
+        hi = tl.load(indptr_ptr + b + 1)
+        first = (pid % KVH) * M + r  # item i's row is i * KVH * M further
+        step = KVH * M
+    else:
+        lo = 0
+        hi = NSPLIT
+        first = pid * NSPLIT * M + r  # split s's row is s * M further
+        step = M
+    m = tl.full([], float("-inf"), tl.float32)
+    for s in range(lo, hi):
+        m = tl.maximum(m, tl.load(ml_ptr + (first + s * step) * 2))
     m_ref = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp(tl.load(ml_ptr + first * 2) - m_ref)
-    l_sum = tl.load(ml_ptr + first * 2 + 1) * w
-    acc = tl.load(acc_ptr + first * HD + d) * w
-    for s in range(1, NSPLIT):
-        off = first + s * M
+    l_sum = tl.zeros([], tl.float32)
+    acc = tl.zeros([HD], tl.float32)
+    for s in range(lo, hi):
+        off = first + s * step
         w = tl.exp(tl.load(ml_ptr + off * 2) - m_ref)
         l_sum += tl.load(ml_ptr + off * 2 + 1) * w
         acc += tl.load(acc_ptr + off * HD + d) * w
@@ -161,6 +181,24 @@ def paged_attention(
     return _launch(q, pages, rows, block_table, positions, scale)
 
 
+def planned_paged_attention(
+    q: torch.Tensor,
+    pages: torch.Tensor,
+    block_table: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+    plan: torch.Tensor,
+    items: int,
+) -> torch.Tensor:
+    """:func:`paged_attention` on a split schedule the host planned (:mod:`stepgraph.kernels.split_plan`):
+    plan ``[3 * items + B + 1]`` int32 on q's device, ``items`` pieces of work ``(batch row, start, stop)``
+    (positions ``start .. stop - 1``; ``0, 0, 0`` for none) then each batch row's first item (an indptr).
+    The grid is ``items`` x KV heads whatever the plan says, so one capture serves every plan of the batch.
+    A batch row with no items gets zeros (a padded row)."""
+    return _launch(q, pages, rows, block_table, positions, scale, plan, items)
+
+
 @torch.library.custom_op("stepgraph::decode_attention", mutates_args=())
 def _decode_attention_op(
     q: torch.Tensor, kv_cache: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, scale: float
@@ -190,7 +228,7 @@ def _(q, pages, block_table, rows, positions, scale):
     return q.new_empty(q.shape)
 
 
-def _launch(q, kv_cache, rows, block_table, positions, scale) -> torch.Tensor:
+def _launch(q, kv_cache, rows, block_table, positions, scale, plan=None, items=0) -> torch.Tensor:
     B, T, H, HD = q.shape
     R, two, KVH, S, hd = kv_cache.shape
     if two != 2 or hd != HD or H % KVH or q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
@@ -205,25 +243,36 @@ def _launch(q, kv_cache, rows, block_table, positions, scale) -> torch.Tensor:
     if not fits(H, KVH, T):
         raise ValueError(f"{G} heads per KV head x {T} tokens exceeds {MAX_ROWS} query rows; use SDPA")
     M = max(16, triton.next_power_of_2(G * T))
-    nsplit = max(1, min(triton.cdiv(S, BLOCK_N), triton.cdiv(TARGET_PROGRAMS, B * KVH)))
-    chunk = triton.cdiv(triton.cdiv(S, nsplit), BLOCK_N) * BLOCK_N
-    nsplit = triton.cdiv(S, chunk)
+    if plan is None:
+        nsplit = max(1, min(triton.cdiv(S, BLOCK_N), triton.cdiv(TARGET_PROGRAMS, B * KVH)))
+        chunk = triton.cdiv(triton.cdiv(S, nsplit), BLOCK_N) * BLOCK_N
+        nsplit = triton.cdiv(S, chunk)
+        grid, partials, indptr = (B * KVH, nsplit), B * KVH * nsplit, rows  # indptr: an unread pointer
+    else:
+        if plan.dtype != torch.int32 or plan.numel() != 3 * items + B + 1 or plan.device != q.device:
+            raise ValueError(f"plan must be {3 * items + B + 1} int32 on {q.device} (items of a batch of {B}), "
+                             f"got {plan.numel()} {plan.dtype} on {plan.device}")  # fmt: skip
+        nsplit, chunk = 1, BLOCK_N
+        grid, partials, indptr = (items * KVH, 1), items * KVH, plan[3 * items :]
     dev = q.device
-    acc = torch.empty(B * KVH * nsplit * M * HD, dtype=torch.float32, device=dev)
-    ml = torch.empty(B * KVH * nsplit * M * 2, dtype=torch.float32, device=dev)
+    acc = torch.empty(partials * M * HD, dtype=torch.float32, device=dev)
+    ml = torch.empty(partials * M * 2, dtype=torch.float32, device=dev)
     out = torch.empty(B, T, H, HD, dtype=q.dtype, device=dev)
     positions = positions.contiguous()
     ieee = q.dtype == torch.float32
     table = rows if block_table is None else block_table  # an unread pointer for rows
     st_r = 0 if block_table is None else block_table.stride(0)
-    _decode_attn_partial[(B * KVH, nsplit)](
-        q, kv_cache, rows, table, positions, acc, ml,
+    planned = plan is not None
+    _decode_attn_partial[grid](
+        q, kv_cache, rows, table, positions, acc, ml, plan if planned else rows,
         S, q.stride(0), q.stride(1), q.stride(2), *kv_cache.stride()[:4], st_r, scale,
         T=T, KVH=KVH, G=G, HD=HD, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee, PAGE=page,
+        PLANNED=planned,
     )  # fmt: skip
     _decode_attn_combine[(B * KVH, G * T)](
-        acc, ml, out, out.stride(0), out.stride(1), out.stride(2), T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit
-    )
+        acc, ml, out, indptr, out.stride(0), out.stride(1), out.stride(2),
+        T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit, PLANNED=planned,
+    )  # fmt: skip
     return out
 
 

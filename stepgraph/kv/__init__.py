@@ -34,11 +34,15 @@ def make_kv(
     *,
     page_size: int = 16,
     num_pages: int | None = None,
+    schedule: str = "fixed",
 ) -> KVCache:
     """``kind="rows"``: a :class:`RowKV` of ``num_rows`` rows of ``max_seq_len`` positions; ``"paged"``: a
-    :class:`PagedKV` for as many requests, ``num_pages`` pages of ``page_size`` positions."""
+    :class:`PagedKV` for as many requests, ``num_pages`` pages of ``page_size`` positions, its attention
+    on the ``schedule`` given (``"fixed"`` or ``"planned"``, see :class:`PagedKV`)."""
     if kind == "paged":
-        return PagedKV(num_rows, max_seq_len, device, page_size=page_size, num_pages=num_pages)
+        return PagedKV(num_rows, max_seq_len, device, page_size=page_size, num_pages=num_pages, schedule=schedule)
+    if schedule != "fixed":
+        raise ValueError(f"schedule={schedule!r} is for kv='paged'; a row cache takes the fixed schedule")
     if kind == "rows":
         return RowKV(num_rows, max_seq_len, device)
     raise ValueError(f"kv={kind!r}: use 'rows' or 'paged'")

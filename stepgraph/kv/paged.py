@@ -22,13 +22,15 @@ table. A buffer left in place is applied again by the next replay: its entries a
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
 from stepgraph.buffers import Buffer
-from stepgraph.kernels.decode_attention import gather_pages, paged_attention
+from stepgraph.kernels.decode_attention import gather_pages, paged_attention, planned_paged_attention
+from stepgraph.kernels.split_plan import SplitPlan
 
 NO_UPDATE = -1
 
@@ -48,6 +50,11 @@ class PagedKV:
         Positions per page (default 16).
     num_pages:
         Pages in the pool (default: ``num_rows * max_pages``, the memory of a row per request).
+    schedule:
+        How :meth:`attend` splits the work inside a step: ``"fixed"`` (pieces of the whole
+        ``max_seq_len``, chosen by the batch size) or ``"planned"`` (planned on the host before each
+        replay from the batch's lengths, one plan per key, through the runner's ``before_replay`` hook:
+        :mod:`stepgraph.kernels.split_plan`). Forwards outside a step always take the fixed one.
 
     Notes
     -----
@@ -65,7 +72,10 @@ class PagedKV:
         *,
         page_size: int = 16,
         num_pages: int | None = None,
+        schedule: str = "fixed",
     ) -> None:
+        if schedule not in ("fixed", "planned"):
+            raise ValueError(f"schedule must be 'fixed' or 'planned', got {schedule!r}")
         if num_rows < 1 or max_seq_len < 1 or page_size < 1:
             raise ValueError(
                 f"PagedKV needs num_rows, max_seq_len and page_size >= 1, got {num_rows}, {max_seq_len}, {page_size}"
@@ -87,6 +97,11 @@ class PagedKV:
         self._worst: dict[int, int] = {}  # row -> pages it may come to hold
         self._owed = 0  # sum over rows of worst - held: what the pool may still be asked for
         self._pending: dict[int, list[int]] = {}  # row -> entries handed out, not yet in a step's inputs
+        self.schedule = schedule
+        self._kv_heads: int | None = None  # the fewest KV heads of a layer made here (sizes the plans)
+        self._step_rows: list[int] = []  # the rows of the step being launched (from step_inputs)
+        self._hooked: SplitPlan | None = None  # the plan the last hook made current
+        self._active: SplitPlan | None = None  # the plan attend() follows, inside a step only
 
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
@@ -229,6 +244,7 @@ class PagedKV:
         step): ``None`` when nothing is new and the batch is the one before (its buffer still holds what is
         right to apply again). A row with more new entries than the buffer holds is uploaded whole instead
         (stream-ordered after the steps in flight)."""
+        self._step_rows = list(rows)
         if not batch_changed and (not self._pending or not any(r in self._pending for r in rows)):
             return None
         width = buffers["kv_pages"].shape[1]
@@ -253,8 +269,43 @@ class PagedKV:
         row = torch.where(valid, rows[:, None], self.scratch_row)
         self.table[row, col] = page
 
+    # ---- the planned schedule: a plan per key, made current by its hook -------------------------------
+    def before_replay(self, key) -> object | None:
+        """The runner's ``before_replay`` factory: for ``schedule="planned"``, ``key``'s plan and its hook
+        ``hook(batch_size)``, which plans for the step's rows (their pages' worth of positions: what a
+        step may read) and uploads the plan before the replay; ``None`` for the fixed schedule."""
+        if self.schedule != "planned":
+            return None
+        if self._kv_heads is None:
+            raise RuntimeError("schedule='planned' plans for the models' KV heads: make the models' layer caches first")
+        plan = SplitPlan(key.batch_size, self._kv_heads, self.device)
+
+        def hook(batch_size: int) -> None:
+            rows = self._step_rows
+            if len(rows) == batch_size:
+                held = self._held
+                lengths = [len(held[r]) * self.page_size if r in held else self.row_len for r in rows]
+            else:  # a warm-up or a capture: nothing known, so every row may read all of it
+                lengths = [self.row_len] * batch_size
+            plan.update(lengths)
+            self._hooked = plan
+
+        hook.plan = plan  # for reports and tests
+        return hook
+
+    @contextlib.contextmanager
+    def planning(self) -> Iterator[None]:
+        """Inside a step (eager, its warm-up or its capture): :meth:`attend` follows the plan the key's
+        hook made current. Outside, forwards (prefill) take the fixed schedule."""
+        self._active = self._hooked
+        try:
+            yield
+        finally:
+            self._active = None
+
     # ---- the models ---------------------------------------------------------------------------------
     def layer_cache(self, kv_heads: int, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+        self._kv_heads = kv_heads if self._kv_heads is None else min(self._kv_heads, kv_heads)
         shape = (self.num_pages + 1, 2, kv_heads, self.page_size, head_dim)
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
@@ -273,4 +324,8 @@ class PagedKV:
 
     def attend(self, q, cache, rows, positions, scale: float) -> torch.Tensor:
         """q ``[B, T, H, hd]`` over the rows' pages in place, up to each query's position."""
-        return paged_attention(q, cache, self.table[:, : self.max_pages], rows, positions, scale)
+        table = self.table[:, : self.max_pages]
+        plan = self._active
+        if plan is not None and plan.batch == q.shape[0]:
+            return planned_paged_attention(q, cache, table, rows, positions, scale, plan.plan, plan.items)
+        return paged_attention(q, cache, table, rows, positions, scale)

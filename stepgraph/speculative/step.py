@@ -21,6 +21,7 @@ the entries handed out since the step before (both in the one copy launch).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -86,7 +87,8 @@ class ChainStep:
         compiled, with no CUDA graphs of their own, inside the step graph (:mod:`stepgraph.compile`);
         ``STEPGRAPH_COMPILE=0`` turns it off.
     before_replay:
-        A per-key host hook for the models' backend (see :class:`~stepgraph.runner.StepGraphRunner`).
+        A per-key host hook for the models' backend (see :class:`~stepgraph.runner.StepGraphRunner`); a
+        cache with hooks of its own (``PagedKV(schedule="planned")``) has them called too, after it.
     logprobs:
         ``None``, or the top alternatives per token (0..20): the step also outputs each emitted token's
         log-probability and the alternatives (:mod:`stepgraph.speculative.scores`).
@@ -123,6 +125,10 @@ class ChainStep:
         self.device = torch.device(device)
         backend = backend_name(compile)  # validated even when STEPGRAPH_COMPILE=0 turns it off
         backend = backend if self.toggles.compile_forwards else None
+        planned = getattr(kv_cache, "schedule", None) == "planned"
+        if backend is not None and planned:
+            raise ValueError("compile=True with a PagedKV(schedule='planned') is not supported: the compiled "
+                             "forwards would be specialised on each key's plan; use schedule='fixed'")  # fmt: skip
         self.compiled: dict[str, CompiledForward] = {}
         if backend is not None:
             self.compiled = {
@@ -168,7 +174,7 @@ class ChainStep:
             agree=tp.agree if tp is not None else None,
             parked=self.relay.parked,
             before_capture=self._capture_stages if splice_stages else None,
-            before_replay=before_replay,
+            before_replay=_both(before_replay, kv_cache.before_replay) if planned else before_replay,
             draft_lens=self.draft_lens,
             name="chain step",
         )
@@ -203,6 +209,22 @@ class ChainStep:
         ctx = self.context(buf["slots"], batch, sampling, draft_len)
         ctx.inputs = buf
         spliced = self._spliced.get(GraphKey(batch, sampling, draft_len))
+        with self._planning():
+            self._run_stages(ctx, spliced)
+        v = ctx.verified
+        out = {"tokens": v.tokens, "num_accepted": v.num_accepted}
+        scored = ctx.results.get("scores")
+        if scored is not None:
+            sc = scored.scores
+            out.update(logprobs=sc.logprobs, top_ids=sc.top_ids, top_logprobs=sc.top_logprobs)
+        return out
+
+    def _planning(self):
+        """The scope of a step's forwards: a planned cache's attention follows the key's plan inside it."""
+        planning = getattr(self.kv, "planning", None)
+        return planning() if planning is not None else contextlib.nullcontext()
+
+    def _run_stages(self, ctx: StepContext, spliced: dict[str, StageGraph] | None) -> None:
         for stage in self.stages:
             if spliced is not None and stage.spliced:  # splice the stage's graph; the glue is captured here
                 graph = spliced[stage.name]
@@ -212,13 +234,6 @@ class ChainStep:
                     self.tp.broadcast(result.shared())
             else:
                 self.run_stage(stage, ctx)
-        v = ctx.verified
-        out = {"tokens": v.tokens, "num_accepted": v.num_accepted}
-        scored = ctx.results.get("scores")
-        if scored is not None:
-            sc = scored.scores
-            out.update(logprobs=sc.logprobs, top_ids=sc.top_ids, top_logprobs=sc.top_logprobs)
-        return out
 
     # The stages: each reads the context and returns what it made.
     def _apply_kv(self, ctx: StepContext) -> StageResult:
@@ -294,11 +309,12 @@ class ChainStep:
         backend = self.runner.backend
         opts = {"pool": backend.pool(), "stream": backend.stream}
         graphs: dict[str, StageGraph] = {}
-        for stage in self.stages:
-            if stage.spliced:
-                graph = StageGraph(lambda stage=stage: stage.run(ctx), name=f"{stage.name} {key}", **opts)
-                graphs[stage.name] = graph
-                ctx.results[stage.name] = graph.outputs
+        with self._planning():
+            for stage in self.stages:
+                if stage.spliced:
+                    graph = StageGraph(lambda stage=stage: stage.run(ctx), name=f"{stage.name} {key}", **opts)
+                    graphs[stage.name] = graph
+                    ctx.results[stage.name] = graph.outputs
         self._spliced[key] = graphs
         return list(graphs.values())
 
@@ -357,3 +373,22 @@ class ChainStep:
             for graph in graphs.values():
                 graph.release()
         self._spliced.clear()
+
+
+def _both(first, second):
+    """A ``before_replay`` factory calling ``first``'s hook (if any) then ``second``'s."""
+    if first is None:
+        return second
+
+    def make(key):
+        hooks = [h for h in (first(key), second(key)) if h is not None]
+        if len(hooks) < 2:
+            return hooks[0] if hooks else None
+
+        def hook(batch_size: int) -> None:
+            for h in hooks:
+                h(batch_size)
+
+        return hook
+
+    return make

@@ -8,7 +8,7 @@ import torch
 
 from stepgraph import RunnerConfig, SamplingParams, SpecDecoder, Toggles
 from stepgraph.examples.model import build, greedy_reference
-from stepgraph.kv import PagedKV
+from stepgraph.kv import PagedKV, make_kv
 
 
 def workload(n=10, seed=0):
@@ -159,11 +159,45 @@ def test_the_triton_paged_attention_decodes_what_the_row_kernel_decodes(monkeypa
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     prompts, lengths = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]], [6, 9, 7]
     outs = []
-    for kv, extra in (("rows", {}), ("paged", {"num_pages": 20})):
+    cases = (("rows", {}), ("paged", {"num_pages": 20}), ("paged", {"num_pages": 20, "kv_schedule": "planned"}))
+    for kv, extra in cases:
         target, draft = models(kv, attention="triton", num_layers=1, max_seq_len=48, **extra)
         dec = SpecDecoder.for_example(
             target, draft, num_draft_tokens=3, config=RunnerConfig(toggles=Toggles.all(False))
         )
         outs.append(dec.generate(prompts, max_new_tokens=lengths, overlap=True))
         assert outs[-1] == [greedy_reference(target, p, n) for p, n in zip(prompts, lengths)]
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] == outs[2]
+    plans = [s.hook.plan for s in dec.step.runner.table.keys.values()]  # the planned decoder's: one per key
+    assert plans and len({id(p) for p in plans}) == len(plans) and all(p.last is not None for p in plans)
+
+
+def test_the_planned_schedules_hook_plans_for_the_steps_rows_and_only_steps_follow_it():
+    from stepgraph.kernels.split_plan import plan_splits
+    from stepgraph.keys import GraphKey
+    from stepgraph.sampling import Sampling
+
+    kv = PagedKV(4, 64, page_size=4, schedule="planned")
+    with pytest.raises(RuntimeError, match="layer caches first"):
+        kv.before_replay(GraphKey(4, Sampling.GREEDY))
+    kv.layer_cache(2, 8, torch.float32)
+    a, b = kv.admit(9, 30), kv.admit(3, 30)  # 3 pages and 1
+    kv.reserve([(b, 13)])  # 4 pages
+    kv.step_inputs([b, a], True, kv.buffers(4, 3))
+    hook = kv.before_replay(GraphKey(4, Sampling.GREEDY))
+    hook(2)
+    assert (hook.plan.last == plan_splits([16, 12], 4, 2)).all()
+    hook(3)  # not the launched step's rows (a warm-up): every row may read all of it
+    assert (hook.plan.last == plan_splits([64, 64, 64], 4, 2)).all()
+    assert kv._active is None
+    with kv.planning():
+        assert kv._active is hook.plan
+    assert kv._active is None
+    assert PagedKV(2, 8).before_replay(GraphKey(1, Sampling.GREEDY)) is None  # the fixed schedule has none
+    with pytest.raises(ValueError, match="schedule must be"):
+        PagedKV(2, 8, schedule="dynamic")
+    with pytest.raises(ValueError, match="is for kv='paged'"):
+        make_kv("rows", 2, 8, schedule="planned")
+    target, draft = models("paged", kv_schedule="planned")
+    with pytest.raises(ValueError, match="use schedule='fixed'"):
+        SpecDecoder.for_example(target, draft, num_draft_tokens=2, compile=True)

@@ -17,13 +17,28 @@ def prompts(n=8, seed=0):
     return [torch.randint(0, 512, (int(k),), generator=g).tolist() for k in torch.randint(3, 60, (n,), generator=g)]
 
 
-def decode(kv, *, dtype=torch.bfloat16, graphs=True, overlap=False, sampling=SamplingParams(), compile=False, **kw):
+def decode(
+    kv,
+    *,
+    dtype=torch.bfloat16,
+    graphs=True,
+    overlap=False,
+    sampling=SamplingParams(),
+    compile=False,
+    splice=False,
+    **kw,
+):
     target, draft = build(
         "tiny", device="cuda", dtype=dtype, kv=kv, attention="triton", residual_scale=1.0, max_seq_len=128, **kw
     )
     toggles = Toggles.all(True) if graphs else Toggles.all(False)
     dec = SpecDecoder.for_example(
-        target, draft, max_batch=4, config=RunnerConfig(toggles=toggles, progress=False), compile=compile
+        target,
+        draft,
+        max_batch=4,
+        config=RunnerConfig(toggles=toggles, progress=False),
+        compile=compile,
+        splice_stages=splice,
     )
     out = dec.generate(prompts(), max_new_tokens=40, sampling=sampling, overlap=overlap)
     assert dec.in_use == (0, 0) and dec.kv.info()["rows_held"] == 0
@@ -88,3 +103,60 @@ def test_chunked_prefill_on_the_gpu_decodes_the_targets_greedy_in_fp32(kv):
     out = dec.generate(prompts(), max_new_tokens=40, overlap=True)
     assert out == [greedy_reference(target, p, 40) for p in prompts()]
     assert dec.in_use == (0, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_the_planned_schedule_decodes_what_the_fixed_one_does_with_graphs_and_eager(dtype, overlap):
+    dec, planned, target = decode("paged", dtype=dtype, overlap=overlap, page_size=16, kv_schedule="planned")
+    _, eager, _ = decode("paged", dtype=dtype, overlap=overlap, page_size=16, kv_schedule="planned", graphs=False)
+    assert planned == eager
+    plans = [s.hook.plan for s in dec.step.runner.table.keys.values()]
+    assert dec.info()["replays"] > 0 and sum(p.uploads for p in plans) > len(plans)  # plans followed the lengths
+    if dtype == torch.float32:
+        assert planned == [greedy_reference(target, p, 40) for p in prompts()]
+
+
+def test_spliced_stages_over_pages_equal_the_whole_step_graph():
+    _, spliced, _ = decode("paged", dtype=torch.float32, page_size=16, splice=True)
+    _, whole, target = decode("paged", dtype=torch.float32, page_size=16)
+    _, planned, _ = decode("paged", dtype=torch.float32, page_size=16, splice=True, kv_schedule="planned")
+    assert spliced == whole == planned == [greedy_reference(target, p, 40) for p in prompts()]
+
+
+def test_a_captured_planned_kernel_follows_each_new_plan_bit_for_bit():
+    from stepgraph.kernels.decode_attention import planned_paged_attention
+    from stepgraph.kernels.split_plan import SplitPlan
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    B, T, H, KVH, hd, P, n = 6, 4, 16, 8, 128, 16, 80
+    pages = torch.randn(B * n + 1, 2, KVH, P, hd, device="cuda", generator=g, dtype=torch.bfloat16)
+    table = torch.randperm(B * n, device="cuda", generator=g).to(torch.int32).view(B, n)
+    rows = torch.tensor([3, 0, 5, 1, 2, 4], device="cuda")
+    positions = torch.zeros(B, T, dtype=torch.int64, device="cuda")
+    q = torch.randn(B, T, H, hd, device="cuda", generator=g, dtype=torch.bfloat16)
+    plan = SplitPlan(B, KVH, "cuda")
+    plan.update([P * n] * 5)  # a capture's plan: one row padded
+    out = {}
+
+    def call():
+        return planned_paged_attention(q, pages, table, rows, positions, hd**-0.5, plan.plan, plan.items)
+
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out["o"] = call()
+    for lengths in ([1279, 3, 16, 17, 640, 1], [40, 900, 33, 1, 1, 1279]):
+        last = torch.tensor(lengths, device="cuda")
+        positions.copy_((last[:, None] - T + 1 + torch.arange(T, device="cuda")).clamp(min=0))
+        plan.update([-(-(x + 1) // P) * P for x in lengths])  # pages' worth, as the cache plans
+        graph.replay()
+        eager = call()
+        assert torch.equal(out["o"], eager)
+        ref = reference_paged_attention(q, pages, table, rows, positions, hd**-0.5)
+        torch.testing.assert_close(eager.float(), ref, atol=2e-2, rtol=2e-2)
