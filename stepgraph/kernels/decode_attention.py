@@ -27,6 +27,7 @@ import triton.language as tl
 BLOCK_N = 32  # keys per block
 MAX_ROWS = 64  # query rows a program holds: (heads per KV head) x (query tokens)
 TARGET_PROGRAMS = 264  # about two per SM on an H200
+PIECES = 8  # a planned row's pieces the combine loads at once
 
 
 @triton.jit
@@ -105,7 +106,7 @@ def _decode_attn_partial(
 def _decode_attn_combine(
     acc_ptr, ml_ptr, o_ptr, indptr_ptr, so_b, so_t, so_h,
     T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr, NSPLIT: tl.constexpr,
-    PLANNED: tl.constexpr,
+    PLANNED: tl.constexpr, PIECES: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)  # request * KVH + kv head
     r = tl.program_id(1)  # one live query row per program: B * KVH programs alone leave the GPU idle
@@ -113,27 +114,39 @@ def _decode_attn_combine(
     t = r % T
     h = (pid % KVH) * G + r // T
     d = tl.arange(0, HD)
-    if PLANNED:  # the row's items indptr[b] .. indptr[b + 1] (none for a padded row: its output is 0)
+    if PLANNED:  # the row's items indptr[b] .. indptr[b + 1] (none for a padded row: its output is 0),
+        # PIECES at a time: a long row's many pieces are loaded together, not one dependent load each
         lo = tl.load(indptr_ptr + b)
         hi = tl.load(indptr_ptr + b + 1)
         first = (pid % KVH) * M + r  # item i's row is i * KVH * M further
-        step = KVH * M
+        m = tl.full([], float("-inf"), tl.float32)
+        for c in range(lo, hi, PIECES):
+            s = c + tl.arange(0, PIECES)
+            m = tl.maximum(m, tl.max(tl.load(ml_ptr + (first + s * KVH * M) * 2, mask=s < hi, other=float("-inf"))))
+        m_ref = tl.where(m == float("-inf"), 0.0, m)
+        l_sum = tl.zeros([], tl.float32)
+        acc = tl.zeros([HD], tl.float32)
+        for c in range(lo, hi, PIECES):
+            s = c + tl.arange(0, PIECES)
+            off = first + s * KVH * M
+            w = tl.exp(tl.load(ml_ptr + off * 2, mask=s < hi, other=float("-inf")) - m_ref)
+            l_sum += tl.sum(tl.load(ml_ptr + off * 2 + 1, mask=s < hi, other=0.0) * w)
+            part = tl.load(acc_ptr + off[:, None] * HD + d[None, :], mask=(s < hi)[:, None], other=0.0)
+            acc += tl.sum(part * w[:, None], 0)
     else:
-        lo = 0
-        hi = NSPLIT
         first = pid * NSPLIT * M + r  # split s's row is s * M further
-        step = M
-    m = tl.full([], float("-inf"), tl.float32)
-    for s in range(lo, hi):
-        m = tl.maximum(m, tl.load(ml_ptr + (first + s * step) * 2))
-    m_ref = tl.where(m == float("-inf"), 0.0, m)
-    l_sum = tl.zeros([], tl.float32)
-    acc = tl.zeros([HD], tl.float32)
-    for s in range(lo, hi):
-        off = first + s * step
-        w = tl.exp(tl.load(ml_ptr + off * 2) - m_ref)
-        l_sum += tl.load(ml_ptr + off * 2 + 1) * w
-        acc += tl.load(acc_ptr + off * HD + d) * w
+        m = tl.load(ml_ptr + first * 2)
+        for s in range(1, NSPLIT):
+            m = tl.maximum(m, tl.load(ml_ptr + (first + s * M) * 2))
+        m_ref = tl.where(m == float("-inf"), 0.0, m)
+        w = tl.exp(tl.load(ml_ptr + first * 2) - m_ref)
+        l_sum = tl.load(ml_ptr + first * 2 + 1) * w
+        acc = tl.load(acc_ptr + first * HD + d) * w
+        for s in range(1, NSPLIT):
+            off = first + s * M
+            w = tl.exp(tl.load(ml_ptr + off * 2) - m_ref)
+            l_sum += tl.load(ml_ptr + off * 2 + 1) * w
+            acc += tl.load(acc_ptr + off * HD + d) * w
     out = acc / tl.where(l_sum > 0, l_sum, 1.0)
     tl.store(o_ptr + b * so_b + t * so_t + h * so_h + d, out.to(o_ptr.dtype.element_ty))
 
@@ -271,7 +284,7 @@ def _launch(q, kv_cache, rows, block_table, positions, scale, plan=None, items=0
     )  # fmt: skip
     _decode_attn_combine[(B * KVH, G * T)](
         acc, ml, out, indptr, out.stride(0), out.stride(1), out.stride(2),
-        T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit, PLANNED=planned,
+        T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit, PLANNED=planned, PIECES=PIECES,
     )  # fmt: skip
     return out
 

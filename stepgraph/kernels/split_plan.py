@@ -22,6 +22,10 @@ import torch
 from stepgraph.kernels.decode_attention import BLOCK_N, TARGET_PROGRAMS
 
 STAGING = 4  # host buffers per plan in rotation: a buffer is rewritten once the upload that read it is done
+# Lengths are planned rounded up to GRAIN positions: the kernel skips the blocks past each request's last
+# position at the cost of a comparison, and a plan then changes every GRAIN positions a request grows by,
+# not every page.
+GRAIN = 4 * BLOCK_N
 
 
 def max_items(batch: int, kv_heads: int) -> int:
@@ -84,7 +88,7 @@ class SplitPlan:
         self._used = [0] * STAGING  # pieces each staging buffer's plan holds
         self._events: list[torch.cuda.Event | None] = [None] * STAGING
         self._turn = 0
-        self.lengths: list[int] | None = None  # what the plan on the device was made for
+        self.lengths: list[int] | None = None  # what the plan on the device was made for (rounded)
         self.uploads = 0
 
     @property
@@ -93,8 +97,9 @@ class SplitPlan:
         return None if self.lengths is None else self._staging[(self._turn - 1) % STAGING].numpy().copy()
 
     def update(self, lengths: Sequence[int]) -> None:
-        """Plan for ``lengths`` (one per real batch row) and upload it before the work queued next; nothing
-        to do when they are the ones planned last (lengths move by a page at a time)."""
+        """Plan for ``lengths`` (one per real batch row), rounded up to ``GRAIN``, and upload it before the
+        work queued next; nothing to do when that is the plan made last."""
+        lengths = [-(-n // GRAIN) * GRAIN for n in lengths]
         if lengths == self.lengths:
             return
         slot = self._turn
@@ -110,5 +115,5 @@ class SplitPlan:
                 event = self._events[slot] = torch.cuda.Event()
             event.record()
         self._turn = (slot + 1) % STAGING
-        self.lengths = list(lengths)
+        self.lengths = lengths
         self.uploads += 1

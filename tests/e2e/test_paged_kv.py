@@ -177,18 +177,22 @@ def test_the_planned_schedules_hook_plans_for_the_steps_rows_and_only_steps_foll
     from stepgraph.keys import GraphKey
     from stepgraph.sampling import Sampling
 
-    kv = PagedKV(4, 64, page_size=4, schedule="planned")
+    kv = PagedKV(4, 160, page_size=4, schedule="planned")
     with pytest.raises(RuntimeError, match="layer caches first"):
         kv.before_replay(GraphKey(4, Sampling.GREEDY))
     kv.layer_cache(2, 8, torch.float32)
-    a, b = kv.admit(9, 30), kv.admit(3, 30)  # 3 pages and 1
+    a, b = kv.admit(9, 30), kv.admit(3, 150)  # 3 pages and 1
     kv.reserve([(b, 13)])  # 4 pages
     kv.step_inputs([b, a], True, kv.buffers(4, 3))
     hook = kv.before_replay(GraphKey(4, Sampling.GREEDY))
     hook(2)
-    assert (hook.plan.last == plan_splits([16, 12], 4, 2)).all()
+    assert hook.plan.lengths == [128, 128]  # [16, 12] rounded up to the plan's grain
+    kv.step_inputs([b, a], False, kv.buffers(4, 3))
+    kv.reserve([(b, 130)])
+    hook(2)
+    assert hook.plan.lengths == [256, 128] and (hook.plan.last == plan_splits([256, 128], 4, 2)).all()
     hook(3)  # not the launched step's rows (a warm-up): every row may read all of it
-    assert (hook.plan.last == plan_splits([64, 64, 64], 4, 2)).all()
+    assert hook.plan.lengths == [256] * 3  # the whole row, 160, rounded
     assert kv._active is None
     with kv.planning():
         assert kv._active is hook.plan

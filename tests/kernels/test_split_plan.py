@@ -7,7 +7,7 @@ import torch
 
 from stepgraph.kernels.decode_attention import BLOCK_N, paged_attention, planned_paged_attention
 from stepgraph.kernels.decode_attention import reference_paged_attention as reference
-from stepgraph.kernels.split_plan import SplitPlan, max_items, plan_splits
+from stepgraph.kernels.split_plan import GRAIN, SplitPlan, max_items, plan_splits
 from tests.kernels.test_paged_attention import DEV, paged_case
 
 
@@ -88,6 +88,9 @@ def test_a_plan_of_the_wrong_size_is_refused():
 
 def test_updates_rotate_through_the_staging_buffers_and_land_on_the_device():
     plan = SplitPlan(2, 4, DEV)
-    for n in (1, 50, 300, 7, 64):
+    for n in (1, 500, 3000, 7, 640, 639):
         plan.update([n, 3])
-        assert torch.equal(plan.plan.cpu(), torch.from_numpy(plan_splits([n, 3], 2, 4)))
+        rounded = [-(-n // GRAIN) * GRAIN, GRAIN]
+        assert plan.lengths == rounded
+        assert torch.equal(plan.plan.cpu(), torch.from_numpy(plan_splits(rounded, 2, 4)))
+    assert plan.uploads == 5  # 639 rounds to 640: nothing to upload
