@@ -114,25 +114,30 @@ def _decode_attn_combine(
     t = r % T
     h = (pid % KVH) * G + r // T
     d = tl.arange(0, HD)
-    if PLANNED:  # the row's items indptr[b] .. indptr[b + 1] (none for a padded row: its output is 0),
-        # PIECES at a time: a long row's many pieces are loaded together, not one dependent load each
+    if PLANNED:  # the row's items indptr[b] .. indptr[b + 1] (none for a padded row: its output is 0);
+        # its first piece alone, then the rest PIECES at a time (loaded together, not one dependent load
+        # each), so the common row of one piece loads no more than on the fixed schedule
         lo = tl.load(indptr_ptr + b)
         hi = tl.load(indptr_ptr + b + 1)
-        first = (pid % KVH) * M + r  # item i's row is i * KVH * M further
-        m = tl.full([], float("-inf"), tl.float32)
-        for c in range(lo, hi, PIECES):
+        first = (pid % KVH) * M + r + lo * KVH * M  # item lo + i's row is i * KVH * M further
+        some = hi > lo
+        m = tl.load(ml_ptr + first * 2, mask=some, other=float("-inf"))
+        for c in range(1, hi - lo, PIECES):
             s = c + tl.arange(0, PIECES)
-            m = tl.maximum(m, tl.max(tl.load(ml_ptr + (first + s * KVH * M) * 2, mask=s < hi, other=float("-inf"))))
+            ok = s < hi - lo
+            m = tl.maximum(m, tl.max(tl.load(ml_ptr + (first + s * KVH * M) * 2, mask=ok, other=float("-inf"))))
         m_ref = tl.where(m == float("-inf"), 0.0, m)
-        l_sum = tl.zeros([], tl.float32)
-        acc = tl.zeros([HD], tl.float32)
-        for c in range(lo, hi, PIECES):
+        w = tl.exp(tl.load(ml_ptr + first * 2, mask=some, other=float("-inf")) - m_ref)
+        l_sum = tl.load(ml_ptr + first * 2 + 1, mask=some, other=0.0) * w
+        acc = tl.load(acc_ptr + first * HD + d, mask=some & (d < HD), other=0.0) * w
+        for c in range(1, hi - lo, PIECES):
             s = c + tl.arange(0, PIECES)
+            ok = s < hi - lo
             off = first + s * KVH * M
-            w = tl.exp(tl.load(ml_ptr + off * 2, mask=s < hi, other=float("-inf")) - m_ref)
-            l_sum += tl.sum(tl.load(ml_ptr + off * 2 + 1, mask=s < hi, other=0.0) * w)
-            part = tl.load(acc_ptr + off[:, None] * HD + d[None, :], mask=(s < hi)[:, None], other=0.0)
-            acc += tl.sum(part * w[:, None], 0)
+            ws = tl.exp(tl.load(ml_ptr + off * 2, mask=ok, other=float("-inf")) - m_ref)
+            l_sum += tl.sum(tl.load(ml_ptr + off * 2 + 1, mask=ok, other=0.0) * ws)
+            part = tl.load(acc_ptr + off[:, None] * HD + d[None, :], mask=ok[:, None], other=0.0)
+            acc += tl.sum(part * ws[:, None], 0)
     else:
         first = pid * NSPLIT * M + r  # split s's row is s * M further
         m = tl.load(ml_ptr + first * 2)

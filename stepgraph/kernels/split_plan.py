@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from stepgraph.copy_in.driver import DriverCalls
 from stepgraph.kernels.decode_attention import BLOCK_N, TARGET_PROGRAMS
 
 STAGING = 4  # host buffers per plan in rotation: a buffer is rewritten once the upload that read it is done
@@ -56,10 +57,13 @@ def _fill(words: memoryview, lengths: Sequence[int], batch: int, kv_heads: int) 
     for b, nb in enumerate(blocks):
         words[first + b] = i
         stop = nb * BLOCK_N
+        if stop <= span:  # one piece (most rows of a large batch), or none
+            if stop:
+                words[3 * i], words[3 * i + 1], words[3 * i + 2] = b, 0, stop
+                i += 1
+            continue
         for start in range(0, stop, span):
-            words[3 * i] = b
-            words[3 * i + 1] = start
-            words[3 * i + 2] = min(start + span, stop)
+            words[3 * i], words[3 * i + 1], words[3 * i + 2] = b, start, min(start + span, stop)
             i += 1
     for b in range(len(blocks), batch + 1):
         words[first + b] = i
@@ -88,6 +92,7 @@ class SplitPlan:
         self._used = [0] * STAGING  # pieces each staging buffer's plan holds
         self._events: list[torch.cuda.Event | None] = [None] * STAGING
         self._turn = 0
+        self._driver = DriverCalls(device) if cuda else None
         self.lengths: list[int] | None = None  # what the plan on the device was made for (rounded)
         self.uploads = 0
 
@@ -109,11 +114,15 @@ class SplitPlan:
         words, used = self._words[slot], self._used[slot]
         words[: 3 * used] = self._zeros[: 3 * used]  # the pieces an older plan left here
         self._used[slot] = _fill(words, lengths, self.batch, self.kv_heads)
-        self.plan.copy_(self._staging[slot], non_blocking=self.plan.is_cuda)
-        if self.plan.is_cuda:
+        if self._driver is None:
+            self.plan.copy_(self._staging[slot])
+        else:
+            self._driver.upload(self.plan, self._staging[slot])
             if event is None:
-                event = self._events[slot] = torch.cuda.Event()
-            event.record()
+                self._events[slot] = torch.cuda.Event()
+                self._events[slot].record()  # torch's first record creates the event
+            else:
+                self._driver.record(event)
         self._turn = (slot + 1) % STAGING
         self.lengths = lengths
         self.uploads += 1

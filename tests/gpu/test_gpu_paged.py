@@ -112,7 +112,7 @@ def test_the_planned_schedule_decodes_what_the_fixed_one_does_with_graphs_and_ea
     _, eager, _ = decode("paged", dtype=dtype, overlap=overlap, page_size=16, kv_schedule="planned", graphs=False)
     assert planned == eager
     plans = [s.hook.plan for s in dec.step.runner.table.keys.values()]
-    assert dec.info()["replays"] > 0 and sum(p.uploads for p in plans) > len(plans)  # plans followed the lengths
+    assert dec.info()["replays"] > 0 and plans and all(p.uploads > 0 for p in plans)
     if dtype == torch.float32:
         assert planned == [greedy_reference(target, p, 40) for p in prompts()]
 
