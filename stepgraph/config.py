@@ -71,6 +71,11 @@ class Toggles:
         "torch.compile (inductor's kernels, captured into the step graph) of the target and draft forwards of "
         "a decoder built with compile=True (off: the forwards run as written)",
     )
+    prefill_graph: bool = _piece(
+        "STEPGRAPH_PREFILL_GRAPH",
+        "chunked prefill's forward of several requests' chunks captured as one graph per number of chunks "
+        "(off: the same forward eagerly)",
+    )
     tp_broadcast: bool = _piece(
         "STEPGRAPH_TP_BROADCAST",
         "one packed broadcast of the verify result across tensor-parallel ranks (off: one per field)",

@@ -22,6 +22,7 @@ from stepgraph.config import RunnerConfig
 from stepgraph.kv import KVCache, RowKV
 from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling, SamplingParams, check_int64
+from stepgraph.speculative.chunk_forward import ChunkForward
 from stepgraph.speculative.draft_policy import AutoDraftLength, DraftPolicy, draft_policy
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GREEDY, GenerationStats, Request, RequestRules, normalize_eos
@@ -93,11 +94,14 @@ class SpecDecoder:
         a :class:`~stepgraph.kv.PagedKV` the models share, or by default a :class:`~stepgraph.kv.RowKV` of
         ``max_requests`` rows. ``for_example`` passes the example models' own.
     prefill_chunk:
-        Positions of prompt prefilled between two steps (``None``: each arriving prompt whole, before the
-        next step). A long prompt then goes through in chunks of that many positions while the requests
-        already decoding keep stepping, and joins the batch after its last chunk. Chunk boundaries depend
-        on the prompt and this setting alone; the forwards differ from a whole prompt's only in how they
-        split the work (greedy output can differ in the last bits, as with another batch size in bf16).
+        Positions of prompt prefilled between two steps (``None``: each arriving prompt whole and eagerly,
+        before the next step). Prompts then go through in chunks while the requests already decoding keep
+        stepping: one forward of this many positions between two steps, shared by up to 8 requests'
+        chunks (``n`` of ``prefill_chunk // n`` positions each), captured as one graph per ``n``
+        (:mod:`stepgraph.speculative.chunk_forward`; ``STEPGRAPH_PREFILL_GRAPH=0`` runs it eagerly). A
+        request joins the batch after its last chunk. The forwards differ from a whole prompt's only in
+        how they split and batch the work (greedy output can differ in the last bits, as with another
+        batch size in bf16).
 
     Notes
     -----
@@ -182,6 +186,21 @@ class SpecDecoder:
         self.logprobs = self.step.logprobs
         self.toggles = self.step.toggles
         self.slots = SlotAllocator(max_requests, self.step.relay, self.kv, margin=2 * (self.step.max_draft_len + 1))
+        chunks = None
+        if prefill_chunk is not None:
+            chunks = ChunkForward(
+                target,
+                draft,
+                chunk=prefill_chunk,
+                hidden_size=draft_hidden_size,
+                hidden_dtype=hidden_dtype,
+                scratch_row=scratch_cache_row,
+                max_seq_len=max_seq_len,
+                device=self.device,
+                config=self.step.config,
+                agree=tp.agree if tp is not None else None,
+            )
+        self.chunk_forward = chunks
         prefill = Prefill(
             target,
             draft,
@@ -189,7 +208,7 @@ class SpecDecoder:
             self.device,
             kernels=self.toggles.two_launch_sampling,
             logprobs=logprobs,
-            chunk=prefill_chunk,
+            chunks=chunks,
         )
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(
@@ -278,8 +297,9 @@ class SpecDecoder:
         self, max_running_requests: int | None = None, sampling: Sampling | str | Sequence = Sampling.GREEDY
     ) -> WarmupReport:
         """Capture the keys for batch sizes 1..N (``N`` defaults to ``max_batch``), for each sampling class
-        given and each draft length, before serving (see :meth:`StepGraphRunner.warmup`). With
-        ``num_draft_tokens="auto"`` also measures the step time of every key a batch can pad to."""
+        given and each draft length, before serving (see :meth:`StepGraphRunner.warmup`), and with
+        ``prefill_chunk`` the chunk forward's. With ``num_draft_tokens="auto"`` also measures the step
+        time of every key a batch can pad to. Returns the step's report."""
         if max_running_requests is not None and (
             not isinstance(max_running_requests, numbers.Integral) or max_running_requests < 1
         ):
@@ -287,6 +307,8 @@ class SpecDecoder:
                 f"max_running_requests must be an int >= 1 (or None for max_batch), got {max_running_requests!r}"
             )
         report = self.step.warmup(max_running_requests or self.max_batch, sampling)
+        if self.chunk_forward is not None:  # the chunk forward's graphs, one per number of chunks
+            self.chunk_forward.runner.warmup(self.chunk_forward.sizes[-1], Sampling.GREEDY)
         if isinstance(self.policy, AutoDraftLength):  # every key a batch can pad to, timed now, not while serving
             for bucket in self.runner.buckets:
                 if bucket <= self.max_batch:
@@ -431,8 +453,10 @@ class SpecDecoder:
     # ---- the rest ------------------------------------------------------------------------------------
     def info(self) -> dict:
         times = {"step_ms": self.step_times()} if self._step_ms else {}
+        chunks = {"prefill_chunks": self.chunk_forward.runner.info()} if self.chunk_forward is not None else {}
         return {
             **self.step.info(),
+            **chunks,
             "kv": self.kv.info(),
             "generation": self.stats.as_dict(),
             "draft_policy": type(self.policy).__name__,
@@ -441,9 +465,11 @@ class SpecDecoder:
 
     @_one_call_at_a_time
     def release(self) -> None:
-        """Release every graph of the step (the step runs eagerly until it captures again). Under tensor
-        parallelism, call it before ``dist.destroy_process_group()``."""
+        """Release every graph of the step and of the chunk forward (they run eagerly until they capture
+        again). Under tensor parallelism, call it before ``dist.destroy_process_group()``."""
         self.step.release()
+        if self.chunk_forward is not None:
+            self.chunk_forward.runner.release()
 
     @_one_call_at_a_time
     def device_step_ms(self, batch_size: int, steps: int = 50) -> float:

@@ -10,8 +10,9 @@ the key changes as the batch shrinks and grows.
   cache row) is reused only after every step that reads it has completed. On the CPU the same loop runs
   (its copies and events are synchronous), which is how it is tested without a GPU.
 
-With ``prefill_chunk`` a request's prompt goes through in chunks, up to that many positions between two
-steps, so that a long prompt does not stall the requests decoding; it joins the batch after its last.
+With ``prefill_chunk`` prompts go through in chunks, one forward of that many positions between two
+steps (several requests' chunks together: :mod:`stepgraph.speculative.chunk_forward`), so that arriving
+prompts do not stall the requests decoding; a request joins the batch after its last chunk.
 
 With a paged KV cache a request joins once its prompt's pages can be had, and each step first asks for
 the pages its requests will write (:meth:`SlotAllocator.grow`); one that cannot have them now sits the
@@ -21,6 +22,7 @@ step out (counted in ``stalled``) and runs again when others give pages back.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -122,21 +124,19 @@ class Scheduler:
             active.append(r)
 
     def _prefill_chunks(self, active: list[Request]) -> None:
-        """Chunks of the prompts being prefilled, oldest first, up to ``prefill_chunk`` positions in all (at
-        least one chunk); a request whose prompt is done joins ``active``."""
-        spent = 0
-        while self._prefilling:
-            r = self._prefilling[0]
-            n = self.prefill.chunk_len(r)
-            if spent and spent + n > self.prefill_chunk:
-                return
-            t0 = time.perf_counter()
-            with self._recorded(self.prefill_events):
-                done = self.prefill.next_chunk(r)
-            self.stats.prefill_seconds += time.perf_counter() - t0
-            spent += n
+        """One forward of prompt chunks (``prefill_chunk`` positions in all) for the oldest requests being
+        prefilled, as many as the chunk forward's sizes take; a request whose prompt is done joins
+        ``active``."""
+        if not self._prefilling:
+            return
+        rs = list(itertools.islice(self._prefilling, self.prefill.chunks.pack(len(self._prefilling))))
+        t0 = time.perf_counter()
+        with self._recorded(self.prefill_events):
+            results = self.prefill.next_chunks(rs)
+        self.stats.prefill_seconds += time.perf_counter() - t0
+        for r, done in zip(rs, results):
             if done is not None:
-                self._prefilling.popleft()
+                self._prefilling.remove(r)
                 r.append([done[0]], done[1])
                 self._joined(r, active)
 

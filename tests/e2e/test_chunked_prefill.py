@@ -61,3 +61,29 @@ def test_a_bad_chunk_is_refused():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="prefill_chunk"):
             SpecDecoder.for_example(target, draft, prefill_chunk=bad)
+
+
+def test_prompts_arriving_together_share_one_forward_of_the_budget():
+    """Eight prompts at once with a budget of 16 positions: one forward of eight chunks of 2 first, then
+    fewer and longer ones as prompts finish; every output still the target's greedy."""
+    target, draft = build("tiny", max_seq_len=128, max_requests=8)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=2, prefill_chunk=16)
+    prompts, lengths = workload(8, seed=4)
+    out = dec.generate(prompts, max_new_tokens=lengths)
+    assert out == [greedy_reference(target, p, n) for p, n in zip(prompts, lengths)]
+    runs = dec.chunk_forward.runner.counters.histogram  # forwards by number of chunks in them
+    assert runs[8] >= 1 and set(runs) <= {1, 2, 4, 8}
+    positions = sum(len(p) for p in prompts)
+    assert sum(runs.values()) < positions / 4  # one chunk per forward would take 16 positions at a time
+    assert dec.info()["prefill_chunks"]["runs"] == sum(runs.values())
+    assert [dec.chunk_forward.width(n) for n in dec.chunk_forward.sizes] == [16, 8, 4, 2]
+
+
+def test_the_first_tokens_logprobs_are_the_same_whole_or_in_chunks():
+    target, draft = build("tiny", max_seq_len=128)
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [2, 7, 1, 8]]
+    got = {}
+    for chunk in (None, 4):
+        dec = SpecDecoder.for_example(target, draft, logprobs=2, prefill_chunk=chunk)
+        got[chunk] = [r.logprobs[0] for r in dec.serve(dec.make_requests(prompts, 3))]
+    assert got[None] == pytest.approx(got[4], abs=1e-5)

@@ -103,6 +103,22 @@ def test_chunked_prefill_on_the_gpu_decodes_the_targets_greedy_in_fp32(kv):
     out = dec.generate(prompts(), max_new_tokens=40, overlap=True)
     assert out == [greedy_reference(target, p, 40) for p in prompts()]
     assert dec.in_use == (0, 0)
+    chunks = dec.info()["prefill_chunks"]
+    assert chunks["captured_keys"] and chunks["replays"] > 0  # the chunk forwards ran as graphs
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_chunk_forward_graphs_equal_the_same_forwards_run_eagerly(overlap):
+    outs = []
+    for graphs in (True, False):
+        target, draft = build("tiny", device="cuda", dtype=torch.bfloat16, kv="paged", attention="triton")
+        toggles = Toggles.all(True).with_piece("prefill_graph", graphs)
+        cfg = RunnerConfig(toggles=toggles, progress=False)
+        dec = SpecDecoder.for_example(target, draft, max_batch=8, config=cfg, prefill_chunk=32)
+        dec.warmup()
+        outs.append(dec.generate(prompts(8, seed=1), max_new_tokens=24, overlap=overlap))
+        assert bool(dec.info()["prefill_chunks"]["captured_keys"]) == graphs
+    assert outs[0] == outs[1]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
