@@ -1,4 +1,4 @@
-"""Prompt chunks of several requests in one forward of both models, captured as one graph per batch size.
+"""Prompt chunks of several requests in one forward of both models, captured as one graph per key.
 
 Chunked prefill (``SpecDecoder(prefill_chunk=C)``) runs a budget of ``C`` prompt positions between two
 steps. Run one forward per request and eagerly, a model of a few dozen layers costs a few milliseconds
@@ -6,14 +6,19 @@ of kernel launches per chunk whatever its length, so the step after several arri
 them (on the H200, a step p99 of six times its p50). Here the budget is one forward of ``C`` positions:
 ``n`` requests' chunks of up to ``C // n`` positions each, an ``[n, C // n]`` batch, with ``n`` a power
 of two up to ``MAX_CHUNKS`` (the largest that the requests being prefilled fill). The forward is a
-:class:`~stepgraph.runner.StepGraphRunner` step: one graph per ``n`` (captured, memory checked, reported
-and switched like the chain step's keys; eager where graphs are off), each costing about what ``C``
-positions cost.
+:class:`~stepgraph.runner.StepGraphRunner` step keyed by ``n`` and the sampling class of the prompts it
+finishes: one graph each (captured, memory checked, reported and switched like the chain step's keys;
+eager where graphs are off).
 
-The forward writes the chunk's keys and values and runs the draft over the chunk, its position ``p``
-fed the target's hidden state at ``p - 1`` (``before``: the one from the chunk before, or zeros). It
-returns, per row, the target's logits and hidden state at the chunk's last position, from which the
-caller takes the first token of a prompt that is done, or the next chunk's ``before``.
+In the graph, for each row (a chunk of ``L`` positions from ``start``):
+
+* the target over the chunk, writing its keys and values;
+* the first token from the target's logits at the chunk's last position, greedy or sampled from the
+  request's stream (the rows whose prompt this chunk finishes; the others' is never used);
+* the draft over the chunk and one position more, its position ``p`` fed the target's hidden state at
+  ``p - 1`` (``before``: the one from the chunk before, or zeros). The position after the chunk holds
+  the first token where the prompt is done, else the prompt's next token (the next chunk writes that
+  position again, with the same inputs). Its draft logits and feature are the request's first draft.
 
 Padding: a row's positions past its chunk continue its own positions (clamped to the cache's last), so
 they write slots of that request that a later forward writes before any reads them, and see real keys
@@ -28,14 +33,18 @@ import torch
 
 from stepgraph.buffers import Buffer
 from stepgraph.config import RunnerConfig
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.runner import StepGraphRunner
+from stepgraph.sampling import REQUEST_FIELDS, Sampling, sampling_class
 from stepgraph.speculative.step import Draft, Target
 
 MAX_CHUNKS = 8  # requests' chunks in one forward at most
+GREEDY_ROW = {name: default for name, (_, default) in REQUEST_FIELDS.items()}  # a row whose first token is unused
 
 
 class ChunkForward:
-    """``n`` chunks of at most ``chunk`` positions through the target and the draft in one forward.
+    """``n`` chunks of ``chunk // n`` positions at most through the target and the draft in one forward,
+    with the first token and the first draft of the prompts they finish.
 
     Parameters
     ----------
@@ -44,11 +53,13 @@ class ChunkForward:
     chunk:
         Positions per forward (C): ``n`` rows of ``C // n``.
     hidden_size, hidden_dtype:
-        The target's hidden state as the draft takes it.
+        The target's hidden state as the draft takes it (the relay's feature).
     scratch_row, max_seq_len:
         The cache row of padded batch rows, and the positions of a cache row.
+    kernels:
+        Sample first tokens with stepgraph's sampling kernel (else its torch reference).
     config:
-        The runner's settings; the buckets are those up to ``max_batch``.
+        The runner's settings; its buckets are the numbers of chunks (``STEPGRAPH_PREFILL_GRAPH=0``: eager).
     agree:
         The ranks' capture vote (tensor parallelism), as for the chain step.
     """
@@ -64,12 +75,13 @@ class ChunkForward:
         scratch_row: int,
         max_seq_len: int,
         device: torch.device,
+        kernels: bool = True,
         config: RunnerConfig | None = None,
         agree=None,
     ) -> None:
         self.target, self.draft, self.chunk, self.max_seq_len = target, draft, chunk, max_seq_len
-        self.device, self.hidden_size, self.hidden_dtype = device, hidden_size, hidden_dtype
-        self._offsets = torch.arange(chunk)
+        self.device, self.hidden_size, self.hidden_dtype, self.kernels = device, hidden_size, hidden_dtype, kernels
+        self._offsets = torch.arange(chunk + 1, device=device)
         self.sizes = tuple(n for n in (1, 2, 4, 8, 16) if n <= min(MAX_CHUNKS, chunk))
         max_batch = self.sizes[-1]
         config = dataclasses.replace(config or RunnerConfig(), buckets=self.sizes)
@@ -77,10 +89,12 @@ class ChunkForward:
             config = dataclasses.replace(config, toggles=dataclasses.replace(config.toggles, step_graph=False))
         buffers = {
             "tokens": Buffer((max_batch, chunk), torch.int64),
-            "positions": Buffer((max_batch, chunk), torch.int64),
+            "start": Buffer((max_batch,), torch.int64),  # the chunk's first position
+            "last": Buffer((max_batch,), torch.int64),  # its last position's index in the row
+            "extra": Buffer((max_batch,), torch.int64),  # the prompt's next token; -1: the prompt is done
             "rows": Buffer((max_batch,), torch.int64, pad=scratch_row),
-            "last": Buffer((max_batch,), torch.int64),  # the chunk's last position's index in its row
             "before": Buffer((max_batch, hidden_size), hidden_dtype),
+            **{name: Buffer((max_batch,), dtype, pad=pad) for name, (dtype, pad) in REQUEST_FIELDS.items()},
         }
         self.runner = StepGraphRunner(
             self._forward, buffers, device=device, config=config, agree=agree, name="prefill chunks"
@@ -98,34 +112,73 @@ class ChunkForward:
         """``before [n, D]`` of zeros, for chunks that start their prompts."""
         return torch.zeros((n, self.hidden_size), dtype=self.hidden_dtype, device=self.device)
 
-    def _forward(self, buf, batch: int, sampling) -> dict[str, torch.Tensor]:
+    def _forward(self, buf, batch: int, sampling: Sampling) -> dict[str, torch.Tensor]:
         w = self.width(batch)
-        tokens, positions, rows = buf["tokens"][:, :w], buf["positions"][:, :w], buf["rows"]
-        logits, hidden = self.target(tokens, positions, rows)
-        before = buf["before"][:, None].to(hidden.dtype)
-        self.draft(tokens, positions, torch.cat([before, hidden[:, :-1]], 1), rows)
+        tokens, rows, last = buf["tokens"][:, :w], buf["rows"], buf["last"]
+        positions = (buf["start"][:, None] + self._offsets[None, : w + 1]).clamp(max=self.max_seq_len - 1)
+        logits, hidden = self.target(tokens, positions[:, :w], rows)
         at = torch.arange(batch, device=tokens.device)
-        return {"logits": logits[at, buf["last"]], "hidden": hidden[at, buf["last"]]}
+        end_logits, end_hidden = logits[at, last], hidden[at, last]  # [n, V], [n, D]
+        first, offset = self._first_token(end_logits, buf, sampling)
+        extra = buf["extra"]
+        d_tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], 1)
+        d_tokens[at, last + 1] = torch.where(extra >= 0, extra, first)  # the position after the chunk
+        before = buf["before"][:, None].to(hidden.dtype)
+        d_logits, d_hidden = self.draft(d_tokens, positions, torch.cat([before, hidden], 1), rows)
+        return {
+            "first": first,
+            "offset": offset,
+            "draft": torch.argmax(d_logits[at, last + 1], -1),
+            "draft_hidden": d_hidden[at, last + 1],
+            "hidden": end_hidden,
+            "logits": end_logits,
+        }
 
-    def __call__(self, spans, before: torch.Tensor):
-        """``spans``: per row ``(tokens, start, cache_row)``, a chunk's prompt tokens (a list of at most
-        ``width(len(spans))`` ints; ``len(spans)`` one of :attr:`sizes`) and its first position.
+    def _first_token(self, logits: torch.Tensor, buf, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first token ``[n]`` from ``logits [n, V]`` and each row's stream offset after drawing it."""
+        offset = torch.zeros_like(buf["seed"])
+        if sampling is Sampling.GREEDY:
+            return torch.argmax(logits, -1), offset
+        sample = chain_verify_sampling if self.kernels else chain_verify_sampling_ref
+        out = sample(
+            logits[:, None],
+            torch.zeros((logits.shape[0], 0), dtype=torch.int64, device=logits.device),
+            buf["temperature"],
+            buf["top_k"],
+            buf["top_p"],
+            buf["seed"],
+            offset,
+            min_p=buf["min_p"],
+            **sampling_class(sampling).kernel,
+        )
+        return out.bonus, offset
+
+    def __call__(self, spans, before: torch.Tensor, sampling: Sampling):
+        """``spans``: per row ``(tokens, start, cache_row, next_token, params)``: a chunk's prompt tokens (a
+        list of at most ``width(len(spans))`` ints; ``len(spans)`` one of :attr:`sizes`), its first
+        position, the prompt's token after it (``-1``: the chunk ends the prompt) and the request's
+        :class:`~stepgraph.sampling.SamplingParams` (used where the chunk ends the prompt).
         ``before [n, D]``: the target's hidden state at each chunk's ``start - 1`` (zeros for a first
-        chunk). Returns ``logits [n, V]`` and ``hidden [n, D]`` at each
-        chunk's last position (views valid until the next call)."""
+        chunk). ``sampling``: the most general class of the prompts the forward finishes.
+
+        Returns ``first [n]``, ``offset [n]``, ``draft [n]``, ``draft_hidden [n, Dd]`` (a finished
+        prompt's first token, its stream offset after it, and its first draft) and ``hidden [n, D]``,
+        ``logits [n, V]`` at each chunk's last position (views valid until the next call)."""
         n, C = len(spans), self.chunk
         tokens = torch.zeros((n, C), dtype=torch.int64)
-        starts = torch.tensor([s for _, s, _ in spans], dtype=torch.int64)
-        lengths = [len(t) for t, _, _ in spans]
-        for i, (t, _, _) in enumerate(spans):
-            tokens[i, : len(t)] = torch.tensor(t, dtype=torch.int64)
-        positions = (starts[:, None] + self._offsets[None, :]).clamp(max=self.max_seq_len - 1)
+        for i, span in enumerate(spans):
+            tokens[i, : len(span[0])] = torch.tensor(span[0], dtype=torch.int64)
+        values = [p.request_values() if nxt < 0 else GREEDY_ROW for _, _, _, nxt, p in spans]
         inputs = {
             "tokens": tokens,
-            "positions": positions,
-            "rows": torch.tensor([r for _, _, r in spans], dtype=torch.int64),
-            "last": torch.tensor(lengths, dtype=torch.int64) - 1,
+            "start": torch.tensor([s[1] for s in spans], dtype=torch.int64),
+            "last": torch.tensor([len(s[0]) - 1 for s in spans], dtype=torch.int64),
+            "extra": torch.tensor([s[3] for s in spans], dtype=torch.int64),
+            "rows": torch.tensor([s[2] for s in spans], dtype=torch.int64),
             "before": before,
+            **{
+                name: torch.tensor([v[name] for v in values], dtype=dtype)
+                for name, (dtype, _) in REQUEST_FIELDS.items()
+            },
         }
-        out = self.runner.run(inputs)
-        return out["logits"], out["hidden"]
+        return self.runner.run(inputs, sampling)

@@ -197,6 +197,7 @@ class SpecDecoder:
                 scratch_row=scratch_cache_row,
                 max_seq_len=max_seq_len,
                 device=self.device,
+                kernels=self.toggles.two_launch_sampling,
                 config=self.step.config,
                 agree=tp.agree if tp is not None else None,
             )

@@ -5,8 +5,8 @@ A whole prompt goes through eagerly in one forward of each model. With ``chunks`
 :class:`~stepgraph.speculative.chunk_forward.ChunkForward`) prompts go through in chunks, several
 requests' at once, so that the decode loop can run steps between them: a chunk's forwards attend to the
 chunks before it in the cache, and the draft's first position of a chunk takes the target's hidden state
-from the chunk before. After a prompt's last chunk, its first token is sampled and the draft run over it
-(eagerly, a one-position forward for the requests done together).
+from the chunk before; the forward that ends a prompt also samples its first token and runs the draft
+over it. Either way the host then writes the request's relay slot and reads the first token.
 """
 
 from __future__ import annotations
@@ -56,73 +56,69 @@ class Prefill:
         rows = torch.tensor([r.cache_row], device=dev)
         logits, hidden = self.target(tokens, torch.arange(L, device=dev)[None, :], rows)
         r.prefilled = L
+        p = r.params
+        seed = torch.tensor([p.seed], dtype=torch.int64, device=dev)
+        offset = torch.zeros(1, dtype=torch.int64, device=dev)
+        first = self.first_token(logits[:, -1:], p, seed, offset)  # [1]
+        d_tokens = torch.cat([tokens, first[:, None]], 1)
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
-        return self._finish([r], logits[:, -1], d_hidden, tokens)[0]
+        d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
+        ready = {"first": first, "offset": offset, "draft": torch.argmax(d_logits[:, -1], -1)}
+        return self._ready([r], [0], {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1]})[0]
 
     def next_chunks(self, rs: list[Request]) -> list[tuple[int, tuple | None] | None]:
         """A chunk of each of ``rs``'s prompts, in one forward of each model (``len(rs)`` one of the chunk
         forward's sizes); for each request whose prompt is then done, the first token and its scores as
         :meth:`__call__` returns them, else ``None``."""
         width = self.chunks.width(len(rs))
-        spans = [(r.prompt[r.prefilled : r.prefilled + width], r.prefilled, r.cache_row) for r in rs]
+        spans, done = [], []
+        for i, r in enumerate(rs):
+            a, L = r.prefilled, len(r.prompt)
+            b = min(a + width, L)
+            spans.append((r.prompt[a:b], a, r.cache_row, r.prompt[b] if b < L else -1, r.params))
+            if b == L:
+                done.append(i)
         before = self.chunks.zero_before(len(rs))
         for i, r in enumerate(rs):
             if r.prefill_carry is not None:  # the target's hidden state at the chunk's first position - 1
                 before[i] = r.prefill_carry
-        logits, hidden = self.chunks(spans, before)
-        done = []
-        for i, (r, (tokens, _, _)) in enumerate(zip(rs, spans)):
-            r.prefilled += len(tokens)
+        sampling = Sampling.most_general(rs[i].params.sampling for i in done)
+        out = self.chunks(spans, before, sampling)
+        hidden = out["hidden"]
+        for i, (r, span) in enumerate(zip(rs, spans)):
+            r.prefilled += len(span[0])
             r.prefill_carry = hidden[i].clone() if r.prefilled < len(r.prompt) else None
-            if r.prefill_carry is None:
-                done.append(i)
-        out: list[tuple[int, tuple | None] | None] = [None] * len(rs)
+        results: list[tuple[int, tuple | None] | None] = [None] * len(rs)
         if done:
-            idx = torch.tensor(done, device=self.device)
-            last = hidden[idx][:, None]  # the draft's first position after the prompt takes the target's last
-            finished = self._finish([rs[i] for i in done], logits[idx], last, None)
-            for i, result in zip(done, finished):
-                out[i] = result
-        return out
+            for i, result in zip(done, self._ready([rs[i] for i in done], done, out)):
+                results[i] = result
+        return results
 
-    def _finish(self, rs: list[Request], logits: torch.Tensor, d_hidden: torch.Tensor, tokens: torch.Tensor | None):
-        """The first token of each of ``rs`` (prompts done) from the prompt's last ``logits [m, V]``, the
-        draft over it, and the relay slots written. ``tokens [m, T]``: the prompt positions the draft has
-        not run over yet, before the first token (``d_hidden [m, T + 1, D]`` their hidden inputs, the
-        first token's last); ``None`` for none (``d_hidden [m, 1, D]``)."""
-        dev = self.device
-        firsts, offsets, scores = [], [], []
-        for i, r in enumerate(rs):
-            p = r.params
-            seed = torch.tensor([p.seed], dtype=torch.int64, device=dev)
-            offset = torch.zeros(1, dtype=torch.int64, device=dev)
-            firsts.append(self.first_token(logits[i : i + 1, None], p, seed, offset))  # [1]
-            offsets.append(offset)
-        first = torch.cat(firsts)  # [m]
-        L = torch.tensor([len(r.prompt) for r in rs], device=dev)
-        d_tokens = first[:, None] if tokens is None else torch.cat([tokens, first[:, None]], 1)
-        T = d_tokens.shape[1]
-        positions = L[:, None] - T + 1 + torch.arange(T, device=dev)[None, :]
-        rows = torch.tensor([r.cache_row for r in rs], device=dev)
-        d_logits, d_hid = self.draft(d_tokens, positions, d_hidden, rows)
-        results = []
-        for i, r in enumerate(rs):
+    def _ready(self, rs: list[Request], at: list[int], out) -> list[tuple[int, tuple | None]]:
+        """Write the relay slots of ``rs`` (prompts done) from rows ``at`` of a prefill's ``out`` (``first``,
+        ``offset``, ``draft`` ``[n]``, ``draft_hidden [n, Dd]``, ``logits [n, V]``: the first token, its
+        stream offset after it, the first draft and the prompt's last logits); returns each first token
+        and its scores (with ``logprobs``), read in one copy."""
+        first = out["first"]
+        for r, i in zip(rs, at):
             self.relay.write(
                 r.slot,
                 token=first[i],
-                draft=torch.argmax(d_logits[i, -1]),
+                draft=out["draft"][i],
                 seq_len=len(r.prompt),
                 cache_row=r.cache_row,
-                hidden=d_hid[i, -1],
-                offset=offsets[i][0],
+                hidden=out["draft_hidden"][i],
+                offset=out["offset"][i],
                 **r.params.request_values(),
             )
-            scores = None
-            if self.logprobs is not None:
-                sc = token_scores(logits[i : i + 1, None], first[i : i + 1, None], self.logprobs)
-                scores = (sc.logprobs[0].tolist(), sc.top_ids[0].tolist(), sc.top_logprobs[0].tolist())
-            results.append(scores)
-        return [(t, sc) for t, sc in zip(first.tolist(), results)]
+        scores: list[tuple | None] = [None] * len(rs)
+        if self.logprobs is not None:
+            idx = torch.tensor(at, device=first.device)
+            sc = token_scores(out["logits"][idx][:, None], first[idx][:, None], self.logprobs)
+            lp, ids, tops = sc.logprobs.tolist(), sc.top_ids.tolist(), sc.top_logprobs.tolist()
+            scores = [(lp[j], ids[j], tops[j]) for j in range(len(rs))]
+        tokens = first[at[0] : at[-1] + 1].tolist()  # one read; rows between them not done are skipped
+        return [(tokens[i - at[0]], sc) for i, sc in zip(at, scores)]
 
     def first_token(
         self, logits: torch.Tensor, p: SamplingParams, seed: torch.Tensor, offset: torch.Tensor
