@@ -89,7 +89,11 @@ class PagedKV:
         self.scratch_row, self.scratch_page, self.trash_col = num_rows, self.num_pages, self.max_pages
         self.row_len = self.max_pages * page_size  # positions a gathered row spans
         shape = (num_rows + 1, self.max_pages + 1)
-        self._host_table = torch.full(shape, self.scratch_page, dtype=torch.int32)
+        # pinned on CUDA, so that a row's upload is stream-ordered and waits for nothing (from pageable
+        # memory it would wait for every step in flight). An upload reads the row when it runs: what the
+        # host wrote since (pages handed out later, which also travel in kv_pages) is at least as current.
+        pinned = self.device.type == "cuda"
+        self._host_table = torch.full(shape, self.scratch_page, dtype=torch.int32, pin_memory=pinned)
         self.table = self._host_table.to(self.device, copy=True)  # [rows + 1, max_pages + 1] int32, its own
         self._free_rows = list(range(num_rows))
         self._free_pages = list(range(self.num_pages - 1, -1, -1))  # a stack: page 0 handed out first

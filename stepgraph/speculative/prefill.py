@@ -113,8 +113,8 @@ class Prefill:
             )
         scores: list[tuple | None] = [None] * len(rs)
         if self.logprobs is not None:
-            idx = torch.tensor(at, device=first.device)
-            sc = token_scores(out["logits"][idx][:, None], first[idx][:, None], self.logprobs)
+            logits = torch.stack([out["logits"][i] for i in at])[:, None]  # no host-to-device index copy
+            sc = token_scores(logits, torch.stack([first[i] for i in at])[:, None], self.logprobs)
             lp, ids, tops = sc.logprobs.tolist(), sc.top_ids.tolist(), sc.top_logprobs.tolist()
             scores = [(lp[j], ids[j], tops[j]) for j in range(len(rs))]
         tokens = first[at[0] : at[-1] + 1].tolist()  # one read; rows between them not done are skipped
