@@ -30,7 +30,7 @@ import torch
 
 from stepgraph.buffers import Buffer
 from stepgraph.kernels.decode_attention import gather_pages, paged_attention, planned_paged_attention
-from stepgraph.kernels.split_plan import SplitPlan
+from stepgraph.kv.split_plan import SplitPlan
 
 NO_UPDATE = -1
 

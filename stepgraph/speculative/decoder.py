@@ -309,7 +309,7 @@ class SpecDecoder:
             )
         report = self.step.warmup(max_running_requests or self.max_batch, sampling)
         if self.chunk_forward is not None:  # the chunk forward's graphs, one per number of chunks
-            self.chunk_forward.runner.warmup(self.chunk_forward.sizes[-1], Sampling.GREEDY)
+            self.chunk_forward.runner.warmup(self.chunk_forward.sizes[-1], sampling)
         if isinstance(self.policy, AutoDraftLength):  # every key a batch can pad to, timed now, not while serving
             for bucket in self.runner.buckets:
                 if bucket <= self.max_batch:

@@ -142,7 +142,7 @@ def test_spliced_stages_over_pages_equal_the_whole_step_graph():
 
 def test_a_captured_planned_kernel_follows_each_new_plan_bit_for_bit():
     from stepgraph.kernels.decode_attention import planned_paged_attention
-    from stepgraph.kernels.split_plan import SplitPlan
+    from stepgraph.kv.split_plan import SplitPlan
 
     g = torch.Generator(device="cuda").manual_seed(0)
     B, T, H, KVH, hd, P, n = 6, 4, 16, 8, 128, 16, 80

@@ -7,7 +7,8 @@ import torch
 
 from stepgraph.kernels.decode_attention import BLOCK_N, paged_attention, planned_paged_attention
 from stepgraph.kernels.decode_attention import reference_paged_attention as reference
-from stepgraph.kernels.split_plan import GRAIN, SplitPlan, max_items, plan_splits
+from stepgraph.kernels.split_plan import max_items, plan_splits
+from stepgraph.kv.split_plan import GRAIN, SplitPlan
 from tests.kernels.test_paged_attention import DEV, paged_case
 
 
