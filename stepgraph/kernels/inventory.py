@@ -102,6 +102,24 @@ KERNELS: tuple[KernelEntry, ...] = (
         benchmark="benchmarks/bench_kernels.py --only matmul",
         piece="example model: ModelConfig(matmul='triton')",
     ),
+    KernelEntry(
+        name="paged_attention",
+        launcher="stepgraph.kernels.decode_attention.paged_attention",
+        reference="stepgraph.kernels.decode_attention.reference_paged_attention",
+        launches="2 (partial attention over a fixed split of each request's positions; their combine)",
+        test="tests/kernels/test_paged_attention.py",
+        benchmark="benchmarks/bench_paged.py --only step",
+        piece="example model: ModelConfig(kv='paged', attention='triton')",
+    ),
+    KernelEntry(
+        name="planned_paged_attention",
+        launcher="stepgraph.kernels.decode_attention.planned_paged_attention",
+        reference="stepgraph.kernels.decode_attention.reference_paged_attention",
+        launches="2 (partial attention over the host's planned pieces; their combine)",
+        test="tests/kernels/test_split_plan.py",
+        benchmark="benchmarks/bench_paged.py --only schedule",
+        piece="PagedKV(schedule='planned')",
+    ),
 )
 
 
