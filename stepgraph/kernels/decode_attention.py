@@ -129,7 +129,7 @@ def _decode_attn_combine(
         m_ref = tl.where(m == float("-inf"), 0.0, m)
         w = tl.exp(tl.load(ml_ptr + first * 2, mask=some, other=float("-inf")) - m_ref)
         l_sum = tl.load(ml_ptr + first * 2 + 1, mask=some, other=0.0) * w
-        acc = tl.load(acc_ptr + first * HD + d, mask=some & (d < HD), other=0.0) * w
+        acc = tl.load(acc_ptr + first * HD + d, mask=d * 0 + hi > lo, other=0.0) * w  # the mask as a vector
         for c in range(1, hi - lo, PIECES):
             s = c + tl.arange(0, PIECES)
             ok = s < hi - lo
