@@ -282,7 +282,7 @@ class PagedKV:
             return None
         if self._kv_heads is None:
             raise RuntimeError("schedule='planned' plans for the models' KV heads: make the models' layer caches first")
-        plan = SplitPlan(key.batch_size, self._kv_heads, self.device)
+        plan = SplitPlan(key.batch_size, self._kv_heads, self.device, max_len=self.row_len)
 
         def hook(batch_size: int) -> None:
             rows = self._step_rows

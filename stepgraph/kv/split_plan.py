@@ -21,16 +21,17 @@ GRAIN = 4 * BLOCK_N
 
 class SplitPlan:
     """One batch size's plan on the device (``plan``, ``[3 * items + batch + 1]`` int32, at a fixed address for
-    the graph that reads it) and the host buffers that upload it.
+    the graph that reads it) and the host buffers that upload it. ``max_len``: the positions a row holds
+    at most (no more pieces than its blocks).
 
     :meth:`update` plans for the given lengths and uploads the plan in stream order: on CUDA through one of
     ``STAGING`` pinned buffers, each reused once its last upload has completed (so a plan made while
     earlier steps are still queued does not overwrite what they upload).
     """
 
-    def __init__(self, batch: int, kv_heads: int, device: torch.device | str) -> None:
-        self.batch, self.kv_heads = batch, kv_heads
-        self.items = max_items(batch, kv_heads)
+    def __init__(self, batch: int, kv_heads: int, device: torch.device | str, max_len: int | None = None) -> None:
+        self.batch, self.kv_heads, self.max_len = batch, kv_heads, max_len
+        self.items = max_items(batch, kv_heads, max_len)
         device = torch.device(device)
         size = 3 * self.items + batch + 1
         self.plan = torch.zeros(size, dtype=torch.int32, device=device)
@@ -62,7 +63,7 @@ class SplitPlan:
             event.synchronize()  # normally long done: STAGING - 1 uploads went after it
         words, used = self._words[slot], self._used[slot]
         words[: 3 * used] = self._zeros[: 3 * used]  # the pieces an older plan left here
-        self._used[slot] = fill_plan(words, lengths, self.batch, self.kv_heads)
+        self._used[slot] = fill_plan(words, lengths, self.batch, self.kv_heads, self.max_len)
         if self._driver is None:
             self.plan.copy_(self._staging[slot])
         else:

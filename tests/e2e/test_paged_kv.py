@@ -159,16 +159,27 @@ def test_the_triton_paged_attention_decodes_what_the_row_kernel_decodes(monkeypa
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     prompts, lengths = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]], [6, 9, 7]
     outs = []
-    cases = (("rows", {}), ("paged", {"num_pages": 20}), ("paged", {"num_pages": 20, "kv_schedule": "planned"}))
-    for kv, extra in cases:
+    for kv, extra in (("rows", {}), ("paged", {"num_pages": 20})):
         target, draft = models(kv, attention="triton", num_layers=1, max_seq_len=48, **extra)
         dec = SpecDecoder.for_example(
             target, draft, num_draft_tokens=3, config=RunnerConfig(toggles=Toggles.all(False))
         )
         outs.append(dec.generate(prompts, max_new_tokens=lengths, overlap=True))
         assert outs[-1] == [greedy_reference(target, p, n) for p, n in zip(prompts, lengths)]
-    assert outs[0] == outs[1] == outs[2]
-    plans = [s.hook.plan for s in dec.step.runner.table.keys.values()]  # the planned decoder's: one per key
+    assert outs[0] == outs[1]
+
+
+def test_the_planned_schedule_decodes_what_the_fixed_one_does(monkeypatch):
+    """The same decoding with the split planned on the host before each step (interpreter on a CPU)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    prompts, lengths = [[3, 1, 4, 1, 5], [9, 2, 6]], [6, 9]
+    target, draft = models(
+        "paged", attention="triton", num_layers=1, max_seq_len=48, num_pages=20, kv_schedule="planned"
+    )
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, config=RunnerConfig(toggles=Toggles.all(False)))
+    out = dec.generate(prompts, max_new_tokens=lengths, overlap=True)
+    assert out == [greedy_reference(target, p, n) for p, n in zip(prompts, lengths)]  # on the fixed split
+    plans = [s.hook.plan for s in dec.step.runner.table.keys.values()]  # one per key
     assert plans and len({id(p) for p in plans}) == len(plans) and all(p.last is not None for p in plans)
 
 
@@ -190,7 +201,7 @@ def test_the_planned_schedules_hook_plans_for_the_steps_rows_and_only_steps_foll
     kv.step_inputs([b, a], False, kv.buffers(4, 3))
     kv.reserve([(b, 130)])
     hook(2)
-    assert hook.plan.lengths == [256, 128] and (hook.plan.last == plan_splits([256, 128], 4, 2)).all()
+    assert hook.plan.lengths == [256, 128] and (hook.plan.last == plan_splits([256, 128], 4, 2, 160)).all()
     hook(3)  # not the launched step's rows (a warm-up): every row may read all of it
     assert hook.plan.lengths == [256] * 3  # the whole row, 160, rounded
     assert kv._active is None

@@ -12,8 +12,8 @@ from stepgraph.kv.split_plan import GRAIN, SplitPlan
 from tests.kernels.test_paged_attention import DEV, paged_case
 
 
-def pieces(plan, batch, kv_heads):
-    items = max_items(batch, kv_heads)
+def pieces(plan, batch, kv_heads, max_len=None):
+    items = max_items(batch, kv_heads, max_len)
     work, first = plan[: 3 * items].reshape(items, 3), plan[3 * items :]
     return work, first
 
@@ -42,6 +42,13 @@ def test_a_long_request_is_spread_over_many_pieces_and_short_ones_take_one():
     plan = plan_splits([4096] + [64] * 31, 32, 8)
     work, first = pieces(plan, 32, 8)
     assert first[1] - first[0] >= 8 and (np.diff(first[1:33]) == 1).all()
+
+
+def test_a_plan_holds_no_more_pieces_than_its_rows_have_blocks():
+    plan = plan_splits([100, 5000], 2, 1, max_len=96)  # lengths past max_len are read up to it
+    work, first = pieces(plan, 2, 1, 96)
+    assert max_items(2, 1, 96) == 2 * 3 + 2 and first.tolist() == [0, 3, 6]
+    assert work[:6].tolist() == [[0, 0, 32], [0, 32, 64], [0, 64, 96], [1, 0, 32], [1, 32, 64], [1, 64, 96]]
 
 
 def test_more_lengths_than_rows_is_refused():
