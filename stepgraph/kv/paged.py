@@ -287,8 +287,7 @@ class PagedKV:
         def hook(batch_size: int) -> None:
             rows = self._step_rows
             if len(rows) == batch_size:
-                held = self._held
-                lengths = [len(held[r]) * self.page_size if r in held else self.row_len for r in rows]
+                lengths = [self.room(r) if r in self._held else self.row_len for r in rows]
             else:  # a warm-up or a capture: nothing known, so every row may read all of it
                 lengths = [self.row_len] * batch_size
             plan.update(lengths)

@@ -119,7 +119,8 @@ class ChunkForward:
         logits, hidden = self.target(tokens, positions[:, :w], rows)
         at = torch.arange(batch, device=tokens.device)
         end_logits, end_hidden = logits[at, last], hidden[at, last]  # [n, V], [n, D]
-        first, offset = self._first_token(end_logits, buf, sampling)
+        offset = torch.zeros_like(buf["seed"])
+        first = first_tokens(end_logits, buf, offset, sampling, self.kernels)
         extra = buf["extra"]
         d_tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], 1)
         d_tokens[at, last + 1] = torch.where(extra >= 0, extra, first)  # the position after the chunk
@@ -134,25 +135,6 @@ class ChunkForward:
             "logits": end_logits,
         }
 
-    def _first_token(self, logits: torch.Tensor, buf, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first token ``[n]`` from ``logits [n, V]`` and each row's stream offset after drawing it."""
-        offset = torch.zeros_like(buf["seed"])
-        if sampling is Sampling.GREEDY:
-            return torch.argmax(logits, -1), offset
-        sample = chain_verify_sampling if self.kernels else chain_verify_sampling_ref
-        out = sample(
-            logits[:, None],
-            torch.zeros((logits.shape[0], 0), dtype=torch.int64, device=logits.device),
-            buf["temperature"],
-            buf["top_k"],
-            buf["top_p"],
-            buf["seed"],
-            offset,
-            min_p=buf["min_p"],
-            **sampling_class(sampling).kernel,
-        )
-        return out.bonus, offset
-
     def __call__(self, spans, before: torch.Tensor, sampling: Sampling):
         """``spans``: per row ``(tokens, start, cache_row, next_token, params)``: a chunk's prompt tokens (a
         list of at most ``width(len(spans))`` ints; ``len(spans)`` one of :attr:`sizes`), its first
@@ -164,10 +146,8 @@ class ChunkForward:
         Returns ``first [n]``, ``offset [n]``, ``draft [n]``, ``draft_hidden [n, Dd]`` (a finished
         prompt's first token, its stream offset after it, and its first draft) and ``hidden [n, D]``,
         ``logits [n, V]`` at each chunk's last position (views valid until the next call)."""
-        n, C = len(spans), self.chunk
-        tokens = torch.zeros((n, C), dtype=torch.int64)
-        for i, span in enumerate(spans):
-            tokens[i, : len(span[0])] = torch.tensor(span[0], dtype=torch.int64)
+        C = self.chunk
+        tokens = torch.tensor([s[0] + [0] * (C - len(s[0])) for s in spans], dtype=torch.int64)
         values = [p.request_values() if nxt < 0 else GREEDY_ROW for _, _, _, nxt, p in spans]
         inputs = {
             "tokens": tokens,
@@ -182,3 +162,24 @@ class ChunkForward:
             },
         }
         return self.runner.run(inputs, sampling)
+
+
+def first_tokens(logits: torch.Tensor, values, offset: torch.Tensor, sampling: Sampling, kernels: bool) -> torch.Tensor:
+    """The first token ``[n]`` of prompts from their last logits ``[n, V]``: greedy, or sampled like a verify
+    with no drafts from each request's stream. ``values``: the requests' ``temperature``, ``top_k``,
+    ``top_p``, ``min_p`` and ``seed`` ``[n]`` on the device; ``offset [n]`` is advanced past the draw."""
+    if sampling is Sampling.GREEDY:
+        return torch.argmax(logits, -1)
+    sample = chain_verify_sampling if kernels else chain_verify_sampling_ref
+    out = sample(
+        logits[:, None],
+        torch.zeros((logits.shape[0], 0), dtype=torch.int64, device=logits.device),
+        values["temperature"],
+        values["top_k"],
+        values["top_p"],
+        values["seed"],
+        offset,
+        min_p=values["min_p"],
+        **sampling_class(sampling).kernel,
+    )
+    return out.bonus

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
-from stepgraph.sampling import Sampling, SamplingParams, sampling_class
-from stepgraph.speculative.chunk_forward import ChunkForward
+from stepgraph.sampling import REQUEST_FIELDS, Sampling
+from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
 from stepgraph.speculative.scores import token_scores
@@ -57,9 +56,13 @@ class Prefill:
         logits, hidden = self.target(tokens, torch.arange(L, device=dev)[None, :], rows)
         r.prefilled = L
         p = r.params
-        seed = torch.tensor([p.seed], dtype=torch.int64, device=dev)
+        values = {}  # the request's sampling settings on the device, for a sampled first token only
+        if p.sampling is not Sampling.GREEDY:
+            values = {
+                n: torch.tensor([v], dtype=REQUEST_FIELDS[n][0], device=dev) for n, v in p.request_values().items()
+            }
         offset = torch.zeros(1, dtype=torch.int64, device=dev)
-        first = self.first_token(logits[:, -1:], p, seed, offset)  # [1]
+        first = first_tokens(logits[:, -1], values, offset, p.sampling, self.kernels)  # [1]
         d_tokens = torch.cat([tokens, first[:, None]], 1)
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
         d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
@@ -119,25 +122,3 @@ class Prefill:
             scores = [(lp[j], ids[j], tops[j]) for j in range(len(rs))]
         tokens = first[at[0] : at[-1] + 1].tolist()  # one read; rows between them not done are skipped
         return [(tokens[i - at[0]], sc) for i, sc in zip(at, scores)]
-
-    def first_token(
-        self, logits: torch.Tensor, p: SamplingParams, seed: torch.Tensor, offset: torch.Tensor
-    ) -> torch.Tensor:
-        """The first token ``[1]`` from the prompt's last logits ``[1, 1, V]``: greedy, or sampled from the
-        request's stream (``seed``, ``offset``) like a verify with no drafts."""
-        if p.sampling is Sampling.GREEDY:
-            return torch.argmax(logits[:, 0], -1)
-        dev = logits.device
-        sample = chain_verify_sampling if self.kernels else chain_verify_sampling_ref
-        out = sample(
-            logits,
-            torch.zeros((1, 0), dtype=torch.int64, device=dev),
-            torch.tensor([p.temperature], dtype=torch.float32, device=dev),
-            torch.tensor([p.top_k], dtype=torch.int64, device=dev),
-            torch.tensor([p.top_p], dtype=torch.float32, device=dev),
-            seed,
-            offset,
-            min_p=torch.tensor([p.min_p], dtype=torch.float32, device=dev),
-            **sampling_class(p.sampling).kernel,
-        )
-        return out.bonus

@@ -99,14 +99,14 @@ def test_generate_leaves_the_callers_random_stream_alone():
 
 
 def test_sampling_kernels_off_means_off_in_prefill_too(monkeypatch):
+    import stepgraph.speculative.chunk_forward as prefill_sampling  # the first token's sampling
     import stepgraph.speculative.pieces as pieces
-    import stepgraph.speculative.prefill as prefill
 
     def kernel_called(*args, **kwargs):
         raise AssertionError("a sampling kernel ran with STEPGRAPH_TWO_LAUNCH_SAMPLING=0")
 
     monkeypatch.setattr(pieces, "chain_verify_sampling", kernel_called)
-    monkeypatch.setattr(prefill, "chain_verify_sampling", kernel_called)
+    monkeypatch.setattr(prefill_sampling, "chain_verify_sampling", kernel_called)
     dec, _ = decoder(Toggles.all(True).with_piece("two_launch_sampling", False), max_batch=3)
     out = dec.generate(prompts(3), max_new_tokens=6, sampling=SamplingParams(temperature=0.9, top_p=0.8))
     assert [len(o) for o in out] == [6, 6, 6]
