@@ -33,6 +33,11 @@ def check_int64(name: str, value: object) -> int:
     return int(value)
 
 
+#: The penalty fields of :class:`SamplingParams` (:mod:`stepgraph.speculative.penalties`), and their values
+#: when off.
+PENALTY_FIELDS = ("repetition_penalty", "presence_penalty", "frequency_penalty")
+NEUTRAL = (1.0, 0.0, 0.0)
+
 #: The largest top-k of the ``TOP_K`` class: what its kernels' small top-k path handles.
 SMALL_TOP_K_MAX = TOP_K_MAX
 
@@ -94,6 +99,11 @@ class SamplingParams:
     probable one). A top-k of 1 to 256 puts the request in the ``TOP_K`` class (top-p and min-p may come
     with it); any other filter in the ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
+
+    Penalties (:mod:`stepgraph.speculative.penalties`; a decoder built with ``penalties=True``):
+    ``repetition_penalty`` (Hugging Face's, ``> 0``; 1 disables it) over the prompt's and the output's
+    tokens, ``presence_penalty`` and ``frequency_penalty`` (the OpenAI API's, in ``[-2, 2]``; 0 disables
+    them) over the output's.
     """
 
     temperature: float = 0.0
@@ -101,9 +111,12 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "min_p"):
+        for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise TypeError(f"{name} must be a number, got {value!r}")
@@ -120,6 +133,22 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {self.min_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not (self.repetition_penalty > 0.0 and math.isfinite(self.repetition_penalty)):
+            raise ValueError(
+                f"repetition_penalty must be a finite number > 0 (1 disables it), got {self.repetition_penalty}"
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2] (0 disables it), got {getattr(self, name)}")
+
+    @property
+    def penalised(self) -> bool:
+        """Whether any penalty is set (the decoder must be built with ``penalties=True``)."""
+        return self.penalties() != NEUTRAL
+
+    def penalties(self) -> tuple[float, float, float]:
+        """``(repetition, presence, frequency)``, the columns of the penalty state's settings."""
+        return tuple(float(getattr(self, name)) for name in PENALTY_FIELDS)
 
     @property
     def sampling(self) -> Sampling:

@@ -400,6 +400,7 @@ def hf_spec_decoder(
     page_size: int = 16,
     num_pages: int | None = None,
     kv_schedule: str = "fixed",
+    penalties: bool | None = None,
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
     vocabulary (e.g. ``LlamaForCausalLM``; or one tokenizer's, padded to two sizes, given ``tokenizer``):
@@ -422,7 +423,8 @@ def hf_spec_decoder(
     request) or ``"paged"`` (``num_pages`` pages of ``page_size`` positions, by default the rows' memory,
     handed out as requests grow: :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache.
     ``kv_schedule``: the paged cache's attention schedule with ``attention="rows"`` (``"fixed"``, or
-    ``"planned"`` on the host before each replay).
+    ``"planned"`` on the host before each replay). ``penalties``: serve repetition penalties
+    (:class:`SpecDecoder`); ``None``: on when the generation config sets one.
 
     Raises
     ------
@@ -464,6 +466,8 @@ def hf_spec_decoder(
     draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
         generation.eos_token_id = eos_token_id
+    if penalties is None:
+        penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0
     return HFSpecDecoder(
         target,
         draft,
@@ -484,4 +488,5 @@ def hf_spec_decoder(
         tokenizer=tokenizer,
         logprobs=logprobs,
         kv_cache=layout,
+        penalties=penalties,
     )

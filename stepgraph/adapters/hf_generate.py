@@ -6,9 +6,11 @@
 * **Settings** come from the target's ``generation_config``, then a ``generation_config=`` given to the
   call (its set fields), then generate's keywords (``do_sample=True, temperature=0.7, ...``). Unset ones
   take transformers' defaults, ``top_k=50`` when sampling among them. Honoured: ``do_sample``,
-  ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``max_new_tokens``, ``max_length``, ``eos_token_id``,
+  ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty`` (greedy or sampled, as
+  transformers applies it; the decoder needs ``penalties=True``, which ``hf_spec_decoder`` turns on by
+  itself for a generation config that sets one), ``max_new_tokens``, ``max_length``, ``eos_token_id``,
   ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``. Anything else set
-  to a value that would change the output (a repetition penalty, beams, ``min_new_tokens``, scores)
+  to a value that would change the output (beams, ``no_repeat_ngram_size``, ``min_new_tokens``, scores)
   raises ``ValueError`` naming it: nothing is dropped silently. Settings that only steer how transformers
   runs (``use_cache``, ``cache_implementation``, compile options) and beam-search settings without beams
   are ignored, as they change no token here.
@@ -39,8 +41,8 @@ from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.speculative.requests import Request, normalize_eos
 
 HONOURED = {
-    "do_sample", "temperature", "top_k", "top_p", "min_p", "max_new_tokens", "max_length", "eos_token_id",
-    "pad_token_id", "stop_strings", "return_dict_in_generate",
+    "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "max_length",
+    "eos_token_id", "pad_token_id", "stop_strings", "return_dict_in_generate",
 }  # fmt: skip
 #: settings that change how transformers runs, not which tokens come out
 IGNORED = {
@@ -50,7 +52,7 @@ IGNORED = {
 }  # fmt: skip
 #: beam-search settings: without beams transformers ignores them too
 BEAM_ONLY = {"early_stopping", "length_penalty", "num_beam_groups", "diversity_penalty", "constraints"}
-SAMPLING_SETTINGS = {"do_sample", "temperature", "top_k", "top_p", "min_p"}
+SAMPLING_SETTINGS = {"do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty"}
 FINISH_REASONS = {"eos": "stop", "length": "length", "stop": "stop_string"}
 
 
@@ -116,8 +118,8 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
     if bad:
         raise ValueError(
             f"generation settings the stepgraph adapter cannot honour: {'; '.join(bad)}. Unset them in the model's "
-            "generation_config or override them in the call, or use model.generate() for them: repetition, "
-            "presence and frequency penalties, beams, min_new_tokens and scores are not implemented yet"
+            "generation_config or override them in the call, or use model.generate() for them: n-gram bans, "
+            "beams, min_new_tokens and scores are not implemented yet"
         )
 
 
@@ -133,9 +135,11 @@ def _transformers_defaults() -> dict[str, Any]:
 
 
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
-    """The :class:`SamplingParams` of resolved ``settings`` (greedy unless ``do_sample``)."""
+    """The :class:`SamplingParams` of resolved ``settings`` (greedy unless ``do_sample``; the repetition
+    penalty either way, as transformers applies it)."""
+    repetition = float(settings.get("repetition_penalty") or 1.0)
     if not settings["do_sample"]:
-        return SamplingParams()
+        return SamplingParams(repetition_penalty=repetition)
     t = float(settings["temperature"])
     if t <= 0.0:
         raise ValueError(f"do_sample=True with temperature={t}: give a temperature > 0, or do_sample=False")
@@ -144,6 +148,7 @@ def sampling_params(settings: dict[str, Any]) -> SamplingParams:
         top_k=int(settings["top_k"] or 0),
         top_p=float(settings["top_p"]),
         min_p=float(settings.get("min_p") or 0.0),
+        repetition_penalty=repetition,
     )
 
 

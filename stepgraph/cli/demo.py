@@ -22,7 +22,7 @@ from rich.console import Console
 from stepgraph.cli.parser import HelpFormatter
 from stepgraph.config import RunnerConfig, Toggles
 from stepgraph.report import print_report
-from stepgraph.sampling import CLASSES, SamplingParams, sampling_class
+from stepgraph.sampling import CLASSES, PENALTY_FIELDS, SamplingParams, sampling_class
 
 #: The most requests the demo decodes at once (a serving batch is at most 64 here; memory is checked too).
 MAX_BATCH = 1024
@@ -116,6 +116,20 @@ def add_parser(sub) -> None:
     p.add_argument("--top-p", type=float, help="top-p of the filtered classes (1: off; default 0.9)")
     p.add_argument("--min-p", type=float, help="min-p of the filtered classes (0: off; default 0)")
     p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="Hugging Face's repetition penalty over prompt and output, any class (1: off)",
+    )
+    p.add_argument(
+        "--presence-penalty",
+        type=float,
+        default=0.0,
+        help="the OpenAI API's presence penalty over the output, -2..2, any class (0: off)",
+    )
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="the OpenAI API's frequency penalty over the output, -2..2, any class (0: off)")  # fmt: skip
+    p.add_argument(
         "--seed", type=bounded_int(-(2**63), 2**63 - 1), default=0, help="seeds the prompts and the sampling"
     )
     p.add_argument(
@@ -147,11 +161,12 @@ def _sampling_flags(args) -> dict:
 def _params(args) -> SamplingParams:
     chosen = sampling_class(args.sampling)
     flags = _sampling_flags(args)
+    penalties = {name: getattr(args, name) for name in PENALTY_FIELDS}
     if chosen.kernel is None:
-        return SamplingParams()
+        return SamplingParams(**penalties)
     if not chosen.kernel["filtered"]:
-        return SamplingParams(temperature=flags["temperature"])
-    params = SamplingParams(**flags)
+        return SamplingParams(temperature=flags["temperature"], **penalties)
+    params = SamplingParams(**flags, **penalties)
     if not chosen.fits(params):
         raise ValueError(f"--sampling {chosen.name} serves {chosen.summary}; --top-k {flags['top_k']} is outside it")
     return params
@@ -182,8 +197,9 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
     target, draft = build(args.preset, device=device, dtype=dtype, draft=args.draft, **_overrides(args))
     cfg = RunnerConfig(toggles=toggles if graphs else replace(toggles, step_graph=False), progress=not args.quiet)
     dec = SpecDecoder.for_example(
-        target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed, compile=args.compile
-    )
+        target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed, compile=args.compile,
+        penalties=_params(args).penalised,
+    )  # fmt: skip
     if graphs and dec.runner.graphs_available:
         dec.warmup(args.batch, _params(args).sampling)
     if device.type == "cuda":  # an untimed pass: first-use costs (prefill shapes, pinned buffers) stay out

@@ -36,6 +36,7 @@ from stepgraph.config import RunnerConfig
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.runner import StepGraphRunner
 from stepgraph.sampling import REQUEST_FIELDS, Sampling, sampling_class
+from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.step import Draft, Target
 
 MAX_CHUNKS = 8  # requests' chunks in one forward at most
@@ -62,6 +63,9 @@ class ChunkForward:
         The runner's settings; its buckets are the numbers of chunks (``STEPGRAPH_PREFILL_GRAPH=0``: eager).
     agree:
         The ranks' capture vote (tensor parallelism), as for the chain step.
+    penalties:
+        The requests' penalty state: a finished prompt's first token is sampled from its last logits
+        penalised with its prompt (:mod:`stepgraph.speculative.penalties`).
     """
 
     def __init__(
@@ -78,8 +82,10 @@ class ChunkForward:
         kernels: bool = True,
         config: RunnerConfig | None = None,
         agree=None,
+        penalties: PenaltyState | None = None,
     ) -> None:
         self.target, self.draft, self.chunk, self.max_seq_len = target, draft, chunk, max_seq_len
+        self.penalties = penalties
         self.device, self.hidden_size, self.hidden_dtype, self.kernels = device, hidden_size, hidden_dtype, kernels
         self._offsets = torch.arange(chunk + 1, device=device)
         self.sizes = tuple(n for n in (1, 2, 4, 8, 16) if n <= min(MAX_CHUNKS, chunk))
@@ -93,6 +99,7 @@ class ChunkForward:
             "last": Buffer((max_batch,), torch.int64),  # its last position's index in the row
             "extra": Buffer((max_batch,), torch.int64),  # the prompt's next token; -1: the prompt is done
             "rows": Buffer((max_batch,), torch.int64, pad=scratch_row),
+            "slots": Buffer((max_batch,), torch.int64, pad=-1),  # the requests' relay slots (for penalties)
             "before": Buffer((max_batch, hidden_size), hidden_dtype),
             **{name: Buffer((max_batch,), dtype, pad=pad) for name, (dtype, pad) in REQUEST_FIELDS.items()},
         }
@@ -120,7 +127,12 @@ class ChunkForward:
         at = torch.arange(batch, device=tokens.device)
         end_logits, end_hidden = logits[at, last], hidden[at, last]  # [n, V], [n, D]
         offset = torch.zeros_like(buf["seed"])
-        first = first_tokens(end_logits, buf, offset, sampling, self.kernels)
+        sampled = end_logits
+        if self.penalties is not None:  # penalised with the prompt; the scores stay the raw logits'
+            sampled = end_logits.clone()
+            slots = buf["slots"]
+            self.penalties.apply(sampled[:, None], slots[:, None][:, :0], slots, buf["start"] + last)
+        first = first_tokens(sampled, buf, offset, sampling, self.kernels)
         extra = buf["extra"]
         d_tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], 1)
         d_tokens[at, last + 1] = torch.where(extra >= 0, extra, first)  # the position after the chunk
@@ -136,10 +148,10 @@ class ChunkForward:
         }
 
     def __call__(self, spans, before: torch.Tensor, sampling: Sampling):
-        """``spans``: per row ``(tokens, start, cache_row, next_token, params)``: a chunk's prompt tokens (a
-        list of at most ``width(len(spans))`` ints; ``len(spans)`` one of :attr:`sizes`), its first
-        position, the prompt's token after it (``-1``: the chunk ends the prompt) and the request's
-        :class:`~stepgraph.sampling.SamplingParams` (used where the chunk ends the prompt).
+        """``spans``: per row ``(tokens, start, cache_row, next_token, params, slot)``: a chunk's prompt tokens
+        (a list of at most ``width(len(spans))`` ints; ``len(spans)`` one of :attr:`sizes`), its first
+        position, the prompt's token after it (``-1``: the chunk ends the prompt), the request's
+        :class:`~stepgraph.sampling.SamplingParams` (used where the chunk ends the prompt) and its relay slot.
         ``before [n, D]``: the target's hidden state at each chunk's ``start - 1`` (zeros for a first
         chunk). ``sampling``: the most general class of the prompts the forward finishes.
 
@@ -148,13 +160,14 @@ class ChunkForward:
         ``logits [n, V]`` at each chunk's last position (views valid until the next call)."""
         C = self.chunk
         tokens = torch.tensor([s[0] + [0] * (C - len(s[0])) for s in spans], dtype=torch.int64)
-        values = [p.request_values() if nxt < 0 else GREEDY_ROW for _, _, _, nxt, p in spans]
+        values = [p.request_values() if nxt < 0 else GREEDY_ROW for _, _, _, nxt, p, _ in spans]
         inputs = {
             "tokens": tokens,
             "start": torch.tensor([s[1] for s in spans], dtype=torch.int64),
             "last": torch.tensor([len(s[0]) - 1 for s in spans], dtype=torch.int64),
             "extra": torch.tensor([s[3] for s in spans], dtype=torch.int64),
             "rows": torch.tensor([s[2] for s in spans], dtype=torch.int64),
+            "slots": torch.tensor([s[5] for s in spans], dtype=torch.int64),
             "before": before,
             **{
                 name: torch.tensor([v[name] for v in values], dtype=dtype)

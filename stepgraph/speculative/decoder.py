@@ -24,6 +24,7 @@ from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling, SamplingParams, check_int64
 from stepgraph.speculative.chunk_forward import ChunkForward
 from stepgraph.speculative.draft_policy import AutoDraftLength, DraftPolicy, draft_policy
+from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GREEDY, GenerationStats, Request, RequestRules, normalize_eos
 from stepgraph.speculative.scheduler import Scheduler
@@ -102,6 +103,12 @@ class SpecDecoder:
         request joins the batch after its last chunk. The forwards differ from a whole prompt's only in
         how they split and batch the work (greedy output can differ in the last bits, as with another
         batch size in bf16).
+    penalties:
+        Serve requests with a ``repetition_penalty``, ``presence_penalty`` or ``frequency_penalty``
+        (:mod:`stepgraph.speculative.penalties`): each request's tokens and output counts are kept on the
+        device (``(max_requests + 2) * (vocab_size + max_seq_len)`` int32) and every step penalises the
+        target's logits before acceptance, also for requests without penalties (a gather and a scatter
+        over each request's tokens). Off, a request with a penalty is refused.
 
     Notes
     -----
@@ -134,8 +141,11 @@ class SpecDecoder:
         logprobs: int | None = None,
         kv_cache: KVCache | None = None,
         prefill_chunk: int | None = None,
+        penalties: bool = False,
     ) -> None:
         self.target, self.draft = target, draft
+        if not isinstance(penalties, bool):
+            raise TypeError(f"penalties must be True or False, got {penalties!r}")
         if prefill_chunk is not None and (
             not isinstance(prefill_chunk, numbers.Integral) or isinstance(prefill_chunk, bool) or prefill_chunk < 1
         ):
@@ -165,6 +175,7 @@ class SpecDecoder:
                 f"kv_cache has {self.kv.num_rows} rows and scratch row {self.kv.scratch_row}; the decoder needs "
                 f">= max_requests ({max_requests}) rows and scratch_cache_row {scratch_cache_row}"
             )
+        state = PenaltyState(max_requests + 2, vocab_size, max_seq_len, self.device) if penalties else None
         self.step = ChainStep(
             target,
             draft,
@@ -182,6 +193,7 @@ class SpecDecoder:
             compile=compile,
             logprobs=logprobs,
             kv_cache=self.kv,
+            penalties=state,
         )
         self.logprobs = self.step.logprobs
         self.toggles = self.step.toggles
@@ -200,6 +212,7 @@ class SpecDecoder:
                 kernels=self.toggles.two_launch_sampling,
                 config=self.step.config,
                 agree=tp.agree if tp is not None else None,
+                penalties=state,
             )
         self.chunk_forward = chunks
         prefill = Prefill(
@@ -210,6 +223,7 @@ class SpecDecoder:
             kernels=self.toggles.two_launch_sampling,
             logprobs=logprobs,
             chunks=chunks,
+            penalties=state,
         )
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(
@@ -407,7 +421,10 @@ class SpecDecoder:
         params = [sampling] * n if isinstance(sampling, SamplingParams) else list(sampling)
         if len(limits) != n or len(params) != n:
             raise ValueError("give one max_new_tokens and one SamplingParams per prompt (or one for all)")
-        rules = RequestRules(self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos, self.kv)
+        rules = RequestRules(
+            self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos, self.kv,
+            penalties=self.step.penalties is not None,
+        )  # fmt: skip
         requests = [
             rules.make(self._next_id + i, p, m, sp) for i, (p, m, sp) in enumerate(zip(prompts, limits, params))
         ]
@@ -481,13 +498,15 @@ class SpecDecoder:
         captured = self.runner.stats(key).captured if key is not None else None
         if captured is None:
             return float("nan")
-        saved = {n: f.clone() for n, f in self.step.relay.fields.items()}
+        relay = self.step.relay
+        state = {**relay.fields, **(relay.penalties.tensors() if relay.penalties is not None else {})}
+        saved = {n: f.clone() for n, f in state.items()}
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(steps):
             captured.replay()
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) / steps * 1e3
-        for n, f in self.step.relay.fields.items():
+        for n, f in state.items():
             f.copy_(saved[n])
         return ms

@@ -15,6 +15,7 @@ import torch
 
 from stepgraph.sampling import REQUEST_FIELDS, Sampling
 from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
+from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
 from stepgraph.speculative.scores import token_scores
@@ -28,6 +29,8 @@ class Prefill:
     ``two_launch_sampling`` piece), else with its torch reference. ``logprobs``: ``None``, or the
     alternatives per token to score the first token with (:mod:`stepgraph.speculative.scores`).
     ``chunks``: the batched chunk forward (``None``: each prompt whole, in one forward).
+    ``penalties``: the requests' penalty state (:mod:`stepgraph.speculative.penalties`): a prompt's tokens
+    go in when its prefill starts, its first token is sampled from penalised logits and recorded.
     """
 
     def __init__(
@@ -40,9 +43,13 @@ class Prefill:
         kernels: bool,
         logprobs: int | None = None,
         chunks: ChunkForward | None = None,
+        penalties: PenaltyState | None = None,
     ) -> None:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
-        self.kernels, self.logprobs, self.chunks = kernels, logprobs, chunks
+        self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
+        if penalties is not None:  # the whole-prompt path's slot and last position, filled per request
+            self._slot = torch.zeros(1, dtype=torch.int64, device=device)
+            self._last = torch.zeros(1, dtype=torch.int64, device=device)
         self.chunk = None if chunks is None else chunks.chunk  # prompt positions per forward
 
     def __call__(self, r: Request) -> tuple[int, tuple | None]:
@@ -56,13 +63,20 @@ class Prefill:
         logits, hidden = self.target(tokens, torch.arange(L, device=dev)[None, :], rows)
         r.prefilled = L
         p = r.params
+        end = logits[:, -1]
+        if self.penalties is not None:
+            self.penalties.admit(r.slot, r.prompt, p.penalties())
+            self._slot.fill_(r.slot)
+            self._last.fill_(L - 1)
+            end = end.clone()  # penalised for the first token; the scores stay the raw logits'
+            self.penalties.apply(end[:, None], self._slot[:, None][:, :0], self._slot, self._last)
         values = {}  # the request's sampling settings on the device, for a sampled first token only
         if p.sampling is not Sampling.GREEDY:
             values = {
                 n: torch.tensor([v], dtype=REQUEST_FIELDS[n][0], device=dev) for n, v in p.request_values().items()
             }
         offset = torch.zeros(1, dtype=torch.int64, device=dev)
-        first = first_tokens(logits[:, -1], values, offset, p.sampling, self.kernels)  # [1]
+        first = first_tokens(end, values, offset, p.sampling, self.kernels)  # [1]
         d_tokens = torch.cat([tokens, first[:, None]], 1)
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
         d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
@@ -77,8 +91,10 @@ class Prefill:
         spans, done = [], []
         for i, r in enumerate(rs):
             a, L = r.prefilled, len(r.prompt)
+            if a == 0 and self.penalties is not None:
+                self.penalties.admit(r.slot, r.prompt, r.params.penalties())
             b = min(a + width, L)
-            spans.append((r.prompt[a:b], a, r.cache_row, r.prompt[b] if b < L else -1, r.params))
+            spans.append((r.prompt[a:b], a, r.cache_row, r.prompt[b] if b < L else -1, r.params, r.slot))
             if b == L:
                 done.append(i)
         before = self.chunks.zero_before(len(rs))
@@ -104,6 +120,8 @@ class Prefill:
         and its scores (with ``logprobs``), read in one copy."""
         first = out["first"]
         for r, i in zip(rs, at):
+            if self.penalties is not None:
+                self.penalties.record_first(r.slot, len(r.prompt), first[i : i + 1])
             self.relay.write(
                 r.slot,
                 token=first[i],

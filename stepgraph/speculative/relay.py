@@ -74,6 +74,9 @@ class RelayState:
         self._clear = RelayStore([self.fields[n] for n in names], pad_rows, fused=toggles.fused_relay)
         self._slot_index = torch.arange(S, dtype=torch.int64, device=device)  # slot s: [s : s + 1]
         self.single_views = toggles.fused_relay
+        #: the requests' penalty state (:class:`~stepgraph.speculative.penalties.PenaltyState`), per slot
+        #: like the fields, when the step applies penalties (it moves with them)
+        self.penalties = None
 
     # ---- inside the step (graph-safe) ---------------------------------------------------------
     def is_single(self, batch: int) -> bool:
@@ -122,6 +125,8 @@ class RelayState:
         self._check_slot(dst)
         for f in self.fields.values():
             f[dst].copy_(f[src])
+        if self.penalties is not None:
+            self.penalties.move(src, dst)
 
     def read(self, slot: int) -> dict[str, torch.Tensor]:
         return {n: f[slot].clone() for n, f in self.fields.items()}

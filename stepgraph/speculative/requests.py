@@ -117,6 +117,7 @@ class RequestRules:
     seed: int
     eos: tuple[int, ...]
     kv: KVCache | None = None  # refuses what could never fit its pool
+    penalties: bool = False  # whether the decoder applies penalties
 
     def make(
         self, rid: int, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, params: SamplingParams
@@ -129,6 +130,11 @@ class RequestRules:
             raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
         if not prompt:
             raise ValueError("empty prompt: give at least one token")
+        if params.penalised and not self.penalties:
+            raise ValueError(
+                "this request sets a repetition, presence or frequency penalty, but the decoder was built without "
+                "them; build it with penalties=True"
+            )
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:

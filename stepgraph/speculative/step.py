@@ -35,6 +35,7 @@ from stepgraph.kv import KVCache
 from stepgraph.outputs import StepOutputs
 from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling
+from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.pieces import Pieces
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.scores import check_top_logprobs, token_scores
@@ -95,6 +96,10 @@ class ChainStep:
     kv_cache:
         The models' cache when it keeps device metadata that the step must update (a
         :class:`~stepgraph.kv.PagedKV`): its buffers join the step's inputs and its ``apply`` runs first.
+    penalties:
+        The requests' penalty state (:class:`~stepgraph.speculative.penalties.PenaltyState`, one row per
+        relay slot and the scratch row): verify penalises the target's logits with each request's tokens
+        and drafts before acceptance, and the commit records the emitted tokens (``None``: no penalties).
     """
 
     def __init__(
@@ -117,6 +122,7 @@ class ChainStep:
         before_replay=None,
         logprobs: int | None = None,
         kv_cache: KVCache | None = None,
+        penalties: PenaltyState | None = None,
     ) -> None:
         self.draft_lens = draft_lengths(num_draft_tokens)
         self.logprobs = check_top_logprobs(logprobs)
@@ -143,6 +149,9 @@ class ChainStep:
         self.relay = RelayState(
             num_slots, max_batch, draft_hidden_size, hidden_dtype, self.device, scratch_cache_row, self.toggles
         )
+        if penalties is not None and penalties.rows != num_slots + 1:
+            raise ValueError(f"penalties has {penalties.rows} rows; the step needs num_slots + 1 = {num_slots + 1}")
+        self.penalties = self.relay.penalties = penalties
         workspace = torch.zeros(max_batch * (self.max_draft_len + 1), dtype=torch.int32, device=self.device)
         self.pieces = Pieces(self.toggles, self.device, workspace)
         self._offsets = {k: torch.arange(k + 1, device=self.device) for k in self.draft_lens}  # [K+1] positions
@@ -259,10 +268,14 @@ class ChainStep:
         st, drafts, nxt = ctx.state, ctx.drafted.drafts, ctx.next
         positions = st["seq_len"][:, None] + self._offsets[ctx.draft_len]  # [B, K+1]
         logits, hidden = self.target(torch.cat([st["token"][:, None], drafts], 1), positions, st["cache_row"])
+        if self.penalties is not None:
+            raw = self.penalties.apply(logits, drafts, ctx.slots[: ctx.batch], st["seq_len"])
         if ctx.sampling is Sampling.GREEDY:
             v = self.pieces.greedy_verify(logits, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
         else:
             v = self.pieces.sampled_verify(logits, drafts, st, ctx.sampling, nxt["token"], nxt["seq_len"])
+        if self.penalties is not None and self.logprobs is not None:
+            self.penalties.restore(logits, raw)  # log-probabilities are the raw distribution's
         return Verified(
             v.tokens,
             v.extend_tokens,
@@ -291,7 +304,11 @@ class ChainStep:
         return Extended(nxt["draft"], nxt["hidden"])
 
     def _commit(self, ctx: StepContext) -> StageResult:
-        """The next step's state into the requests' slots (one relay store; nothing for a single request)."""
+        """The next step's state into the requests' slots (one relay store; nothing for a single request),
+        and the emitted tokens into the penalty state."""
+        if self.penalties is not None:  # the old lengths from positions: a single request's were overwritten
+            v = ctx.verified
+            self.penalties.record(v.tokens, ctx.slots[: ctx.batch], v.positions[:, 0])
         self.relay.commit(ctx.slots, ctx.batch)
         return StageResult()
 
@@ -357,7 +374,8 @@ class ChainStep:
 
     def info(self) -> dict:
         compiled = {"compile": {n: f.info() for n, f in self.compiled.items()}} if self.compiled else {}
-        return {**self.runner.info(), "num_draft_tokens": self.K, "draft_lens": list(self.draft_lens), **compiled}
+        info = {**self.runner.info(), "num_draft_tokens": self.K, "draft_lens": list(self.draft_lens)}
+        return {**info, "penalties": self.penalties is not None, **compiled}
 
     def update_weights(self, apply: Callable[[], None]) -> None:
         """Apply a weight update that moves tensors (new addresses): refused while graphs are live

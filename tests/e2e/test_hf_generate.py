@@ -70,7 +70,7 @@ def test_settings_merge_as_generate_merges_them():
 
 @pytest.mark.parametrize(
     "setting",
-    [{"repetition_penalty": 1.3}, {"num_beams": 2}, {"min_new_tokens": 3}, {"output_scores": True},
+    [{"num_beams": 2}, {"min_new_tokens": 3}, {"output_scores": True},
      {"no_repeat_ngram_size": 2}, {"num_return_sequences": 2}],
     ids=lambda s: next(iter(s)),
 )  # fmt: skip
@@ -82,14 +82,23 @@ def test_a_setting_it_cannot_honour_is_refused_by_name(setting, models):
         decoder(models).generate(PROMPTS, **setting)
 
 
-def test_a_penalty_in_the_models_config_is_turned_off_in_the_call(models):
-    """Qwen2.5-Instruct ships repetition_penalty=1.05: the error says how to run without it, and that runs."""
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
+def test_the_models_repetition_penalty_is_honoured(models, do_sample):
+    """Qwen2.5-Instruct ships repetition_penalty=1.05: a config with one turns the decoder's penalties on,
+    greedy output equals transformers' generate() with it, and sampling uses it too (and 1.0 in the call
+    turns it off)."""
     target, _ = models
-    config = transformers.GenerationConfig(repetition_penalty=1.05, max_new_tokens=4)
+    config = transformers.GenerationConfig(repetition_penalty=1.6, max_new_tokens=12, do_sample=do_sample)
     dec = decoder(models, generation_config=config)
-    with pytest.raises(ValueError, match=r"repetition_penalty=1.05 \(pass repetition_penalty=1.0 to turn it off\)"):
-        dec.generate(PROMPTS)
-    assert dec.generate(PROMPTS, repetition_penalty=1.0) == [hf_greedy(target, p, 4) for p in PROMPTS]
+    assert dec.info()["penalties"] is True
+    out = dec.generate(PROMPTS)
+    off = dec.generate(PROMPTS, repetition_penalty=1.0)
+    assert out != off
+    if not do_sample:
+        assert out == [hf_greedy(target, p, 12, repetition_penalty=1.6) for p in PROMPTS]
+        assert off == [hf_greedy(target, p, 12) for p in PROMPTS]
+    with pytest.raises(ValueError, match="build it with penalties=True"):
+        decoder(models).generate(PROMPTS, repetition_penalty=1.3)
 
 
 def test_bad_calls_say_what_to_change(models):

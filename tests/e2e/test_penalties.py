@@ -1,0 +1,160 @@
+"""Repetition, presence and frequency penalties in the step: the definitions (against Hugging Face's
+processor and a dense reference), the in-graph state (every verify row penalised with the drafts before
+it), and greedy decoding with penalties equal to a reference decode token for token."""
+
+import pytest
+import torch
+
+from stepgraph import SamplingParams
+from stepgraph.examples.model import build
+from stepgraph.speculative.decoder import SpecDecoder
+from stepgraph.speculative.penalties import PenaltyState, penalised_logits_ref
+
+PROMPTS = [[5, 17, 99, 3, 17], [42, 7], [1, 2, 3, 4, 5, 6, 7, 1]]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(autouse=True)
+def _torch_paths(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+def odd_logits(shape, dtype, seed=0):
+    """Random logits with ties, zeros, NaN, -inf and +inf among them."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * 3
+    flat = x.view(-1)
+    n = flat.numel()
+    picks = torch.randint(0, n, (max(n // 7, 5),), generator=g)
+    flat[picks[0::5]] = float("-inf")
+    flat[picks[1::5]] = 0.0
+    flat[picks[2::5]] = float("nan")
+    flat[picks[3::5]] = 1.5  # ties
+    flat[picks[4::5]] = float("inf")
+    return x.to(dtype)
+
+
+def test_repetition_penalty_is_hugging_faces():
+    transformers = pytest.importorskip("transformers")
+    logits = odd_logits((3, 50), torch.float32)
+    ids = torch.tensor([[3, 9, 9, 40, 0], [7, 7, 7, 7, 7], [49, 1, 2, 3, 4]])
+    for penalty in (1.3, 0.7, 1.05):
+        hf = transformers.RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone())
+        for b in range(3):
+            ref = penalised_logits_ref(logits[b], ids[b, :2].tolist(), ids[b, 2:].tolist(), (penalty, 0.0, 0.0))
+            torch.testing.assert_close(ref, hf[b], rtol=0, atol=0, equal_nan=True)
+
+
+def test_presence_and_frequency_follow_the_openai_definition():
+    logits = torch.zeros(10)
+    out = penalised_logits_ref(logits, [1, 2], [2, 2, 5], (1.0, 0.5, 0.25))
+    want = torch.zeros(10)
+    want[2] = -0.5 - 0.25 * 2  # twice in the output
+    want[5] = -0.5 - 0.25  # once; the prompt's tokens 1 and 2 do not count for these two
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("K", [0, 1, 3])
+def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
+    """Random requests (prompts, outputs and drafts that repeat tokens) in random slots, one padded row:
+    row i of each equals the dense reference for output + drafts[:i], bit for bit; restore gives the raw
+    logits back."""
+    V, L, B = 37, 24, 5
+    g = torch.Generator().manual_seed(K)
+    state = PenaltyState(rows=8, vocab_size=V, max_len=L, device="cpu")
+    slots = [3, 0, 6, -1, 1]
+    requests = []
+    for slot in slots:
+        prompt = torch.randint(0, V // 3, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist()
+        output = torch.randint(0, V // 3, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+        settings = (float(torch.rand(1, generator=g) * 1.5 + 0.5), float(torch.rand(1, generator=g) * 4 - 2),
+                    float(torch.rand(1, generator=g) * 4 - 2))  # fmt: skip
+        if slot >= 0:
+            state.admit(slot, prompt, settings)
+            state.record_first(slot, len(prompt), torch.tensor(output[:1]))
+            seq = torch.tensor([len(prompt)])
+            for t in output[1:]:  # one token per step, as a K = 0 step records it
+                state.record(torch.tensor([[t]]), torch.tensor([slot]), seq)
+                seq += 1
+        requests.append((slot, prompt, output, settings))
+    drafts = torch.randint(0, V // 3, (B, K), generator=g)
+    seq_len = torch.tensor([len(p) + len(o) - 1 if s >= 0 else 0 for s, p, o, _ in requests])
+    raw = odd_logits((B, K + 1, V), dtype, seed=K)
+    logits = raw.clone()
+    undo = state.apply(logits, drafts, torch.tensor(slots), seq_len)
+    for b, (slot, prompt, output, settings) in enumerate(requests):
+        for i in range(K + 1):
+            if slot < 0:
+                want = penalised_logits_ref(raw[b, i], [0], [], (1.0, 0.0, 0.0))  # the scratch row: no change
+            else:
+                want = penalised_logits_ref(raw[b, i], prompt, output + drafts[b, :i].tolist(), settings)
+            torch.testing.assert_close(logits[b, i], want, rtol=0, atol=0, equal_nan=True)
+    state.restore(logits, undo)
+    torch.testing.assert_close(logits, raw, rtol=0, atol=0, equal_nan=True)
+
+
+def test_a_step_records_its_tokens_and_padded_rows_nothing():
+    state = PenaltyState(rows=4, vocab_size=11, max_len=10, device="cpu")
+    state.admit(1, [4, 5], (1.2, 0.0, 0.0))
+    state.record_first(1, 2, torch.tensor([6]))
+    state.record(torch.tensor([[6, 9, -1], [3, 3, 3]]), torch.tensor([1, -1]), torch.tensor([2, 0]))
+    assert state.history[1, :5].tolist() == [4, 5, 6, 6, 9]
+    assert state.counts[1].tolist() == [0, 0, 0, 0, 0, 0, 2, 0, 0, 1, 0]
+    assert not state.counts[3].any() and not state.history[3].any()  # the scratch row stays zero
+    state.move(1, 0)
+    assert torch.equal(state.counts[0], state.counts[1]) and state.settings[0, 0].item() == pytest.approx(1.2)
+
+
+def reference_greedy(target, prompt, n, settings):
+    """Greedy decoding with the penalties applied to each position's logits (whole forwards, no cache)."""
+    dev, out = target.device, []
+    rows = torch.tensor([target.cfg.max_requests - 1], device=dev)
+    for _ in range(n):
+        seq = torch.tensor([prompt + out], device=dev)
+        logits, _ = target(seq, torch.arange(seq.shape[1], device=dev)[None], rows)
+        out.append(int(torch.argmax(penalised_logits_ref(logits[0, -1], prompt, out, settings))))
+    return out
+
+
+# the first prompt's free decode repeats two tokens; the third sets the repetition penalty
+PENALISED = [SamplingParams(presence_penalty=1.5, frequency_penalty=2.0), SamplingParams(), SamplingParams(repetition_penalty=1.8)]  # fmt: skip
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.parametrize("chunk", [None, 4], ids=["whole", "chunked"])
+def test_greedy_with_penalties_equals_the_reference_decode(overlap, k, chunk):
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=k, max_batch=3, penalties=True, prefill_chunk=chunk)
+    out = dec.generate(PROMPTS, max_new_tokens=[12, 9, 14], sampling=PENALISED, overlap=overlap)
+    plain = SpecDecoder.for_example(target, draft, num_draft_tokens=k).generate(PROMPTS, max_new_tokens=[12, 9, 14])
+    for prompt, tokens, params, free in zip(PROMPTS, out, PENALISED, plain):
+        assert tokens == reference_greedy(target, prompt, len(tokens), params.penalties())
+        if not params.penalised:
+            assert tokens == free  # a request without penalties decodes as it would without them
+    assert out[0] != plain[0]  # the penalties change what repeats
+    assert dec.info()["penalties"] is True
+
+
+def test_sampled_with_penalties_reproduces_its_seed_on_both_loops():
+    target, draft = build("tiny")
+    params = SamplingParams(temperature=0.9, top_k=20, seed=11, repetition_penalty=1.3, frequency_penalty=0.5)
+    runs = []
+    for overlap in (False, True):
+        dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, penalties=True)
+        runs.append(dec.generate(PROMPTS[:2], max_new_tokens=16, sampling=params, overlap=overlap))
+    assert runs[0] == runs[1]
+
+
+def test_penalties_refused_where_they_cannot_apply():
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft)
+    with pytest.raises(ValueError, match="build it with penalties=True"):
+        dec.make_requests([PROMPTS[0]], 4, SamplingParams(repetition_penalty=1.1))
+    for bad in ({"repetition_penalty": 0.0}, {"repetition_penalty": float("inf")}, {"presence_penalty": 2.5},
+                {"frequency_penalty": -3.0}):  # fmt: skip
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingParams(**bad)
+    with pytest.raises(TypeError, match="penalties must be True or False"):
+        SpecDecoder.for_example(target, draft, penalties=1)
