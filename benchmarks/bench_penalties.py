@@ -1,0 +1,82 @@
+"""Cost of penalties in the step: decode time per step of the example model's step graph (28 layers,
+K = 3) through ``SpecDecoder.generate``, a decoder without penalties against one built with
+``penalties=True``, serving requests without penalties, with a repetition penalty (1.05, as
+Qwen2.5-Instruct ships) and with all three, greedy and sampled (the ``top_k`` class), at B = 1, 8, 32
+and 64, in one run, the settings taking turns. The ratio to the decoder without penalties at the same
+sampling is what matters (target: <= 1.03x).
+
+    python benchmarks/bench_penalties.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from _timing import add_smoke_flag, env_record, example_models, median, save, smoke
+from bench_sampling import step_ms
+
+from stepgraph import SamplingParams
+from stepgraph.speculative.decoder import SpecDecoder
+
+#: name -> (decoder with penalties, the requests' penalties)
+SETTINGS = {
+    "off": (False, {}),
+    "on, none set": (True, {}),
+    "repetition 1.05": (True, {"repetition_penalty": 1.05}),
+    "all three": (True, {"repetition_penalty": 1.05, "presence_penalty": 0.5, "frequency_penalty": 0.3}),
+}
+CLASSES = {"greedy": SamplingParams(), "top_k": SamplingParams(temperature=0.8, top_k=40, top_p=0.9)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", default="1,8,32,64")
+    add_smoke_flag(ap)
+    args = ap.parse_args()
+    batches = tuple(int(b) for b in args.batches.split(","))
+    if smoke(args):
+        args.tokens, args.rounds, batches = 4, 1, (1, 2)
+    target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
+    decoders = {
+        on: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), penalties=on)
+        for on in (False, True)
+    }
+    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}
+    env = record["env"]
+    rows = [
+        f"# Penalties in the step, {args.layers} layers, K = 3, {env['date']}, {env['gpu']}, "
+        f"torch {env['torch']}, triton {env['triton']}",
+        "",
+        "| class | B | " + " | ".join(SETTINGS) + " |",
+        "| --- | --- |" + " --- |" * len(SETTINGS),
+    ]
+    for cls, base in CLASSES.items():
+        for B in batches:
+            times: dict[str, list[float]] = {name: [] for name in SETTINGS}
+            device: dict[str, list[float]] = {name: [] for name in SETTINGS}
+            for _ in range(args.rounds):  # the settings take turns
+                for name, (on, penalties) in SETTINGS.items():
+                    t, d = step_ms(decoders[on], B, dataclasses.replace(base, **penalties), args.tokens, 1)
+                    times[name].append(t)
+                    device[name].append(d)
+            ms = {name: median(ts) for name, ts in times.items()}
+            dev = {name: median(ds) for name, ds in device.items()}
+            record["ms_per_step"][f"{cls}/B={B}"] = {"wall": ms, "device": dev}
+            cells = [f"{ms[n]:.3f} ms ({ms[n] / ms['off']:.3f}x; device {dev[n]:.3f})" for n in SETTINGS]
+            rows.append(f"| {cls} | {B} | " + " | ".join(cells) + " |")
+    rows += [
+        "",
+        f"Median of {args.rounds} rounds; ratios are to the decoder without penalties at the same sampling in the "
+        "same run. Device: median CUDA-event time of one step.",
+    ]
+    print("\n".join(rows))
+    save(args.out, "penalties", record, "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

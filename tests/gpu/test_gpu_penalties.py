@@ -1,0 +1,62 @@
+"""On the GPU: penalties inside the step graph give what the eager step gives, bit for bit, and greedy
+decoding with them equals the reference decode; the state's apply equals its reference on the device."""
+
+import pytest
+import torch
+
+from stepgraph import RunnerConfig, SamplingParams, Toggles
+from stepgraph.examples.model import build
+from stepgraph.speculative.decoder import SpecDecoder
+from stepgraph.speculative.penalties import PenaltyState
+from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
+
+pytestmark = pytest.mark.gpu
+
+SAMPLED = [SamplingParams(temperature=0.8, top_k=40, seed=2, repetition_penalty=1.4, presence_penalty=0.5),
+           SamplingParams(temperature=0.8, seed=3), SamplingParams(temperature=1.0, top_p=0.9, frequency_penalty=1.0)]  # fmt: skip
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("chunk", [None, 4], ids=["whole", "chunked"])
+@pytest.mark.parametrize("params", [PENALISED, SAMPLED], ids=["greedy", "sampled"])
+def test_step_graph_penalties_equal_eager(overlap, chunk, params):
+    target, draft = build("tiny", device="cuda")
+    got = []
+    for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):
+        dec = SpecDecoder.for_example(
+            target, draft, max_batch=3, penalties=True, prefill_chunk=chunk, logprobs=2,
+            config=RunnerConfig(toggles=toggles, progress=False),
+        )  # fmt: skip
+        requests = dec.make_requests(PROMPTS, [12, 9, 14], params)
+        dec.serve(requests, overlap=overlap)
+        if toggles.step_graph:
+            assert dec.info()["captured_keys"]
+        got.append([(r.output, r.logprobs) for r in requests])
+        dec.release()
+    assert got[0] == got[1]
+    if params is PENALISED:
+        for prompt, (output, _), p in zip(PROMPTS, got[0], params):
+            assert output == reference_greedy(target, prompt, len(output), p.penalties())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_apply_on_the_device_equals_the_cpu(dtype):
+    V, L, B, K = 1000, 64, 6, 3
+    g = torch.Generator().manual_seed(0)
+    states = [PenaltyState(8, V, L, dev) for dev in ("cpu", "cuda")]
+    for slot in range(6):
+        prompt = torch.randint(0, 50, (9,), generator=g).tolist()
+        out = torch.randint(0, 50, (7,), generator=g)
+        for s in states:
+            s.admit(slot, prompt, (1.3, 0.4, -0.7))
+            s.record(out[None].to(s.device), torch.tensor([slot], device=s.device),
+                     torch.tensor([len(prompt) - 1], device=s.device))  # fmt: skip
+    logits = torch.randn(B, K + 1, V, generator=g).to(dtype)
+    drafts = torch.randint(0, 50, (B, K), generator=g)
+    slots, seq = torch.tensor([0, 5, 2, -1, 3, 1]), torch.full((B,), 15)
+    outs = []
+    for s in states:
+        x = logits.to(s.device)
+        s.apply(x, drafts.to(s.device), slots.to(s.device), seq.to(s.device))
+        outs.append(x.cpu())
+    assert torch.equal(outs[0], outs[1])
