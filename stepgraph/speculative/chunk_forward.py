@@ -64,8 +64,8 @@ class ChunkForward:
     agree:
         The ranks' capture vote (tensor parallelism), as for the chain step.
     penalties:
-        The requests' penalty state: a finished prompt's first token is sampled from its last logits
-        penalised with its prompt (:mod:`stepgraph.speculative.penalties`).
+        The requests' penalty state: each chunk's tokens go into it, and a finished prompt's first token
+        is sampled from its last logits penalised with its prompt (:mod:`stepgraph.speculative.penalties`).
     """
 
     def __init__(
@@ -129,9 +129,9 @@ class ChunkForward:
         offset = torch.zeros_like(buf["seed"])
         sampled = end_logits
         if self.penalties is not None:  # penalised with the prompt; the scores stay the raw logits'
-            sampled = end_logits.clone()
             slots = buf["slots"]
-            self.penalties.apply(sampled[:, None], slots[:, None][:, :0], slots, buf["start"] + last)
+            self.penalties.write_prompt(tokens, slots, buf["start"], last + 1)
+            sampled = self.penalties.apply(end_logits[:, None], slots[:, None][:, :0], slots, buf["start"] + last)[:, 0]
         first = first_tokens(sampled, buf, offset, sampling, self.kernels)
         extra = buf["extra"]
         d_tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], 1)

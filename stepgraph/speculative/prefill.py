@@ -48,8 +48,7 @@ class Prefill:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
         self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
         if penalties is not None:  # the whole-prompt path's slot and last position, filled per request
-            self._slot = torch.zeros(1, dtype=torch.int64, device=device)
-            self._last = torch.zeros(1, dtype=torch.int64, device=device)
+            self._slot, self._last, self._zero = (torch.zeros(1, dtype=torch.int64, device=device) for _ in range(3))
         self.chunk = None if chunks is None else chunks.chunk  # prompt positions per forward
 
     def __call__(self, r: Request) -> tuple[int, tuple | None]:
@@ -65,11 +64,12 @@ class Prefill:
         p = r.params
         end = logits[:, -1]
         if self.penalties is not None:
-            self.penalties.admit(r.slot, r.prompt, p.penalties())
+            self.penalties.admit(r.slot, p.penalties())
             self._slot.fill_(r.slot)
             self._last.fill_(L - 1)
-            end = end.clone()  # penalised for the first token; the scores stay the raw logits'
-            self.penalties.apply(end[:, None], self._slot[:, None][:, :0], self._slot, self._last)
+            self.penalties.write_prompt(tokens, self._slot, self._zero, self._last + 1)
+            # the first token from penalised logits; its scores stay the raw logits'
+            end = self.penalties.apply(end[:, None], self._slot[:, None][:, :0], self._slot, self._last)[:, 0]
         values = {}  # the request's sampling settings on the device, for a sampled first token only
         if p.sampling is not Sampling.GREEDY:
             values = {
@@ -92,7 +92,7 @@ class Prefill:
         for i, r in enumerate(rs):
             a, L = r.prefilled, len(r.prompt)
             if a == 0 and self.penalties is not None:
-                self.penalties.admit(r.slot, r.prompt, r.params.penalties())
+                self.penalties.admit(r.slot, r.params.penalties())  # the chunk forwards write the prompt
             b = min(a + width, L)
             spans.append((r.prompt[a:b], a, r.cache_row, r.prompt[b] if b < L else -1, r.params, r.slot))
             if b == L:

@@ -268,14 +268,13 @@ class ChainStep:
         st, drafts, nxt = ctx.state, ctx.drafted.drafts, ctx.next
         positions = st["seq_len"][:, None] + self._offsets[ctx.draft_len]  # [B, K+1]
         logits, hidden = self.target(torch.cat([st["token"][:, None], drafts], 1), positions, st["cache_row"])
+        scored = logits  # acceptance reads the penalised logits; log-probabilities the raw ones
         if self.penalties is not None:
-            raw = self.penalties.apply(logits, drafts, ctx.slots[: ctx.batch], st["seq_len"])
+            scored = self.penalties.apply(logits, drafts, ctx.slots[: ctx.batch], st["seq_len"])
         if ctx.sampling is Sampling.GREEDY:
-            v = self.pieces.greedy_verify(logits, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
+            v = self.pieces.greedy_verify(scored, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
         else:
-            v = self.pieces.sampled_verify(logits, drafts, st, ctx.sampling, nxt["token"], nxt["seq_len"])
-        if self.penalties is not None and self.logprobs is not None:
-            self.penalties.restore(logits, raw)  # log-probabilities are the raw distribution's
+            v = self.pieces.sampled_verify(scored, drafts, st, ctx.sampling, nxt["token"], nxt["seq_len"])
         return Verified(
             v.tokens,
             v.extend_tokens,

@@ -58,8 +58,8 @@ def test_presence_and_frequency_follow_the_openai_definition():
 @pytest.mark.parametrize("K", [0, 1, 3])
 def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
     """Random requests (prompts, outputs and drafts that repeat tokens) in random slots, one padded row:
-    row i of each equals the dense reference for output + drafts[:i], bit for bit; restore gives the raw
-    logits back."""
+    row i of each equals the dense reference for output + drafts[:i], bit for bit; the raw logits are
+    left as they were."""
     V, L, B = 37, 24, 5
     g = torch.Generator().manual_seed(K)
     state = PenaltyState(rows=8, vocab_size=V, max_len=L, device="cpu")
@@ -71,7 +71,10 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
         settings = (float(torch.rand(1, generator=g) * 1.5 + 0.5), float(torch.rand(1, generator=g) * 4 - 2),
                     float(torch.rand(1, generator=g) * 4 - 2))  # fmt: skip
         if slot >= 0:
-            state.admit(slot, prompt, settings)
+            state.admit(slot, settings)
+            state.write_prompt(
+                torch.tensor([prompt]), torch.tensor([slot]), torch.tensor([0]), torch.tensor([len(prompt)])
+            )
             state.record_first(slot, len(prompt), torch.tensor(output[:1]))
             seq = torch.tensor([len(prompt)])
             for t in output[1:]:  # one token per step, as a K = 0 step records it
@@ -81,8 +84,7 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
     drafts = torch.randint(0, V // 3, (B, K), generator=g)
     seq_len = torch.tensor([len(p) + len(o) - 1 if s >= 0 else 0 for s, p, o, _ in requests])
     raw = odd_logits((B, K + 1, V), dtype, seed=K)
-    logits = raw.clone()
-    undo = state.apply(logits, drafts, torch.tensor(slots), seq_len)
+    logits = state.apply(raw, drafts, torch.tensor(slots), seq_len)
     for b, (slot, prompt, output, settings) in enumerate(requests):
         for i in range(K + 1):
             if slot < 0:
@@ -90,13 +92,16 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
             else:
                 want = penalised_logits_ref(raw[b, i], prompt, output + drafts[b, :i].tolist(), settings)
             torch.testing.assert_close(logits[b, i], want, rtol=0, atol=0, equal_nan=True)
-    state.restore(logits, undo)
-    torch.testing.assert_close(logits, raw, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(raw, odd_logits((B, K + 1, V), dtype, seed=K), rtol=0, atol=0, equal_nan=True)
 
 
 def test_a_step_records_its_tokens_and_padded_rows_nothing():
     state = PenaltyState(rows=4, vocab_size=11, max_len=10, device="cpu")
-    state.admit(1, [4, 5], (1.2, 0.0, 0.0))
+    state.admit(1, (1.2, 0.0, 0.0))
+    two_chunks = (torch.tensor([[4, 8, 8]]), torch.tensor([[5, 8, 8]]))  # padded past their lengths
+    for start, chunk in enumerate(two_chunks):
+        state.write_prompt(chunk, torch.tensor([1]), torch.tensor([start]), torch.tensor([1]))
+    assert state.history[1, :3].tolist() == [4, 5, 0]  # nothing past a chunk's length
     state.record_first(1, 2, torch.tensor([6]))
     state.record(torch.tensor([[6, 9, -1], [3, 3, 3]]), torch.tensor([1, -1]), torch.tensor([2, 0]))
     assert state.history[1, :5].tolist() == [4, 5, 6, 6, 9]

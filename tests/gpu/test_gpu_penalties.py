@@ -48,7 +48,9 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
         prompt = torch.randint(0, 50, (9,), generator=g).tolist()
         out = torch.randint(0, 50, (7,), generator=g)
         for s in states:
-            s.admit(slot, prompt, (1.3, 0.4, -0.7))
+            s.admit(slot, (1.3, 0.4, -0.7))
+            s.write_prompt(torch.tensor([prompt], device=s.device), torch.tensor([slot], device=s.device),
+                           torch.tensor([0], device=s.device), torch.tensor([len(prompt)], device=s.device))  # fmt: skip
             s.record(out[None].to(s.device), torch.tensor([slot], device=s.device),
                      torch.tensor([len(prompt) - 1], device=s.device))  # fmt: skip
     logits = torch.randn(B, K + 1, V, generator=g).to(dtype)
@@ -56,7 +58,5 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
     slots, seq = torch.tensor([0, 5, 2, -1, 3, 1]), torch.full((B,), 15)
     outs = []
     for s in states:
-        x = logits.to(s.device)
-        s.apply(x, drafts.to(s.device), slots.to(s.device), seq.to(s.device))
-        outs.append(x.cpu())
+        outs.append(s.apply(logits.to(s.device), drafts.to(s.device), slots.to(s.device), seq.to(s.device)).cpu())
     assert torch.equal(outs[0], outs[1])

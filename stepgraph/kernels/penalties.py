@@ -1,0 +1,164 @@
+"""Penalised logits and the token record of :mod:`stepgraph.speculative.penalties`, as two Triton kernels
+with their torch references.
+
+``penalise_rows``: ``out = logits`` with every token a request has seen penalised, for each verify row
+``i`` with its tokens at positions ``0..seq_len`` and its drafts ``0..i-1``. One program per row walks
+the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same
+value, since a value depends only on the token and the row. ``record_tokens``: a step's emitted tokens
+into the history at their positions and into the counts (atomic adds: a step may emit a token twice).
+
+The state's layout: ``history [S, L + 1]`` int32 (column ``L`` takes writes that go nowhere), ``counts
+[S, V]`` int32, ``settings [S, 3]`` float32 (repetition, presence, frequency); slot ``-1`` (a padded
+row) reads and writes row ``scratch``, which records nothing. Products round as in the reference (no
+multiply-add contraction), and the result stays in float32: a bf16 row's penalised logits are not
+rounded back.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import EXACT_ROUNDING, next_pow2, use_triton
+
+HISTORY_BLOCK = 256
+
+
+def penalise(logits, counts, repetition, presence, frequency) -> torch.Tensor:
+    """The definition: ``logits`` of seen tokens with ``counts`` their output counts (settings broadcast),
+    in float32 (as transformers' and vLLM's logits processors run)."""
+    x = logits.float()
+    x = torch.where(x > 0, x / repetition, x * repetition)
+    return x - frequency * counts - presence * (counts > 0)
+
+
+def penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch: int) -> torch.Tensor:
+    """Reference of :func:`penalise_rows` (shapes there): a gather of every row's seen tokens, the
+    definition, and a scatter into a copy."""
+    B, R, _ = logits.shape
+    K, L, V = drafts.shape[1], history.shape[1] - 1, counts.shape[1]
+    dev = logits.device
+    rows = torch.where(slots < 0, scratch, slots)
+    seen = history[rows, :L].long()  # [B, L]
+    seen = torch.where(torch.arange(L, device=dev)[None, :] <= seq_len[:, None], seen, seen[:, :1])  # a repeat
+    chain = torch.arange(K, device=dev)[None, :] < torch.arange(R, device=dev)[:, None]  # [R, K]: j < i
+    d = drafts.long()
+    chained = torch.where(chain[None], d[:, None, :], seen[:, :1, None])  # [B, R, K]
+    tokens = torch.cat([seen[:, None, :].expand(B, R, L), chained], 2)  # [B, R, L + K]
+    n = counts.view(-1).take(rows[:, None, None] * V + tokens)
+    n = n + ((tokens[..., None] == d[:, None, None, :]) & chain[None, :, None, :]).sum(-1)
+    s = settings[rows][:, :, None, None]  # [B, 3, 1, 1]
+    return logits.to(torch.float32, copy=True).scatter_(
+        2, tokens, penalise(logits.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2])
+    )
+
+
+def penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, scratch: int) -> torch.Tensor:
+    """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``i`` of request
+    ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) with
+    the tokens ``history[row, 0..seq_len[b]]`` and ``drafts[b, :i]`` (``drafts [B, R - 1]``).
+    Graph-safe; the torch reference off Triton devices."""
+    if not use_triton(logits):
+        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch)
+    B, R, V = logits.shape
+    K = drafts.shape[1]
+    logits, drafts = logits.contiguous(), drafts.contiguous()
+    out = logits.to(torch.float32, copy=True)
+    if B * R == 0:
+        return out
+    _penalise_rows_kernel[(B * R,)](
+        logits, out, drafts, slots, seq_len, history, counts, settings,
+        R, K, V, history.shape[1] - 1, history.stride(0), scratch,
+        BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), num_warps=4, **EXACT_ROUNDING,
+    )  # fmt: skip
+    return out
+
+
+@triton.jit
+def _penalised(raw, n, rep, pres, freq):
+    x = raw.to(tl.float32)
+    x = tl.where(x > 0, x / rep, x * rep)
+    x = x - freq * n.to(tl.float32)
+    return x - pres * (n > 0).to(tl.float32)
+
+
+@triton.jit
+def _penalise_rows_kernel(
+    logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr,
+    R, K, V, L, history_stride, scratch,
+    BLOCK: tl.constexpr, KB: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    b = pid // R
+    i = pid % R
+    slot = tl.load(slots_ptr + b)
+    row = tl.where(slot < 0, scratch, slot).to(tl.int64)
+    seq = tl.load(seq_ptr + b)
+    rep = tl.load(settings_ptr + row * 3)
+    pres = tl.load(settings_ptr + row * 3 + 1)
+    freq = tl.load(settings_ptr + row * 3 + 2)
+    j = tl.arange(0, KB)
+    before = j < tl.minimum(i, K)  # the drafts before row i
+    d = tl.load(drafts_ptr + b * K + j, mask=before, other=-1)
+    base = pid.to(tl.int64) * V  # this row of logits and of out
+    counts_row = counts_ptr + row * V
+    # the request's tokens at positions 0..seq
+    for start in range(0, seq + 1, BLOCK):
+        p = start + tl.arange(0, BLOCK)
+        ok = (p <= seq) & (p < L)
+        tok = tl.load(history_ptr + row * history_stride + p, mask=ok, other=0).to(tl.int64)
+        n = tl.load(counts_row + tok, mask=ok, other=0)
+        n += tl.sum((tok[:, None] == d[None, :]).to(tl.int32), 1)
+        raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
+        tl.store(out_ptr + base + tok, _penalised(raw, n, rep, pres, freq), mask=ok)
+    # the drafts before row i
+    dt = tl.where(before, d, 0).to(tl.int64)
+    n = tl.load(counts_row + dt, mask=before, other=0)
+    n += tl.sum((dt[:, None] == d[None, :]).to(tl.int32), 1)
+    raw = tl.load(logits_ptr + base + dt, mask=before, other=0.0)
+    tl.store(out_ptr + base + dt, _penalised(raw, n, rep, pres, freq), mask=before)
+
+
+def record_tokens_ref(tokens, slots, seq_len, history, counts, scratch: int) -> None:
+    """Reference of :func:`record_tokens`."""
+    R, L, V = tokens.shape[1], history.shape[1] - 1, counts.shape[1]
+    rows = torch.where(slots < 0, scratch, slots)
+    positions = seq_len[:, None] + 1 + torch.arange(R, device=tokens.device)
+    ok = (tokens >= 0) & (slots >= 0)[:, None] & (positions < L)
+    positions = torch.where(ok, positions, L)  # column L: writes that go nowhere
+    ids = torch.where(ok, tokens, 0)
+    history.view(-1).scatter_(0, (rows[:, None] * (L + 1) + positions).view(-1), ids.int().view(-1))
+    counts.view(-1).scatter_add_(0, (rows[:, None] * V + ids).view(-1), ok.int().view(-1))
+
+
+def record_tokens(tokens, slots, seq_len, history, counts, scratch: int) -> None:
+    """A step's ``tokens [B, R]`` (``-1``: none) for the state rows ``slots [B]`` (``-1``: records
+    nothing) at positions ``seq_len + 1 ..`` of ``history``, and one count each in ``counts``.
+    Graph-safe; the torch reference off Triton devices."""
+    if not use_triton(tokens):
+        return record_tokens_ref(tokens, slots, seq_len, history, counts, scratch)
+    B, R = tokens.shape
+    if B * R == 0:
+        return None
+    _record_tokens_kernel[(B,)](
+        tokens.contiguous(), slots, seq_len, history, counts, R, counts.shape[1], history.shape[1] - 1,
+        history.stride(0), RB=next_pow2(R), num_warps=1,
+    )  # fmt: skip
+    return None
+
+
+@triton.jit
+def _record_tokens_kernel(tokens_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, R, V, L, history_stride,
+                          RB: tl.constexpr):  # fmt: skip
+    b = tl.program_id(0)
+    r = tl.arange(0, RB)
+    slot = tl.load(slots_ptr + b + r * 0)  # as a vector: every mask below is one
+    seq = tl.load(seq_ptr + b + r * 0)
+    tok = tl.load(tokens_ptr + b * R + r, mask=r < R, other=-1)
+    pos = seq + 1 + r
+    ok = (tok >= 0) & (slot >= 0) & (pos < L) & (r < R)
+    row = tl.where(slot < 0, 0, slot).to(tl.int64)
+    ids = tl.where(ok, tok, 0).to(tl.int64)
+    tl.store(history_ptr + row * history_stride + pos, ids.to(tl.int32), mask=ok)
+    tl.atomic_add(counts_ptr + row * V + ids, tl.full([RB], 1, tl.int32), mask=ok)

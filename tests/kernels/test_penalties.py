@@ -1,0 +1,65 @@
+"""The penalty kernels against their torch references, bit for bit: odd vocabularies, every dtype, NaN,
+-inf and ties in the logits, repeated tokens in histories and drafts, padded rows, lengths 0 and max."""
+
+import pytest
+import torch
+
+from stepgraph.kernels.penalties import penalise_rows, penalise_rows_ref, record_tokens, record_tokens_ref
+from tests.conftest import HAS_CUDA
+from tests.e2e.test_penalties import odd_logits
+
+DEV = "cuda" if HAS_CUDA else "cpu"
+
+
+def state(S, V, L, seed):
+    g = torch.Generator().manual_seed(seed)
+    history = torch.randint(0, min(V, 13), (S, L + 1), generator=g, dtype=torch.int32)
+    counts = torch.randint(0, 3, (S, V), generator=g, dtype=torch.int32)
+    settings = torch.stack([torch.rand(S, generator=g) + 0.5, torch.rand(S, generator=g) * 4 - 2,
+                            torch.rand(S, generator=g) * 4 - 2], 1)  # fmt: skip
+    history[-1], counts[-1], settings[-1] = 0, 0, torch.tensor([1.0, 0.0, 0.0])  # the scratch row
+    return [t.to(DEV) for t in (history, counts, settings)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("B,K,V,L", [(1, 0, 7, 5), (3, 3, 301, 300), (4, 5, 1000, 17)])
+def test_penalise_rows_equals_its_reference(B, K, V, L, dtype):
+    S = 6
+    history, counts, settings = state(S, V, L, seed=K)
+    g = torch.Generator().manual_seed(B)
+    logits = odd_logits((B, K + 1, V), dtype, seed=B).to(DEV)
+    drafts = torch.randint(0, min(V, 13), (B, K), generator=g).to(DEV)
+    slots = torch.tensor([4, -1, 0, 2][:B], device=DEV)
+    seq_len = torch.tensor([L - 1, 0, 0, L // 2][:B], device=DEV)  # the longest, a padded row, length 1
+    got = penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, S - 1)
+    want = penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, S - 1)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert got.dtype == torch.float32 and got.data_ptr() != logits.data_ptr()
+
+
+def test_record_tokens_equals_its_reference():
+    S, V, L = 5, 50, 12
+    history, counts, _ = state(S, V, L, seed=1)
+    tokens = torch.tensor([[3, 3, 7, -1], [1, 2, 3, 4], [9, -1, -1, -1]], device=DEV)
+    slots = torch.tensor([0, -1, 2], device=DEV)
+    seq_len = torch.tensor([2, 0, L - 2], device=DEV)  # the last row: only its first token fits
+    outs = []
+    for record in (record_tokens, record_tokens_ref):
+        h, c = history.clone(), counts.clone()
+        record(tokens, slots, seq_len, h, c, S - 1)
+        outs.append((h[:, :L], c))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert outs[0][0][0, 3:6].tolist() == [3, 3, 7] and outs[0][1][0, 3] == counts[0, 3] + 2
+
+
+def test_greedy_decode_through_the_kernels_equals_the_reference():
+    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties, K = 3."""
+    from stepgraph.examples.model import build
+    from stepgraph.speculative.decoder import SpecDecoder
+    from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
+
+    target, draft = build("tiny", device=DEV)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, penalties=True)
+    out = dec.generate(PROMPTS, max_new_tokens=6, sampling=PENALISED)
+    for prompt, tokens, params in zip(PROMPTS, out, PENALISED):
+        assert tokens == reference_greedy(target, prompt, 6, params.penalties())
