@@ -9,8 +9,8 @@ into the history at their positions and into the counts (atomic adds: a step may
 
 The state's layout: ``history [S, L + 1]`` int32 (column ``L`` takes writes that go nowhere), ``counts
 [S, V]`` int32, ``settings [S, 3]`` float32 (repetition, presence, frequency); slot ``-1`` (a padded
-row) reads and writes row ``scratch``, which records nothing. Products round as in the reference (no
-multiply-add contraction), and the result stays in float32: a bf16 row's penalised logits are not
+row) reads and writes row ``scratch``, which records nothing. Quotients and products round as in the
+reference (IEEE division, no multiply-add contraction), and the result stays in float32: a bf16 row's penalised logits are not
 rounded back.
 """
 
@@ -78,7 +78,7 @@ def penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, scr
 @triton.jit
 def _penalised(raw, n, rep, pres, freq):
     x = raw.to(tl.float32)
-    x = tl.where(x > 0, x / rep, x * rep)
+    x = tl.where(x > 0, tl.math.div_rn(x, rep), x * rep)  # "/" on a GPU is approximate, not IEEE-rounded
     x = x - freq * n.to(tl.float32)
     return x - pres * (n > 0).to(tl.float32)
 
