@@ -120,6 +120,24 @@ KERNELS: tuple[KernelEntry, ...] = (
         benchmark="benchmarks/bench_paged.py --only schedule",
         piece="PagedKV(schedule='planned')",
     ),
+    KernelEntry(
+        name="penalise_rows",
+        launcher="stepgraph.kernels.penalties.penalise_rows",
+        reference="stepgraph.kernels.penalties.penalise_rows_ref",
+        launches="1 after a float32 copy of the logits (one program per verify row, over its request's tokens)",
+        test="tests/kernels/test_penalties.py",
+        benchmark="benchmarks/bench_penalties.py",
+        piece="SpecDecoder(penalties=True)",
+    ),
+    KernelEntry(
+        name="record_tokens",
+        launcher="stepgraph.kernels.penalties.record_tokens",
+        reference="stepgraph.kernels.penalties.record_tokens_ref",
+        launches="1 (one program per request: history positions and count increments)",
+        test="tests/kernels/test_penalties.py",
+        benchmark="benchmarks/bench_penalties.py",
+        piece="SpecDecoder(penalties=True)",
+    ),
 )
 
 
