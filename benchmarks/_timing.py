@@ -65,6 +65,24 @@ def median(xs, default: float = float("nan")) -> float:
     return statistics.median(xs) if xs else default
 
 
+def in_turns(names, rounds: int, measure) -> tuple[dict[str, float], dict[str, float]]:
+    """Medians per setting of ``measure(name) -> (wall ms, device ms)`` over ``rounds`` rounds in which the
+    settings ``names`` take turns (drift lands on all of them alike)."""
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    device: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        for name in names:
+            w, d = measure(name)
+            wall[name].append(w)
+            device[name].append(d)
+    return {n: median(v) for n, v in wall.items()}, {n: median(v) for n, v in device.items()}
+
+
+def ratio_cells(ms: dict[str, float], dev: dict[str, float], base: str) -> list[str]:
+    """Table cells ``wall (ratio to base; device)`` for each setting."""
+    return [f"{ms[n]:.3f} ms ({ms[n] / ms[base]:.3f}x; device {dev[n]:.3f})" for n in ms]
+
+
 def _wall_us(fn, reps: int = 3) -> float:
     if SMOKE["on"]:
         t0 = time.perf_counter()

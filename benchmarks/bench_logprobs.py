@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from _timing import add_smoke_flag, env_record, example_models, median, save, smoke
+from _timing import add_smoke_flag, env_record, example_models, in_turns, ratio_cells, save, smoke
 from bench_sampling import step_ms
 
 from stepgraph import SamplingParams
@@ -45,18 +45,9 @@ def main() -> None:
         "| --- |" + " --- |" * len(SETTINGS),
     ]
     for B in batches:
-        times: dict[str, list[float]] = {name: [] for name in SETTINGS}
-        device: dict[str, list[float]] = {name: [] for name in SETTINGS}
-        for _ in range(args.rounds):  # the settings take turns
-            for name, dec in decoders.items():
-                t, d = step_ms(dec, B, SamplingParams(), args.tokens, 1)
-                times[name].append(t)
-                device[name].append(d)
-        ms = {name: median(ts) for name, ts in times.items()}
-        dev = {name: median(ds) for name, ds in device.items()}
+        ms, dev = in_turns(SETTINGS, args.rounds, lambda n: step_ms(decoders[n], B, SamplingParams(), args.tokens, 1))
         record["ms_per_step"][f"B={B}"] = {"wall": ms, "device": dev}
-        cells = [f"{ms[n]:.3f} ms ({ms[n] / ms['none']:.3f}x; device {dev[n]:.3f})" for n in SETTINGS]
-        rows.append(f"| {B} | " + " | ".join(cells) + " |")
+        rows.append(f"| {B} | " + " | ".join(ratio_cells(ms, dev, "none")) + " |")
     rows += [
         "",
         f"Median of {args.rounds} rounds; ratios are to the decoder without log-probabilities in the same run. "

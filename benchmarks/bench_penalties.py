@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from _timing import add_smoke_flag, env_record, example_models, median, save, smoke
+from _timing import add_smoke_flag, env_record, example_models, in_turns, ratio_cells, save, smoke
 from bench_sampling import step_ms
 
 from stepgraph import SamplingParams
@@ -57,18 +57,14 @@ def main() -> None:
     ]
     for cls, base in CLASSES.items():
         for B in batches:
-            times: dict[str, list[float]] = {name: [] for name in SETTINGS}
-            device: dict[str, list[float]] = {name: [] for name in SETTINGS}
-            for _ in range(args.rounds):  # the settings take turns
-                for name, (on, penalties) in SETTINGS.items():
-                    t, d = step_ms(decoders[on], B, dataclasses.replace(base, **penalties), args.tokens, 1)
-                    times[name].append(t)
-                    device[name].append(d)
-            ms = {name: median(ts) for name, ts in times.items()}
-            dev = {name: median(ds) for name, ds in device.items()}
+
+            def measure(name, B=B, base=base):
+                on, penalties = SETTINGS[name]
+                return step_ms(decoders[on], B, dataclasses.replace(base, **penalties), args.tokens, 1)
+
+            ms, dev = in_turns(SETTINGS, args.rounds, measure)
             record["ms_per_step"][f"{cls}/B={B}"] = {"wall": ms, "device": dev}
-            cells = [f"{ms[n]:.3f} ms ({ms[n] / ms['off']:.3f}x; device {dev[n]:.3f})" for n in SETTINGS]
-            rows.append(f"| {cls} | {B} | " + " | ".join(cells) + " |")
+            rows.append(f"| {cls} | {B} | " + " | ".join(ratio_cells(ms, dev, "off")) + " |")
     rows += [
         "",
         f"Median of {args.rounds} rounds; ratios are to the decoder without penalties at the same sampling in the "

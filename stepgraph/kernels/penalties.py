@@ -10,8 +10,8 @@ into the history at their positions and into the counts (atomic adds: a step may
 The state's layout: ``history [S, L + 1]`` int32 (column ``L`` takes writes that go nowhere), ``counts
 [S, V]`` int32, ``settings [S, 3]`` float32 (repetition, presence, frequency); slot ``-1`` (a padded
 row) reads and writes row ``scratch``, which records nothing. Quotients and products round as in the
-reference (IEEE division, no multiply-add contraction), and the result stays in float32: a bf16 row's penalised logits are not
-rounded back.
+reference (IEEE division, no multiply-add contraction), and the result stays in float32: a bf16 row's
+penalised logits are not rounded back.
 """
 
 from __future__ import annotations
