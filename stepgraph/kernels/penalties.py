@@ -120,15 +120,23 @@ def _penalise_rows_kernel(
     tl.store(out_ptr + base + dt, _penalised(raw, n, rep, pres, freq), mask=before)
 
 
+def write_history(history, slots, positions, tokens, ok, scratch: int) -> torch.Tensor:
+    """``tokens [B, T]`` into ``history`` at ``positions [B, T]`` of the rows ``slots [B]`` where ``ok``
+    (elsewhere into column ``L``, where writes go nowhere). Returns the ids written (0 where not ``ok``)."""
+    L = history.shape[1] - 1
+    rows = torch.where(slots < 0, scratch, slots)[:, None] * (L + 1)
+    ids = torch.where(ok, tokens, 0)
+    history.view(-1).scatter_(0, (rows + torch.where(ok, positions, L)).view(-1), ids.int().view(-1))
+    return ids
+
+
 def record_tokens_ref(tokens, slots, seq_len, history, counts, scratch: int) -> None:
     """Reference of :func:`record_tokens`."""
     R, L, V = tokens.shape[1], history.shape[1] - 1, counts.shape[1]
-    rows = torch.where(slots < 0, scratch, slots)
     positions = seq_len[:, None] + 1 + torch.arange(R, device=tokens.device)
     ok = (tokens >= 0) & (slots >= 0)[:, None] & (positions < L)
-    positions = torch.where(ok, positions, L)  # column L: writes that go nowhere
-    ids = torch.where(ok, tokens, 0)
-    history.view(-1).scatter_(0, (rows[:, None] * (L + 1) + positions).view(-1), ids.int().view(-1))
+    ids = write_history(history, slots, positions, tokens, ok, scratch)
+    rows = torch.where(slots < 0, scratch, slots)
     counts.view(-1).scatter_add_(0, (rows[:, None] * V + ids).view(-1), ok.int().view(-1))
 
 

@@ -106,9 +106,9 @@ class SpecDecoder:
     penalties:
         Serve requests with a ``repetition_penalty``, ``presence_penalty`` or ``frequency_penalty``
         (:mod:`stepgraph.speculative.penalties`): each request's tokens and output counts are kept on the
-        device (``(max_requests + 2) * (vocab_size + max_seq_len)`` int32) and every step penalises the
-        target's logits before acceptance, also for requests without penalties (a gather and a scatter
-        over each request's tokens). Off, a request with a penalty is refused.
+        device (``(max_requests + 2) * (vocab_size + max_seq_len + 1)`` int32) and every step penalises
+        the target's logits before acceptance, also for requests without penalties (a float32 copy of the
+        logits and one kernel over each request's tokens). Off, a request with a penalty is refused.
 
     Notes
     -----

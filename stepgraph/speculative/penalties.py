@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
-from stepgraph.kernels.penalties import penalise_rows, record_tokens
+from stepgraph.kernels.penalties import penalise_rows, record_tokens, write_history
 from stepgraph.sampling import NEUTRAL
 
 
@@ -80,9 +80,7 @@ class PenaltyState:
         offsets = torch.arange(T, device=tokens.device)
         positions = start[:, None] + offsets
         ok = (offsets < lengths[:, None]) & (slots >= 0)[:, None] & (positions < self.max_len)
-        rows = torch.where(slots < 0, self.scratch, slots)[:, None] * (self.max_len + 1)
-        positions = torch.where(ok, positions, self.max_len)  # column max_len: writes that go nowhere
-        self.history.view(-1).scatter_(0, (rows + positions).view(-1), torch.where(ok, tokens, 0).int().view(-1))
+        write_history(self.history, slots, positions, tokens, ok, self.scratch)
 
     def apply(
         self, logits: torch.Tensor, drafts: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor
@@ -112,4 +110,4 @@ def penalised_logits_ref(
     seen[torch.tensor(list(prompt), dtype=torch.int64, device=dev)] = True
     x = logits.float()
     x = torch.where(seen, torch.where(x > 0, x / repetition, x * repetition), x)
-    return x - frequency * counts.float() - presence * seen.logical_and(counts > 0).float()
+    return x - frequency * counts.float() - presence * (counts > 0).float()
