@@ -153,7 +153,8 @@ class RunnerConfig:
     default_sampling:
         Sampling class used by :meth:`warmup` when none is given.
     max_warmup_batch:
-        :meth:`warmup` covers batch sizes 1..min(this, max_running_requests).
+        :meth:`warmup` covers batch sizes 1..min(this, max_running_requests); ``None`` (the default): up to
+        the largest bucket, so that serving never captures.
     capture_error_mode:
         CUDA stream capture mode; ``"thread_local"`` lets other threads use CUDA during capture.
     progress:
@@ -169,7 +170,7 @@ class RunnerConfig:
     refused_retry_runs: int = 64
     on_capture_error: CaptureErrorPolicy = "eager"
     default_sampling: Sampling = Sampling.GREEDY
-    max_warmup_batch: int = 8
+    max_warmup_batch: int | None = None
     capture_error_mode: Literal["global", "thread_local", "relaxed"] = "thread_local"
     progress: bool = True
     toggles: Toggles = field(default_factory=Toggles.from_env)
@@ -178,8 +179,11 @@ class RunnerConfig:
         Buckets(self.buckets)  # validates
         for name in ("memory_margin_bytes", "warmup_iters", "refused_retry_runs", "max_warmup_batch"):
             value = getattr(self, name)
+            if value is None and name == "max_warmup_batch":
+                continue
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-                raise TypeError(f"RunnerConfig.{name} must be an int, got {value!r} ({type(value).__name__})")
+                what = "an int or None" if name == "max_warmup_batch" else "an int"
+                raise TypeError(f"RunnerConfig.{name} must be {what}, got {value!r} ({type(value).__name__})")
         if self.memory_margin_bytes < 0:
             raise ValueError(f"memory_margin_bytes must be >= 0, got {self.memory_margin_bytes}")
         if self.warmup_iters < 1:
@@ -188,7 +192,7 @@ class RunnerConfig:
             raise ValueError(f"refused_retry_runs must be >= 1, got {self.refused_retry_runs}")
         if self.on_capture_error not in ("eager", "raise"):
             raise ValueError(f"on_capture_error must be 'eager' or 'raise', got {self.on_capture_error!r}")
-        if self.max_warmup_batch < 1:
+        if self.max_warmup_batch is not None and self.max_warmup_batch < 1:
             raise ValueError(f"max_warmup_batch must be >= 1, got {self.max_warmup_batch}")
         if self.capture_error_mode not in ("global", "thread_local", "relaxed"):
             raise ValueError(

@@ -415,7 +415,8 @@ class StepGraphRunner:
         sampling: Sampling | str | int | Iterable[Sampling | str | int] | None = None,
         make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None = None,
     ) -> WarmupReport:
-        """Capture the keys serving will meet first, then run one batch of each size 1..N through them.
+        """Capture the keys of batch sizes 1..N, then run one batch through each (the largest size that pads
+        to its bucket), so that serving up to N requests never captures.
 
         ``N = min(config.max_warmup_batch, largest bucket, max_running_requests)``; for each sampling class
         given (one or several; default ``config.default_sampling``) and each of the step's draft lengths.

@@ -1,5 +1,5 @@
-"""Warm-up at start: capture the keys serving meets first (batch sizes 1..N), then run one batch of each
-size through them, so that nothing is captured while serving. A size whose key is still missing gets
+"""Warm-up at start: capture the keys of batch sizes 1..N (every bucket up to N's), then run one batch
+through each, so that nothing is captured while serving. A size whose key is still missing gets
 one more try, then a warning; the captured keys and the total time are logged."""
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def warm_up(
     sampling: Sampling | str | int | Iterable[Sampling | str | int] | None,
     make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None,
 ) -> WarmupReport:
-    """See :meth:`StepGraphRunner.warmup`: every batch size 1..N, for each sampling class given and each of
-    the runner's draft lengths."""
+    """See :meth:`StepGraphRunner.warmup`: every batch size 1..N (a batch per bucket), for each sampling
+    class given and each of the runner's draft lengths."""
     if max_running_requests is not None and (
         not isinstance(max_running_requests, numbers.Integral)
         or isinstance(max_running_requests, bool)
@@ -83,10 +83,13 @@ def warm_up(
         classes = [Sampling.parse(sampling)]
     else:
         classes = list(dict.fromkeys(Sampling.parse(c) for c in sampling))
-    n = min(runner.config.max_warmup_batch, runner.buckets.largest, max_running_requests or math.inf)
-    sizes = list(range(1, int(n) + 1))
+    cap = runner.config.max_warmup_batch or math.inf
+    n = int(min(cap, runner.buckets.largest, max_running_requests or math.inf))
+    sizes = list(range(1, n + 1))
+    # a key per bucket: one batch each, of the largest size that pads to it (a bucket above n is never met)
+    runs = list({runner.buckets.pad(k): k for k in sizes}.values())
     variants = [(c, d) for c in classes for d in runner.draft_lens or (None,)]
-    keys = {(k, c, d): runner.key_for(k, c, d) for k in sizes for c, d in variants}
+    keys = {(k, c, d): runner.key_for(k, c, d) for k in runs for c, d in variants}
     runner.capture(keys.values())
 
     def batch(k: int, c: Sampling, d: int | None) -> None:
@@ -98,19 +101,19 @@ def warm_up(
 
     for k, c, d in keys:
         batch(k, c, d)
-    missing = []
+    missing_buckets = set()
     if runner.graphs_available:
         for (k, c, d), key in keys.items():
             if runner.stats(key).captured is None:  # one more try, then a warning
                 runner.capture([key])
                 batch(k, c, d)
                 if runner.stats(key).captured is None:
-                    if k not in missing:
-                        missing.append(k)
+                    missing_buckets.add(runner.buckets.pad(k))
                     status = runner.stats(key).status
                     log.warning(
                         "%s: warm-up: batch size %d still has no graph (key %s: %s)", runner.name, k, key, status
                     )
+    missing = [k for k in sizes if runner.buckets.pad(k) in missing_buckets]
     seconds, compiled = time.perf_counter() - t0, seconds_compiling() - compiling
     captured = sorted({str(key) for key in keys.values() if runner.stats(key).captured is not None})
     log.info(

@@ -217,6 +217,23 @@ def test_warmup_covers_sizes_and_warns_for_missing(caplog):
     assert any("still has no graph" in rec.getMessage() for rec in caplog.records)
 
 
+def test_warmup_runs_one_batch_per_bucket_up_to_the_largest_by_default():
+    be = SimulatedBackend(ScriptedReader(plenty()))
+    r, calls = make(be)  # buckets 1, 2, 4, 8 and no warm-up cap
+    rep = r.warmup()
+    assert rep.batch_sizes == list(range(1, 9)) and rep.missing == []
+    assert rep.captured_keys == ["bs=1/greedy", "bs=2/greedy", "bs=4/greedy", "bs=8/greedy"]
+    assert r.info()["batch_size_histogram"] == {"1": 1, "2": 1, "4": 1, "8": 1}  # one batch per key
+    r.run(batch(3))
+    assert r.info()["runs"] == 5 and r.info()["replays"] == 5  # nothing captured while serving
+    r, _ = make(SimulatedBackend(ScriptedReader(plenty())), max_warmup_batch=3)
+    rep = r.warmup()
+    assert rep.batch_sizes == [1, 2, 3] and rep.captured_keys == ["bs=1/greedy", "bs=2/greedy", "bs=4/greedy"]
+    assert r.info()["batch_size_histogram"] == {"1": 1, "2": 1, "3": 1}
+    with pytest.raises(TypeError, match="max_warmup_batch must be an int or None"):
+        RunnerConfig(max_warmup_batch=2.5)
+
+
 def test_agree_hook_can_refuse_everywhere():
     be = SimulatedBackend()
     r, _ = make(be)
