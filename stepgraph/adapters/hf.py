@@ -42,6 +42,7 @@ import torch
 from stepgraph.adapters.hf_generate import HFSpecDecoder
 from stepgraph.adapters.hf_masks import attention_masks
 from stepgraph.config import RunnerConfig
+from stepgraph.drafts import PromptLookupDraft
 from stepgraph.kernels._common import use_triton
 from stepgraph.kernels.decode_attention import fits
 from stepgraph.kv import KVCache, RowKV, make_kv
@@ -401,19 +402,21 @@ def hf_spec_decoder(
     num_pages: int | None = None,
     kv_schedule: str = "fixed",
     penalties: bool | None = None,
+    prefill_chunk: int | None = None,
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
     vocabulary (e.g. ``LlamaForCausalLM``; or one tokenizer's, padded to two sizes, given ``tokenizer``):
     its ``generate()`` takes what ``model.generate()`` takes and defaults to the target's
     ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
 
-    The draft is a plain draft model (an HF causal LM: both get a :class:`HFKVCache` of ``max_requests``
-    rows of ``max_seq_len`` positions), or an EAGLE-style head: a callable ``head(tokens [B, T], positions
-    [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int
-    ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own
-    cache of ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
-    ``generation_config.eos_token_id`` (an id or a list, where ``generate()`` stops too); an id or a list
-    of ids; ``None`` never stops early.
+    The draft is a plain draft model (an HF causal LM: both get a :class:`HFKVCache` of ``max_requests`` rows of
+    ``max_seq_len`` positions), ``"prompt_lookup"`` (n-gram matches in each request's own tokens, no draft
+    model: :class:`~stepgraph.drafts.PromptLookupDraft`), or an EAGLE-style head: a callable
+    ``head(tokens [B, T], positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B,
+    T, Dh])`` with an int ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own cache
+    of ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
+    ``generation_config.eos_token_id`` (an id or a list, where ``generate()`` stops too); an id or a list of
+    ids; ``None`` never stops early.
     ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"``
     (module docstring). ``compile``: torch.compile the step's target and draft forwards inside the step
     graph (:class:`SpecDecoder`). ``generation_config``: the ``GenerationConfig`` its ``generate()``
@@ -424,7 +427,8 @@ def hf_spec_decoder(
     handed out as requests grow: :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache.
     ``kv_schedule``: the paged cache's attention schedule with ``attention="rows"`` (``"fixed"``, or
     ``"planned"`` on the host before each replay). ``penalties``: serve repetition penalties
-    (:class:`SpecDecoder`); ``None``: on when the generation config sets one.
+    (:class:`SpecDecoder`); ``None``: on when the generation config sets one. ``prefill_chunk``: prompt
+    positions prefilled between two steps, in chunks of several requests (:class:`SpecDecoder`).
 
     Raises
     ------
@@ -433,7 +437,12 @@ def hf_spec_decoder(
         model the adapter cannot drive, or EOS ids outside the vocabulary.
     """
     tv = target_model.config.vocab_size
-    is_lm = hasattr(getattr(draft_model, "config", None), "vocab_size")
+    lookup = isinstance(draft_model, str)
+    if lookup and draft_model != "prompt_lookup":
+        raise ValueError(
+            f"draft {draft_model!r}: give a Hugging Face causal LM, an EAGLE-style head or 'prompt_lookup'"
+        )
+    is_lm = not lookup and hasattr(getattr(draft_model, "config", None), "vocab_size")
     if is_lm:
         _check_vocabularies(tv, draft_model.config.vocab_size, tokenizer)
     if generation_config is None:
@@ -463,6 +472,8 @@ def hf_spec_decoder(
     )
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
     target = HFCausalLM(target_model, **size)
+    if lookup:  # n-gram proposals from the request's own tokens, rows by cache row (the scratch one last)
+        draft_model = PromptLookupDraft(tv, max_requests + 1, max_seq_len, device)
     draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
         generation.eos_token_id = eos_token_id
@@ -477,6 +488,7 @@ def hf_spec_decoder(
         vocab_size=target.vocab_size,
         draft_hidden_size=draft.hidden_size,
         hidden_dtype=draft.dtype,
+        target_hidden_size=target.hidden_size,
         scratch_cache_row=max_requests,
         device=target.device,
         max_batch=max_batch,
@@ -489,4 +501,5 @@ def hf_spec_decoder(
         logprobs=logprobs,
         kv_cache=layout,
         penalties=penalties,
+        prefill_chunk=prefill_chunk,
     )

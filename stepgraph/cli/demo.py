@@ -95,7 +95,10 @@ def add_parser(sub) -> None:
         help="the KV cache: pages handed out as requests grow (default), or a row of the whole length per request",
     )  # fmt: skip
     p.add_argument("--page-size", type=bounded_int(1, 4096), default=16, help="positions per page (--kv paged)")
-    p.add_argument("--draft", default="eagle", choices=["eagle", "same"], help="an EAGLE head, or a copy of the target")
+    p.add_argument(
+        "--draft", default="eagle", choices=["eagle", "same", "ngram"],
+        help="an EAGLE head, a copy of the target, or prompt lookup (n-gram matches in each request's own tokens)",
+    )  # fmt: skip
     p.add_argument(
         "--compile", action="store_true",
         help="torch.compile the target and draft forwards (inductor) inside the step graph; both runs compile",

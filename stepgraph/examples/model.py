@@ -345,9 +345,9 @@ class TwinDraft:
 def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str = "eagle", **overrides):
     """``(target, draft)`` for a preset (``tiny`` or ``qwen3-0.6b``) with config ``overrides``.
 
-    ``draft``: ``"eagle"`` (an EAGLE head), ``"same"`` (a copy of the target: accepts everything) or
+    ``draft``: ``"eagle"`` (an EAGLE head), ``"same"`` (a copy of the target: accepts everything),
     ``"twin:A"`` (a copy whose proposals agree with the target's at rate ``A`` in [0, 1]:
-    :class:`TwinDraft`).
+    :class:`TwinDraft`) or ``"ngram"`` (prompt lookup, no draft model: :class:`~stepgraph.drafts.PromptLookupDraft`).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
@@ -355,6 +355,10 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
     target = ExampleTarget(cfg, device=device, dtype=dtype)
     if draft == "eagle":
         return target, EagleDraft(target)
+    if draft == "ngram":
+        from stepgraph.drafts import PromptLookupDraft
+
+        return target, PromptLookupDraft.for_example(target)
     if draft == "same":
         return target, ModelDraft(ExampleTarget(cfg, device=device, dtype=dtype, kv=target.kv))
     if draft.startswith("twin:"):
@@ -363,7 +367,7 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
         except ValueError:
             raise ValueError(f"draft {draft!r}: give twin:A with A an acceptance in [0, 1], e.g. twin:0.6") from None
         return target, TwinDraft(ExampleTarget(cfg, device=device, dtype=dtype, kv=target.kv), acceptance)
-    raise ValueError(f"draft must be 'eagle', 'same' or 'twin:A' (A in [0, 1]), got {draft!r}")
+    raise ValueError(f"draft must be 'eagle', 'same', 'ngram' or 'twin:A' (A in [0, 1]), got {draft!r}")
 
 
 def greedy_reference(

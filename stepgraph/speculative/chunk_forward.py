@@ -54,7 +54,8 @@ class ChunkForward:
     chunk:
         Positions per forward (C): ``n`` rows of ``C // n``.
     hidden_size, hidden_dtype:
-        The target's hidden state as the draft takes it (the relay's feature).
+        The target's hidden state (its width, and its dtype as the draft takes it): what a chunk carries to
+        the next one's first draft position.
     scratch_row, max_seq_len:
         The cache row of padded batch rows, and the positions of a cache row.
     kernels:

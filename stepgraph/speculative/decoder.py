@@ -142,6 +142,7 @@ class SpecDecoder:
         kv_cache: KVCache | None = None,
         prefill_chunk: int | None = None,
         penalties: bool = False,
+        target_hidden_size: int | None = None,
     ) -> None:
         self.target, self.draft = target, draft
         if not isinstance(penalties, bool):
@@ -204,7 +205,7 @@ class SpecDecoder:
                 target,
                 draft,
                 chunk=prefill_chunk,
-                hidden_size=draft_hidden_size,
+                hidden_size=draft_hidden_size if target_hidden_size is None else target_hidden_size,
                 hidden_dtype=hidden_dtype,
                 scratch_row=scratch_cache_row,
                 max_seq_len=max_seq_len,
@@ -248,6 +249,7 @@ class SpecDecoder:
             vocab_size=cfg.vocab_size,
             draft_hidden_size=draft.hidden_size,
             hidden_dtype=target.dtype,
+            target_hidden_size=cfg.hidden_size,
             scratch_cache_row=cfg.scratch_row,
             device=target.device,
             **{"kv_cache": target.kv, **kwargs},

@@ -271,3 +271,14 @@ def test_logprobs_are_those_of_generates_logits(models):
         )
         assert [[t for t, _ in top] for top in tops] == want.topk(2, -1).indices.tolist()
     assert decoder(models).generate(PROMPTS[:1], max_new_tokens=2, return_dict_in_generate=True).logprobs is None
+
+
+@pytest.mark.parametrize("kv", ["rows", "paged"])
+def test_chunked_prefill_with_a_plain_draft_model_is_exact(models, kv):
+    """The target's hidden state carried between chunks is the target's width, not the draft's (64 vs 32)."""
+    target, _ = models
+    prompts = [[5, 17, 99, 3] * 5, [42, 7, 7, 8, 200, 31], [1, 2]]
+    dec = decoder(models, prefill_chunk=5, kv=kv, page_size=4)
+    out = dec.generate(prompts, max_new_tokens=12, eos_token_id=None)
+    assert out == [hf_greedy(target, p, 12, eos_token_id=None) for p in prompts]
+    assert dec.info()["prefill_chunks"]["runs"] > len(prompts)
