@@ -413,8 +413,8 @@ def hf_spec_decoder(
     ``max_seq_len`` positions), ``"prompt_lookup"`` (n-gram matches in each request's own tokens, no draft
     model: :class:`~stepgraph.drafts.PromptLookupDraft`), or an EAGLE-style head: a callable
     ``head(tokens [B, T], positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B,
-    T, Dh])`` with an int ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own cache
-    of ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
+    T, Dh])`` with an int ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and
+    keeping its own cache of ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
     ``generation_config.eos_token_id`` (an id or a list, where ``generate()`` stops too); an id or a list of
     ids; ``None`` never stops early.
     ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"``
