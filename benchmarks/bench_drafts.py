@@ -1,0 +1,125 @@
+"""The draft kinds on one target: step time and accepted tokens per step.
+
+The example model at the Qwen3-0.6B shape (28 layers, bf16). Per batch size, in one run, the device time
+of a greedy step graph (``SpecDecoder.step_ms``: the key's replay on pad-filled buffers) of:
+
+* the EAGLE head at K = 3, and plain decoding (K = 0);
+* prompt lookup (``stepgraph.drafts.PromptLookupDraft``, n-grams 3..1) at K = 3;
+* the target's forward over K + 1 and over 1 tokens, each its own graph: "K = 0 + verify" is the K = 0
+  step plus their difference, what a step with a free draft would cost (target: prompt lookup <= 1.05x).
+
+Then decoding of repetitive prompts (a phrase repeated) with prompt lookup at K = 3 against plain
+decoding: accepted tokens per step and decode tokens/s (random weights: the EAGLE head accepts almost
+nothing, and the target's greedy text falls into loops, which lookup then follows).
+
+    python benchmarks/bench_drafts.py --out benchmarks/results/<dir> [--layers 28] [--batches 1,8,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import torch
+from _timing import CUDA, add_smoke_flag, env_record, example_models, graph_of, median, save, smoke, sync
+
+from stepgraph.drafts import PromptLookupDraft
+from stepgraph.speculative.decoder import SpecDecoder
+from stepgraph.speculative.draft_policy import FixedDraftLength
+
+K = 3
+
+
+def forward_ms(target, batch: int, width: int, repeats: int = 20) -> float:
+    """Device ms of one target forward over ``width`` tokens of ``batch`` rows (the scratch row), as a graph."""
+    dev = target.device
+    tokens = torch.ones((batch, width), dtype=torch.int64, device=dev)
+    positions = torch.arange(width, device=dev).expand(batch, width) + 8
+    rows = torch.full((batch,), target.cfg.scratch_row, device=dev)
+    g = graph_of(lambda: target(tokens, positions, rows))
+    if not CUDA:
+        return float("nan")
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        sync()
+        times.append(start.elapsed_time(end))
+    return median(times)
+
+
+def repetitive_prompts(batch: int, vocab: int) -> list[list[int]]:
+    rng = random.Random(0)
+    return [[rng.randrange(1, vocab) for _ in range(rng.randint(4, 12))] * 6 for _ in range(batch)]
+
+
+def decode(dec: SpecDecoder, prompts, tokens: int, draft_len: int) -> dict:
+    dec.policy = FixedDraftLength(draft_len)
+    dec.generate(prompts, max_new_tokens=8)  # first-use costs out of the figure
+    dec.stats = type(dec.stats)()
+    sync()
+    out = dec.generate(prompts, max_new_tokens=tokens)
+    sync()
+    st = dec.stats
+    return {"tok_s": sum(map(len, out)) / st.decode_seconds, "accept_len": st.mean_accept_len}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--batches", default="1,8,32")
+    add_smoke_flag(ap)
+    args = ap.parse_args()
+    batches = tuple(int(b) for b in args.batches.split(","))
+    if smoke(args):
+        args.tokens, batches = 8, (1, 2)
+    target, eagle = example_models(num_layers=args.layers, max_requests=max(batches))
+    kinds = {"eagle": eagle, "prompt lookup": PromptLookupDraft.for_example(target)}
+    decs = {
+        name: SpecDecoder.for_example(target, d, num_draft_tokens=(K, 0), max_batch=max(batches))
+        for name, d in kinds.items()
+    }
+    env = env_record()
+    record = {"env": env, "layers": args.layers, "K": K, "step_ms": {}, "decode": {}}
+    rows = [
+        f"# Draft kinds, {args.layers} layers, K = {K}, {env['date']}, {env['gpu']}, torch {env['torch']}, "
+        f"triton {env['triton']}",
+        "",
+        "Device ms per greedy step graph:",
+        "",
+        "| B | K = 0 | K = 0 + verify | EAGLE head | prompt lookup | lookup / (K = 0 + verify) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for B in batches:
+        plain = decs["eagle"].step_ms(B, 0)
+        verify = plain + forward_ms(target, B, K + 1) - forward_ms(target, B, 1)
+        ms = {"k0": plain, "k0_plus_verify": verify, **{n: d.step_ms(B, K) for n, d in decs.items()}}
+        record["step_ms"][f"B={B}"] = ms
+        lk = ms["prompt lookup"]
+        rows.append(f"| {B} | {plain:.3f} | {verify:.3f} | {ms['eagle']:.3f} | {lk:.3f} | {lk / verify:.3f}x |")
+    rows += [
+        "",
+        f"Decoding repetitive prompts, {args.tokens} tokens each:",
+        "",
+        "| B | plain tok/s | lookup tok/s | speed-up | lookup accepted per step |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for B in batches:
+        prompts = repetitive_prompts(B, target.cfg.vocab_size)
+        plain = decode(decs["prompt lookup"], prompts, args.tokens, 0)
+        lookup = decode(decs["prompt lookup"], prompts, args.tokens, K)
+        record["decode"][f"B={B}"] = {"plain": plain, "lookup": lookup}
+        rows.append(
+            f"| {B} | {plain['tok_s']:.0f} | {lookup['tok_s']:.0f} | {lookup['tok_s'] / plain['tok_s']:.2f}x | "
+            f"{lookup['accept_len']:.2f} |"
+        )
+    print("\n".join(rows))
+    save(args.out, "drafts", record, "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
