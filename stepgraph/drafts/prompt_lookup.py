@@ -16,7 +16,9 @@ Where nothing matches, the proposal is the last token again; any proposal keeps 
 verify accepts only what the target would emit.
 
 Its logits are one-hot rows (the proposal's logit 1, the others 0), so the step's argmax and
-draft-extend tail pick the proposal; its feature is a zero of width 1.
+draft-extend tail pick the proposal; its feature is a zero of width 1. A call is two launches: the
+write of its tokens, and one kernel that matches and writes the one-hot rows
+(:mod:`stepgraph.kernels.prompt_lookup`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import numbers
 
 import torch
+
+from stepgraph.kernels.prompt_lookup import propose
 
 
 class PromptLookupDraft:
@@ -81,32 +85,5 @@ class PromptLookupDraft:
         B, T = tokens.shape
         at = positions.clamp(0, self.max_seq_len)  # past the row: the sink column
         self.rows[cache_rows[:, None].expand(B, T), at] = tokens.to(torch.int32)
-        proposal = lookup(self.rows[cache_rows], at, self.min_ngram, self.max_ngram)  # [B, T]
-        proposal = torch.where(proposal >= 0, proposal, tokens.to(torch.int32)).clamp(0, self.vocab_size - 1)
-        logits = torch.zeros((B, T, self.vocab_size), dtype=hidden.dtype, device=tokens.device)
-        logits.scatter_(2, proposal.long()[..., None], 1.0)
-        return logits, hidden.new_zeros((B, T, 1))
-
-
-def lookup(rows: torch.Tensor, at: torch.Tensor, min_ngram: int, max_ngram: int) -> torch.Tensor:
-    """For each query ``at[b, t]`` (a position of ``rows [B, L]``, whose tokens up to it are known): the
-    token after the latest ``j < at`` whose ``n`` tokens ending at ``j`` equal those ending at ``at``,
-    for the longest ``n`` in ``min_ngram..max_ngram`` that matches; ``-1`` where none does. ``[B, T]``,
-    graph-safe (no host sync), ``O(B * T * L * max_ngram)``."""
-    B, L = rows.shape
-    j = torch.arange(L, device=rows.device)[None, None, :]
-    q = at[..., None]  # [B, T, 1]
-    before = j < q
-    same = torch.ones((B, *at.shape[1:], L), dtype=torch.bool, device=rows.device)
-    best = torch.full(at.shape, -1, dtype=torch.int64, device=rows.device)
-    for n in range(1, max_ngram + 1):  # same: tokens j - m == tokens at - m for every m < n
-        m = n - 1
-        shifted = torch.roll(rows, m, 1)  # shifted[:, j] = rows[:, j - m] (wrapped where j < m: masked)
-        suffix = torch.gather(rows, 1, (at - m).clamp(min=0))  # [B, T]
-        same &= shifted[:, None, :] == suffix[..., None]
-        if n >= min_ngram:  # longer matches overwrite shorter ones
-            match = same & before & (j >= m) & (q >= m)
-            latest = torch.where(match, j, -1).amax(-1)  # [B, T]
-            best = torch.where(latest >= 0, latest, best)
-    follows = torch.gather(rows, 1, (best + 1).clamp(max=L - 1))
-    return torch.where(best >= 0, follows.to(torch.int64), -1)
+        args = (self.min_ngram, self.max_ngram, self.vocab_size, hidden.dtype)
+        return propose(self.rows, cache_rows, at, tokens, *args), hidden.new_zeros((B, T, 1))

@@ -138,6 +138,15 @@ KERNELS: tuple[KernelEntry, ...] = (
         benchmark="benchmarks/bench_penalties.py",
         piece="SpecDecoder(penalties=True)",
     ),
+    KernelEntry(
+        name="propose",
+        launcher="stepgraph.kernels.prompt_lookup.propose",
+        reference="stepgraph.kernels.prompt_lookup.propose_ref",
+        launches="1 (one program per query: the n-gram match over its row up to it, then its one-hot row)",
+        test="tests/kernels/test_prompt_lookup.py",
+        benchmark="benchmarks/bench_drafts.py",
+        piece="stepgraph.drafts.PromptLookupDraft",
+    ),
 )
 
 

@@ -9,8 +9,8 @@ import torch
 
 from stepgraph import SamplingParams, SpecDecoder
 from stepgraph.drafts import PromptLookupDraft
-from stepgraph.drafts.prompt_lookup import lookup
 from stepgraph.examples.model import build, greedy_reference
+from stepgraph.kernels.prompt_lookup import lookup
 
 
 @pytest.fixture(autouse=True)
