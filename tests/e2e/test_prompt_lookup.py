@@ -98,16 +98,12 @@ def test_sampled_decoding_reproduces_with_penalties_and_logprobs():
 
 @pytest.mark.parametrize("chunk", [None, 6], ids=["whole", "chunked"])
 def test_hugging_face_models_decode_exactly_with_prompt_lookup(chunk):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from stepgraph.adapters.hf import hf_spec_decoder
+    from tests.e2e.test_hf_adapter import llama
     from tests.helpers import hf_greedy
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=256, attn_implementation="sdpa",
-    )  # fmt: skip
-    model = transformers.LlamaForCausalLM(cfg).float().eval()
+    model = llama(32, 2, 2, 1, seed=0, vocab=128)
     dec = hf_spec_decoder(
         model, "prompt_lookup", max_requests=3, max_seq_len=128, attention="gather", prefill_chunk=chunk
     )
