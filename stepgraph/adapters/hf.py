@@ -411,7 +411,8 @@ def hf_spec_decoder(
 
     The draft is a plain draft model (an HF causal LM: both get a :class:`HFKVCache` of ``max_requests`` rows of
     ``max_seq_len`` positions), ``"prompt_lookup"`` (n-gram matches in each request's own tokens, no draft
-    model: :class:`~stepgraph.drafts.PromptLookupDraft`), or an EAGLE-style head: a callable
+    model: :class:`~stepgraph.drafts.PromptLookupDraft`, matching up to the generation config's
+    ``max_matching_ngram_size`` tokens, default 3), or an EAGLE-style head: a callable
     ``head(tokens [B, T], positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B,
     T, Dh])`` with an int ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and
     keeping its own cache of ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
@@ -473,7 +474,8 @@ def hf_spec_decoder(
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
     target = HFCausalLM(target_model, **size)
     if lookup:  # n-gram proposals from the request's own tokens, rows by cache row (the scratch one last)
-        draft_model = PromptLookupDraft(tv, max_requests + 1, max_seq_len, device)
+        ngram = getattr(generation, "max_matching_ngram_size", None) or 3
+        draft_model = PromptLookupDraft(tv, max_requests + 1, max_seq_len, device, max_ngram=ngram)
     draft = _AsDraft(HFCausalLM(draft_model, **size), tv) if is_lm else _AsHead(draft_model, tv, target.dtype)
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
         generation.eos_token_id = eos_token_id

@@ -50,6 +50,13 @@ IGNORED = {
     "prefill_chunk_size", "low_memory", "bos_token_id", "decoder_start_token_id", "transformers_version",
     "_from_model_config", "_commit_hash", "_original_object_hash", "continuous_batching_config",
 }  # fmt: skip
+#: transformers' own speculation settings: they change how fast it decodes, not which tokens come out, and
+#: the decoder's draft and K were fixed when it was built (``hf_spec_decoder``'s draft, ``num_draft_tokens``)
+SPECULATION = {
+    "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold", "is_assistant",
+    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit", "assistant_lookbehind",
+}  # fmt: skip
+IGNORED |= SPECULATION
 #: beam-search settings: without beams transformers ignores them too
 BEAM_ONLY = {"early_stopping", "length_penalty", "num_beam_groups", "diversity_penalty", "constraints"}
 SAMPLING_SETTINGS = {"do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty"}

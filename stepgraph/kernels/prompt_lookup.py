@@ -94,8 +94,8 @@ def _propose_kernel(
             same = here & (tok == suffix)
             if m + 1 >= MIN_N:
                 score = tl.maximum(score, tl.where(same, (m + 1) * (L + 1) + j.to(tl.int64), -1))
-    best = tl.max(score, 0)
-    follows = tl.load(row + best % (L + 1) + 1 + lanes * 0, mask=(lanes >= 0) & (best >= 0), other=0)
+    best = tl.max(score, 0) + lanes * 0  # as a vector: its mask is one
+    follows = tl.load(row + best % (L + 1) + 1, mask=best >= 0, other=0)
     own = tl.load(tokens_ptr + pid + lanes * 0)
     proposal = tl.max(tl.where(best >= 0, follows.to(tl.int64), own.to(tl.int64)), 0)
     proposal = tl.minimum(tl.maximum(proposal, 0), V - 1)

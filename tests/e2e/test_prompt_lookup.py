@@ -110,5 +110,18 @@ def test_hugging_face_models_decode_exactly_with_prompt_lookup(chunk):
     prompts = [[3, 9, 27, 81] * 4, [5, 6, 7] * 5 + [8], [100, 2]]
     out = dec.generate(prompts, max_new_tokens=40, eos_token_id=None)
     assert out == [hf_greedy(model, p, 40, eos_token_id=None) for p in prompts]
+    # transformers' own prompt-lookup settings are taken as speed settings: the same tokens come out
+    assert dec.generate(prompts, max_new_tokens=40, eos_token_id=None, prompt_lookup_num_tokens=10) == out
+    assert dec.draft.head.max_ngram == 3
     with pytest.raises(ValueError, match="'prompt_lookup'"):
         hf_spec_decoder(model, "ngram")
+
+
+def test_the_generation_configs_ngram_size_is_the_lookups():
+    transformers = pytest.importorskip("transformers")
+    from stepgraph.adapters.hf import hf_spec_decoder
+    from tests.e2e.test_hf_adapter import llama
+
+    config = transformers.GenerationConfig(max_matching_ngram_size=1, prompt_lookup_num_tokens=5)
+    dec = hf_spec_decoder(llama(32, 1, 2, 1, seed=0), "prompt_lookup", generation_config=config, attention="gather")
+    assert (dec.draft.head.min_ngram, dec.draft.head.max_ngram) == (1, 1)
