@@ -67,10 +67,11 @@ FINISH_REASONS = {"eos": "stop", "length": "length", "stop": "stop_string"}
 class HFGenerateOutput:
     """What ``generate(..., return_dict_in_generate=True)`` returns.
 
-    ``sequences``: what ``generate()`` returns without it (a tensor, id lists or text); ``new_tokens``:
-    each request's new ids; ``finish_reasons``: each request's ``"stop"``, ``"length"`` or ``"stop_string"``;
-    with a decoder built with ``logprobs=n``, ``logprobs`` (each new token's, under the target's raw
-    distribution) and ``top_logprobs`` (its ``n`` alternatives, ``[(token, logprob), ...]``) per request.
+    ``sequences``: what ``generate()`` returns without it (a tensor, id lists or text); ``new_tokens``: each
+    request's new ids; ``finish_reasons``: each request's ``"stop"``, ``"length"`` or ``"stop_string"``; with a
+    decoder built with ``logprobs=n``, ``logprobs`` (each new token's, under the target's raw distribution, or
+    with ``logprobs_mode="processed"`` the one it was drawn from) and ``top_logprobs`` (its ``n`` alternatives,
+    ``[(token, logprob), ...]``) per request.
     """
 
     sequences: Any

@@ -146,6 +146,7 @@ class ChunkForward:
             "draft_hidden": d_hidden[at, last + 1],
             "hidden": end_hidden,
             "logits": end_logits,
+            "scored": sampled,
         }
 
     def __call__(self, spans, before: torch.Tensor, sampling: Sampling):
@@ -158,7 +159,8 @@ class ChunkForward:
 
         Returns ``first [n]``, ``offset [n]``, ``draft [n]``, ``draft_hidden [n, Dd]`` (a finished
         prompt's first token, its stream offset after it, and its first draft) and ``hidden [n, D]``,
-        ``logits [n, V]`` at each chunk's last position (views valid until the next call)."""
+        ``logits [n, V]`` and ``scored [n, V]`` (penalised, as the first token was drawn) at each chunk's
+        last position (views valid until the next call)."""
         C = self.chunk
         tokens = torch.tensor([s[0] + [0] * (C - len(s[0])) for s in spans], dtype=torch.int64)
         values = [p.request_values() if nxt < 0 else GREEDY_ROW for _, _, _, nxt, p, _ in spans]

@@ -90,6 +90,10 @@ class SpecDecoder:
         under the target's raw distribution, computed in the step graph, with that many most probable
         alternatives; each :class:`Request` from :meth:`serve` holds them (``logprobs``, ``top_logprobs``).
         See :mod:`stepgraph.speculative.scores`.
+    logprobs_mode:
+        ``"raw"`` (the default: the target's raw distribution, as the OpenAI API defines it) or
+        ``"processed"``: the distribution each token was drawn from, after penalties, temperature and the
+        request's filters (a sort of every verify row of a sampled step, on top).
     kv_cache:
         The models' KV cache (:mod:`stepgraph.kv`), which hands out cache rows (and pages) to requests:
         a :class:`~stepgraph.kv.PagedKV` the models share, or by default a :class:`~stepgraph.kv.RowKV` of
@@ -143,6 +147,7 @@ class SpecDecoder:
         prefill_chunk: int | None = None,
         penalties: bool = False,
         target_hidden_size: int | None = None,
+        logprobs_mode: str = "raw",
     ) -> None:
         self.target, self.draft = target, draft
         if not isinstance(penalties, bool):
@@ -195,6 +200,7 @@ class SpecDecoder:
             logprobs=logprobs,
             kv_cache=self.kv,
             penalties=state,
+            logprobs_mode=logprobs_mode,
         )
         self.logprobs = self.step.logprobs
         self.toggles = self.step.toggles
@@ -225,6 +231,7 @@ class SpecDecoder:
             logprobs=logprobs,
             chunks=chunks,
             penalties=state,
+            logprobs_mode=self.step.logprobs_mode,
         )
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(

@@ -18,7 +18,7 @@ from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
 from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
-from stepgraph.speculative.scores import token_scores
+from stepgraph.speculative.scores import processed_scores, token_scores
 from stepgraph.speculative.step import Draft, Target
 
 
@@ -27,7 +27,8 @@ class Prefill:
 
     ``kernels``: sample the first token with stepgraph's sampling kernel (the
     ``two_launch_sampling`` piece), else with its torch reference. ``logprobs``: ``None``, or the
-    alternatives per token to score the first token with (:mod:`stepgraph.speculative.scores`).
+    alternatives per token to score the first token with, under ``logprobs_mode``
+    (:mod:`stepgraph.speculative.scores`).
     ``chunks``: the batched chunk forward (``None``: each prompt whole, in one forward).
     ``penalties``: the requests' penalty state (:mod:`stepgraph.speculative.penalties`): a prompt's tokens
     go in when its prefill starts, its first token is sampled from penalised logits and recorded.
@@ -44,8 +45,10 @@ class Prefill:
         logprobs: int | None = None,
         chunks: ChunkForward | None = None,
         penalties: PenaltyState | None = None,
+        logprobs_mode: str = "raw",
     ) -> None:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
+        self.logprobs_mode = logprobs_mode
         self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
         if penalties is not None:  # the whole-prompt path's slot and last position, filled per request
             self._slot, self._last, self._zero = (torch.zeros(1, dtype=torch.int64, device=device) for _ in range(3))
@@ -81,7 +84,7 @@ class Prefill:
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
         d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
         ready = {"first": first, "offset": offset, "draft": torch.argmax(d_logits[:, -1], -1)}
-        return self._ready([r], [0], {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1]})[0]
+        return self._ready([r], [0], {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1], "scored": end})[0]
 
     def next_chunks(self, rs: list[Request]) -> list[tuple[int, tuple | None] | None]:
         """A chunk of each of ``rs``'s prompts, in one forward of each model (``len(rs)`` one of the chunk
@@ -115,8 +118,9 @@ class Prefill:
 
     def _ready(self, rs: list[Request], at: list[int], out) -> list[tuple[int, tuple | None]]:
         """Write the relay slots of ``rs`` (prompts done) from rows ``at`` of a prefill's ``out`` (``first``,
-        ``offset``, ``draft`` ``[n]``, ``draft_hidden [n, Dd]``, ``logits [n, V]``: the first token, its
-        stream offset after it, the first draft and the prompt's last logits); returns each first token
+        ``offset``, ``draft`` ``[n]``, ``draft_hidden [n, Dd]``, ``logits [n, V]`` and ``scored [n, V]``:
+        the first token, its stream offset after it, the first draft, the prompt's last logits, raw and
+        as the first token was drawn from them); returns each first token
         and its scores (with ``logprobs``), read in one copy."""
         first = out["first"]
         for r, i in zip(rs, at):
@@ -134,8 +138,19 @@ class Prefill:
             )
         scores: list[tuple | None] = [None] * len(rs)
         if self.logprobs is not None:
-            logits = torch.stack([out["logits"][i] for i in at])[:, None]  # no host-to-device index copy
-            sc = token_scores(logits, torch.stack([first[i] for i in at])[:, None], self.logprobs)
+            chosen = torch.stack([first[i] for i in at])[:, None]
+            if self.logprobs_mode == "raw":
+                logits = torch.stack([out["logits"][i] for i in at])[:, None]  # no host-to-device index copy
+                sc = token_scores(logits, chosen, self.logprobs)
+            else:  # as the first token was drawn: penalised, each request's temperature and kept set
+                scored = torch.stack([out["scored"][i] for i in at])[:, None]
+                settings = [
+                    torch.tensor(
+                        [r.params.request_values()[n] for r in rs], dtype=REQUEST_FIELDS[n][0], device=self.device
+                    )
+                    for n in ("temperature", "top_k", "top_p", "min_p")
+                ]
+                sc = processed_scores(scored, chosen, self.logprobs, *settings)
             lp, ids, tops = sc.logprobs.tolist(), sc.top_ids.tolist(), sc.top_logprobs.tolist()
             scores = [(lp[j], ids[j], tops[j]) for j in range(len(rs))]
         tokens = first[at[0] : at[-1] + 1].tolist()  # one read; rows between them not done are skipped

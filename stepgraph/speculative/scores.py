@@ -1,5 +1,12 @@
-"""Log-probabilities of the emitted tokens, and the top alternatives, as the OpenAI API defines them: under
-the target's raw distribution (``log_softmax`` of its logits, before temperature or filters), in float32.
+"""Log-probabilities of the emitted tokens, and the top alternatives, in float32. Two modes:
+
+* ``"raw"`` (the default), as the OpenAI API and vLLM define them: under the target's raw distribution
+  (``log_softmax`` of its logits, before penalties, temperature or filters);
+* ``"processed"`` (vLLM's ``processed_logprobs``): under the distribution the token was drawn from, that
+  is the logits after penalties, over the request's temperature, with its top-k / top-p / min-p kept set
+  (:func:`~stepgraph.kernels.chain_sampling_ref.kept_mask`, the sampling kernels' definition)
+  renormalised and ``-inf`` outside it. A greedy request's (temperature 0) is the penalised logits'
+  ``log_softmax``, as vLLM reports it.
 
 Computed inside the step graph (fixed shapes, no host sync) for accepted drafts and the bonus or
 correction alike, and eagerly for the prefill's first token; each request keeps the ones of the tokens
@@ -12,8 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
+from stepgraph.kernels.chain_sampling_ref import kept_mask
+
 #: the most alternatives a position reports (the OpenAI API's ``top_logprobs`` limit)
 TOP_LOGPROBS_MAX = 20
+#: what the log-probabilities are taken under (module docstring)
+LOGPROBS_MODES = ("raw", "processed")
 
 
 @dataclass
@@ -36,6 +47,34 @@ def check_top_logprobs(n: int | None) -> int | None:
             f"logprobs must be None or the number of alternatives per token, 0..{TOP_LOGPROBS_MAX}; got {n!r}"
         )
     return n
+
+
+def check_logprobs_mode(mode: str) -> str:
+    if mode not in LOGPROBS_MODES:
+        raise ValueError(
+            f"logprobs_mode must be 'raw' or 'processed' (module stepgraph.speculative.scores), got {mode!r}"
+        )
+    return mode
+
+
+def processed_scores(
+    scored: torch.Tensor,
+    tokens: torch.Tensor,
+    top_n: int,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+) -> Scores:
+    """Scores of ``tokens [B, R]`` in the ``"processed"`` mode: under ``scored [B, R, V]`` (the logits after
+    penalties) with each request's ``temperature``, ``top_k``, ``top_p`` and ``min_p`` ``[B]``. Graph-safe.
+    Cost: a sort of every row (the kept set), on top of :func:`token_scores`."""
+    B = scored.shape[0]
+    t = temperature.float().view(B, 1, 1)
+    greedy = t <= 0
+    z = scored.float() * (1.0 / torch.where(greedy, torch.ones_like(t), t))
+    kept = kept_mask(scored, temperature, top_k, top_p, min_p) | greedy
+    return token_scores(torch.where(kept, z, torch.full_like(z, float("-inf"))), tokens, top_n)
 
 
 def token_scores(logits: torch.Tensor, tokens: torch.Tensor, top_n: int) -> Scores:

@@ -48,8 +48,9 @@ class Verified(StageResult):
     ``extend_tokens [B, K+1]``: the draft-extend input; ``num_accepted [B]``; ``accepted_row [B]``: the
     last accepted position's row among the verify's rows flattened over the batch; the target's
     ``hidden [B, K+1, D]`` and ``positions [B, K+1]``; ``next_token`` and ``next_seq_len`` ``[B]``: the
-    next step's state, written into the relay's outputs; the target's ``logits [B, K+1, V]`` (for the
-    stages after)."""
+    next step's state, written into the relay's outputs; the target's ``logits [B, K+1, V]`` and the ones
+    acceptance read, ``scored`` (penalised, float32; the same tensor without penalties), for the stages
+    after."""
 
     SHARED: ClassVar[tuple[str, ...]] = (
         "tokens",
@@ -69,6 +70,7 @@ class Verified(StageResult):
     next_token: torch.Tensor
     next_seq_len: torch.Tensor
     logits: torch.Tensor
+    scored: torch.Tensor
 
 
 @dataclass

@@ -38,7 +38,7 @@ from stepgraph.sampling import Sampling
 from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.pieces import Pieces
 from stepgraph.speculative.relay import RelayState
-from stepgraph.speculative.scores import check_top_logprobs, token_scores
+from stepgraph.speculative.scores import check_logprobs_mode, check_top_logprobs, processed_scores, token_scores
 from stepgraph.speculative.stages import Drafted, Extended, Scored, Stage, StageResult, StepContext, Verified
 from stepgraph.speculative.tp import TensorParallel
 from stepgraph.splice import SpliceError, StageGraph, splice
@@ -93,6 +93,8 @@ class ChainStep:
     logprobs:
         ``None``, or the top alternatives per token (0..20): the step also outputs each emitted token's
         log-probability and the alternatives (:mod:`stepgraph.speculative.scores`).
+    logprobs_mode:
+        ``"raw"`` (the target's distribution) or ``"processed"`` (the one each token was drawn from).
     kv_cache:
         The models' cache when it keeps device metadata that the step must update (a
         :class:`~stepgraph.kv.PagedKV`): its buffers join the step's inputs and its ``apply`` runs first.
@@ -123,9 +125,11 @@ class ChainStep:
         logprobs: int | None = None,
         kv_cache: KVCache | None = None,
         penalties: PenaltyState | None = None,
+        logprobs_mode: str = "raw",
     ) -> None:
         self.draft_lens = draft_lengths(num_draft_tokens)
         self.logprobs = check_top_logprobs(logprobs)
+        self.logprobs_mode = check_logprobs_mode(logprobs_mode)
         self.config = config or RunnerConfig()
         self.toggles = self.config.toggles
         self.device = torch.device(device)
@@ -285,12 +289,18 @@ class ChainStep:
             nxt["token"],
             nxt["seq_len"],
             logits,
+            scored,
         )
 
     def _scores(self, ctx: StepContext) -> Scored:
         """The emitted tokens' log-probabilities and alternatives, after the verify's tokens are shared."""
-        v = ctx.verified
-        return Scored(token_scores(v.logits, v.tokens, self.logprobs))
+        v, st = ctx.verified, ctx.state
+        if self.logprobs_mode == "raw":
+            return Scored(token_scores(v.logits, v.tokens, self.logprobs))
+        if ctx.sampling is Sampling.GREEDY:  # every request greedy: the penalised logits as they are
+            return Scored(token_scores(v.scored, v.tokens, self.logprobs))
+        settings = (st["temperature"], st["top_k"], st["top_p"], st["min_p"])
+        return Scored(processed_scores(v.scored, v.tokens, self.logprobs, *settings))
 
     def _extend(self, ctx: StepContext) -> Extended:
         """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""
@@ -374,7 +384,8 @@ class ChainStep:
     def info(self) -> dict:
         compiled = {"compile": {n: f.info() for n, f in self.compiled.items()}} if self.compiled else {}
         info = {**self.runner.info(), "num_draft_tokens": self.K, "draft_lens": list(self.draft_lens)}
-        return {**info, "penalties": self.penalties is not None, **compiled}
+        scores = {"logprobs": self.logprobs, "logprobs_mode": self.logprobs_mode}
+        return {**info, "penalties": self.penalties is not None, **scores, **compiled}
 
     def update_weights(self, apply: Callable[[], None]) -> None:
         """Apply a weight update that moves tensors (new addresses): refused while graphs are live

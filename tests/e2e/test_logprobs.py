@@ -83,3 +83,60 @@ def test_token_scores_on_odd_rows():
         )
         torch.testing.assert_close(s.top_logprobs, ref.topk(3, -1).values)
         assert s.logprobs.dtype == torch.float32 and s.top_ids.dtype == torch.int64
+
+
+def processed_reference(target, prompt, output, params):
+    """The processed log-probabilities over prompt + output: the target's logits at each position
+    penalised with the tokens before it, over the temperature, with the kept set, renormalised."""
+    from stepgraph.kernels.chain_sampling_ref import kept_mask
+    from stepgraph.speculative.penalties import penalised_logits_ref
+
+    dev = target.device
+    seq = torch.tensor([prompt + output[:-1]], device=dev)
+    rows = torch.tensor([target.cfg.max_requests - 1], device=dev)
+    logits, _ = target(seq, torch.arange(seq.shape[1], device=dev)[None], rows)
+    x = torch.stack(
+        [
+            penalised_logits_ref(row, prompt, output[:i], params.penalties())
+            for i, row in enumerate(logits[0, len(prompt) - 1 :])
+        ]
+    )  # [len(output), V]
+    if params.temperature == 0:
+        return torch.log_softmax(x, -1)
+    n = len(output)
+    settings = [torch.tensor([v] * n) for v in (params.temperature, params.top_k, params.top_p, params.min_p)]
+    keep = kept_mask(x[:, None], *settings)[:, 0]
+    return torch.log_softmax(torch.where(keep, x / params.temperature, float("-inf")), -1)
+
+
+@pytest.mark.parametrize("chunk", [None, 3], ids=["whole", "chunked"])
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(repetition_penalty=1.5), SamplingParams(temperature=0.7, top_k=6, seed=5, presence_penalty=0.5),
+     SamplingParams(temperature=1.3, top_p=0.8, min_p=0.05, seed=6)],
+    ids=["greedy", "top-k", "top-p"],
+)  # fmt: skip
+def test_processed_logprobs_are_the_distribution_each_token_was_drawn_from(params, chunk):
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(
+        target, draft, num_draft_tokens=3, max_batch=2, logprobs=8, logprobs_mode="processed", penalties=True,
+        prefill_chunk=chunk,
+    )  # fmt: skip
+    assert dec.info()["logprobs_mode"] == "processed"
+    requests = dec.make_requests(PROMPTS, [9, 5, 12], [params, SamplingParams(), params])  # greedy batch mates
+    dec.serve(requests)
+    for r in requests:
+        ref = processed_reference(target, r.prompt, r.output, r.params)
+        want = ref.gather(-1, torch.tensor(r.output)[:, None])[:, 0]
+        assert torch.isfinite(want).all()  # every token drawn from inside its kept set
+        torch.testing.assert_close(torch.tensor(r.logprobs), want, rtol=0, atol=2e-5)
+        got_top = torch.tensor([[v for _, v in top] for top in r.top_logprobs])
+        torch.testing.assert_close(got_top, ref.topk(8, -1).values, rtol=0, atol=2e-5)
+        if r.params.top_k == 6:
+            assert torch.isinf(got_top[:, 6:]).all()  # outside the top 6: -inf
+
+
+def test_a_logprobs_mode_other_than_raw_or_processed_is_refused():
+    target, draft = build("tiny")
+    with pytest.raises(ValueError, match="logprobs_mode must be 'raw' or 'processed'"):
+        SpecDecoder.for_example(target, draft, logprobs=1, logprobs_mode="logits")
