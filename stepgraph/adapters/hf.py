@@ -240,7 +240,10 @@ class HFCausalLM:
 
     The logits are the model's own (``model(...).logits``: its head and whatever its forward does after
     it, such as Granite's logits scaling, Cohere's logit scale or Gemma 2's soft-capping); ``hidden`` is
-    what the head reads (the final hidden state), taken by a forward pre-hook on the output embeddings.
+    what the head reads (the final hidden state), taken by a forward pre-hook on the output embeddings;
+    with ``taps`` (layer ids), the residual stream entering each of those layers instead, concatenated
+    ``[B, T, len(taps) * D]`` (what an EAGLE-3 head reads; vLLM's convention: id ``i`` is the input of
+    layer ``i``, ``hidden_states[i]`` of transformers' ``output_hidden_states``).
 
     Raises
     ------
@@ -249,7 +252,14 @@ class HFCausalLM:
     """
 
     def __init__(
-        self, model, *, max_requests: int, max_seq_len: int, attention: str = "auto", kv: KVCache | None = None
+        self,
+        model,
+        *,
+        max_requests: int,
+        max_seq_len: int,
+        attention: str = "auto",
+        kv: KVCache | None = None,
+        taps: Sequence[int] | None = None,
     ) -> None:
         if attention not in ATTENTIONS:
             raise ValueError(f"attention={attention!r}: use one of {', '.join(ATTENTIONS)}")
@@ -300,6 +310,32 @@ class HFCausalLM:
                 lm._hidden = args[0]  # what the head reads: the final hidden state, whatever the family calls it
 
         weakref.finalize(self, self._head.register_forward_pre_hook(keep_hidden).remove)
+        self.taps = self._tap(base, taps) if taps is not None else None
+
+    def _tap(self, base, taps: Sequence[int]) -> tuple[int, ...]:
+        """Forward pre-hooks that keep the residual stream entering each layer in ``taps``."""
+        layers = getattr(base, "layers", None)
+        n = len(layers) if layers is not None else 0
+        taps = tuple(taps)
+        if not taps or not all(isinstance(i, int) and 0 <= i < n for i in taps):
+            raise ValueError(
+                f"taps {taps} must be layer ids in 0..{n - 1}: the residual stream entering those layers of "
+                f"{type(self.model).__name__} ({n} layers)"
+            )
+        self._tapped: dict[int, torch.Tensor] = {}
+        me = weakref.ref(self)
+
+        def keep(i):
+            def hook(module, args, kwargs) -> None:
+                lm = me()
+                if lm is not None:
+                    lm._tapped[i] = args[0] if args else kwargs["hidden_states"]
+
+            return hook
+
+        for i in dict.fromkeys(taps):
+            weakref.finalize(self, layers[i].register_forward_pre_hook(keep(i), with_kwargs=True).remove)
+        return taps
 
     @property
     def vocab_size(self) -> int:
@@ -307,7 +343,10 @@ class HFCausalLM:
 
     @property
     def hidden_size(self) -> int:
-        """Width of the hidden state handed out (the head's input features)."""
+        """Width of the hidden state handed out: the head's input features, or with ``taps`` the tapped
+        states side by side."""
+        if self.taps is not None:
+            return len(self.taps) * self.config.hidden_size
         return getattr(self._head, "in_features", self.config.hidden_size)
 
     def __call__(self, tokens, positions, cache_rows, hidden=None):
@@ -323,6 +362,9 @@ class HFCausalLM:
         finally:
             _ACTIVE.reset(token)
         hidden, self._hidden = self._hidden, None
+        if self.taps is not None:
+            hidden = torch.cat([self._tapped[i] for i in self.taps], -1)
+            self._tapped.clear()
         return out.logits, hidden
 
 
@@ -416,21 +458,22 @@ def hf_spec_decoder(
     ``max_matching_ngram_size`` tokens, default 3), or an EAGLE-style head: a callable ``head(tokens [B, T],
     positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int
     ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own cache of
-    ``max_requests + 1`` rows (the last one scratch). ``eos_token_id``: by default the target's
-    ``generation_config.eos_token_id`` (an id or a list, where ``generate()`` stops too); an id or a list of ids;
-    ``None`` never stops early. ``attention``: ``"auto"`` (``"rows"`` where it applies, else ``"gather"``),
-    ``"rows"`` or ``"gather"`` (module docstring). ``compile``: torch.compile the step's target and draft forwards
-    inside the step graph (:class:`SpecDecoder`). ``generation_config``: the ``GenerationConfig`` its
-    ``generate()`` starts from (default: the target's; copied). ``tokenizer``: for text prompts and
-    ``stop_strings``. ``logprobs``: ``None``, or the alternatives per token (0..20) to report with each token's
-    log-probability (:class:`SpecDecoder`), under ``logprobs_mode`` (``"raw"`` or ``"processed"``). ``kv``:
-    ``"rows"`` (a row of ``max_seq_len`` positions per request) or ``"paged"`` (``num_pages`` pages of
-    ``page_size`` positions, by default the rows' memory, handed out as requests grow:
-    :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache. ``kv_schedule``: the paged cache's
-    attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before each replay).
-    ``penalties``: serve repetition penalties (:class:`SpecDecoder`); ``None``: on when the generation config sets
-    one. ``prefill_chunk``: prompt positions prefilled between two steps, in chunks of several requests
-    (:class:`SpecDecoder`).
+    ``max_requests + 1`` rows (the last one scratch). A head with ``taps`` (an EAGLE-3 head from
+    :func:`stepgraph.drafts.load_eagle3`) gets the target's residual stream entering those layers instead, side by
+    side. ``eos_token_id``: by default the target's ``generation_config.eos_token_id`` (an id or a list, where
+    ``generate()`` stops too); an id or a list of ids; ``None`` never stops early. ``attention``: ``"auto"``
+    (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"`` (module docstring). ``compile``:
+    torch.compile the step's target and draft forwards inside the step graph (:class:`SpecDecoder`).
+    ``generation_config``: the ``GenerationConfig`` its ``generate()`` starts from (default: the target's;
+    copied). ``tokenizer``: for text prompts and ``stop_strings``. ``logprobs``: ``None``, or the alternatives per
+    token (0..20) to report with each token's log-probability (:class:`SpecDecoder`), under ``logprobs_mode``
+    (``"raw"`` or ``"processed"``). ``kv``: ``"rows"`` (a row of ``max_seq_len`` positions per request) or
+    ``"paged"`` (``num_pages`` pages of ``page_size`` positions, by default the rows' memory, handed out as
+    requests grow: :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache. ``kv_schedule``: the
+    paged cache's attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before
+    each replay). ``penalties``: serve repetition penalties (:class:`SpecDecoder`); ``None``: on when the
+    generation config sets one. ``prefill_chunk``: prompt positions prefilled between two steps, in chunks of
+    several requests (:class:`SpecDecoder`).
 
     Raises
     ------
@@ -473,7 +516,15 @@ def hf_spec_decoder(
         kv, max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages, schedule=kv_schedule
     )
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
-    target = HFCausalLM(target_model, **size)
+    taps = None if is_lm or lookup else getattr(draft_model, "taps", None)  # an EAGLE-3 head reads three layers
+    if taps is not None:
+        rows, length = getattr(draft_model, "num_rows", None), getattr(draft_model, "max_seq_len", None)
+        if rows is not None and (rows < max_requests + 1 or length < max_seq_len):
+            raise ValueError(
+                f"the head's cache has {rows} rows of {length} positions; this decoder needs {max_requests + 1} rows "
+                f"of {max_seq_len}: load it with max_requests={max_requests}, max_seq_len={max_seq_len}"
+            )
+    target = HFCausalLM(target_model, taps=taps, **size)
     if lookup:  # n-gram proposals from the request's own tokens, rows by cache row (the scratch one last)
         ngram = getattr(generation, "max_matching_ngram_size", None) or 3
         draft_model = PromptLookupDraft(tv, max_requests + 1, max_seq_len, device, max_ngram=ngram)

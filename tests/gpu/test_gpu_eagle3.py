@@ -1,0 +1,38 @@
+"""On the GPU: an EAGLE-3 head loaded from a checkpoint runs inside the step graph (the target tapped at
+three layers), giving what the eager step gives, and greedy output equals the target's own."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+from stepgraph import RunnerConfig, Toggles  # noqa: E402
+from stepgraph.adapters.hf import hf_spec_decoder  # noqa: E402
+from stepgraph.drafts import load_eagle3  # noqa: E402
+from tests.e2e.test_eagle3 import H, V, head_weights, write  # noqa: E402
+from tests.e2e.test_hf_adapter import llama  # noqa: E402
+from tests.helpers import hf_greedy  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("chunk", [None, 5], ids=["whole", "chunked"])
+def test_step_graph_with_an_eagle3_head_equals_eager(tmp_path, dtype, chunk):
+    target = llama(H, 6, 4, 2, seed=0, vocab=V).to("cuda", dtype)
+    head = load_eagle3(write(tmp_path / "head", head_weights()), target, max_requests=3, max_seq_len=96)
+    prompts = [[5, 17, 99, 3], [42, 7, 7, 8, 31, 9], [1, 2]]
+    outs = []
+    for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):
+        dec = hf_spec_decoder(
+            target, head, max_requests=3, max_seq_len=96, prefill_chunk=chunk,
+            config=RunnerConfig(toggles=toggles, progress=False),
+        )  # fmt: skip
+        outs.append(dec.generate(prompts, max_new_tokens=16, eos_token_id=None))
+        if toggles.step_graph:
+            assert dec.info()["captured_keys"] and dec.info()["eager_runs"] == 0
+        dec.release()
+    assert outs[0] == outs[1]
+    if dtype == torch.float32:
+        assert outs[0] == [hf_greedy(target, p, 16, eos_token_id=None) for p in prompts]
