@@ -459,7 +459,7 @@ def hf_spec_decoder(
     positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int
     ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own cache of
     ``max_requests + 1`` rows (the last one scratch). A head with ``taps`` (an EAGLE-3 head from
-    :func:`stepgraph.drafts.load_eagle3`) gets the target's residual stream entering those layers instead, side by
+    :func:`stepgraph.drafts.load_eagle`) gets the target's residual stream entering those layers instead, side by
     side. ``eos_token_id``: by default the target's ``generation_config.eos_token_id`` (an id or a list, where
     ``generate()`` stops too); an id or a list of ids; ``None`` never stops early. ``attention``: ``"auto"``
     (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"`` (module docstring). ``compile``:
@@ -517,9 +517,9 @@ def hf_spec_decoder(
     )
     size = {"max_requests": max_requests, "max_seq_len": max_seq_len, "attention": attention, "kv": layout}
     taps = None if is_lm or lookup else getattr(draft_model, "taps", None)  # an EAGLE-3 head reads three layers
-    if taps is not None:
+    if not (is_lm or lookup):  # a head's own cache must hold this decoder's rows
         rows, length = getattr(draft_model, "num_rows", None), getattr(draft_model, "max_seq_len", None)
-        if rows is not None and (rows < max_requests + 1 or length < max_seq_len):
+        if rows is not None and length is not None and (rows < max_requests + 1 or length < max_seq_len):
             raise ValueError(
                 f"the head's cache has {rows} rows of {length} positions; this decoder needs {max_requests + 1} rows "
                 f"of {max_seq_len}: load it with max_requests={max_requests}, max_seq_len={max_seq_len}"

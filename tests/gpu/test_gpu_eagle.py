@@ -1,5 +1,5 @@
-"""On the GPU: an EAGLE-3 head loaded from a checkpoint runs inside the step graph (the target tapped at
-three layers), giving what the eager step gives, and greedy output equals the target's own."""
+"""On the GPU: EAGLE-3 and EAGLE-1 heads loaded from checkpoints run inside the step graph (an EAGLE-3 head's
+target tapped at three layers), giving what the eager step gives, and greedy output equals the target's."""
 
 import pytest
 import torch
@@ -9,8 +9,8 @@ pytest.importorskip("safetensors")
 
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
 from stepgraph.adapters.hf import hf_spec_decoder  # noqa: E402
-from stepgraph.drafts import load_eagle3  # noqa: E402
-from tests.e2e.test_eagle3 import H, V, head_weights, write  # noqa: E402
+from stepgraph.drafts import load_eagle  # noqa: E402
+from tests.e2e.test_eagle import H, V, eagle1_weights, head_weights, write  # noqa: E402
 from tests.e2e.test_hf_adapter import llama  # noqa: E402
 from tests.helpers import hf_greedy  # noqa: E402
 
@@ -19,9 +19,11 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("chunk", [None, 5], ids=["whole", "chunked"])
-def test_step_graph_with_an_eagle3_head_equals_eager(tmp_path, dtype, chunk):
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
+def test_step_graph_with_an_eagle_head_equals_eager(tmp_path, dtype, chunk, kind):
     target = llama(H, 6, 4, 2, seed=0, vocab=V).to("cuda", dtype)
-    head = load_eagle3(write(tmp_path / "head", head_weights()), target, max_requests=3, max_seq_len=96)
+    weights = head_weights() if kind == "eagle3" else eagle1_weights()
+    head = load_eagle(write(tmp_path / "head", weights), target, max_requests=3, max_seq_len=96)
     prompts = [[5, 17, 99, 3], [42, 7, 7, 8, 31, 9], [1, 2]]
     outs = []
     for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from stepgraph.adapters.hf import hf_spec_decoder  # noqa: E402
-from stepgraph.drafts import load_eagle3  # noqa: E402
+from stepgraph.drafts import load_eagle  # noqa: E402
 from tests.e2e.test_hf_adapter import llama  # noqa: E402
 from tests.helpers import hf_greedy  # noqa: E402
 
@@ -130,7 +130,7 @@ def taps_of(model, tokens):
 def test_the_loaded_heads_forward_is_the_reference_step_by_step(target, tmp_path, fmt, norm_before_residual, bias):
     w = head_weights(bias=bias)
     path = write(tmp_path / "head", w, fmt=fmt, norm_before_residual=norm_before_residual, bias=bias)
-    head = load_eagle3(path, target, max_requests=2, max_seq_len=64)
+    head = load_eagle(path, target, max_requests=2, max_seq_len=64)
     assert head.taps == tuple(TAPS) and head.hidden_size == H
     prompt = [5, 17, 99, 3, 42, 7, 8]
     embed = target.get_input_embeddings().weight.detach()
@@ -159,7 +159,7 @@ def test_the_loaded_heads_forward_is_the_reference_step_by_step(target, tmp_path
 @pytest.mark.parametrize("chunk", [None, 5], ids=["whole", "chunked"])
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
 def test_decoding_with_a_loaded_head_is_exact(target, tmp_path, chunk, overlap):
-    head = load_eagle3(write(tmp_path / "head", head_weights()), target, max_requests=3, max_seq_len=96)
+    head = load_eagle(write(tmp_path / "head", head_weights()), target, max_requests=3, max_seq_len=96)
     dec = hf_spec_decoder(target, head, max_requests=3, max_seq_len=96, attention="gather", prefill_chunk=chunk)
     assert dec.step.runner is not None and dec.draft.hidden_size == H
     prompts = [[5, 17, 99, 3], [42, 7, 7, 8, 200 % V, 31, 9], [1, 2]]
@@ -174,19 +174,87 @@ def test_checkpoints_that_do_not_fit_are_refused(target, tmp_path):
         ({"vocab_size": 200}, w, "vocab_size is 200"),
         ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 6]}}, w, r"taps \(1, 3, 6\)"),
         ({}, {n: t for n, t in w.items() if n != "norm.weight"}, r"no tensor norm.weight \(expected shape \[32\]\)"),
-        ({}, w | {"fc.weight": torch.zeros(H, 2 * H)}, r"fc.weight has shape \[32, 64\], expected \[32, 96\]"),
+        ({}, w | {"fc.weight": torch.zeros(H, 4 * H)}, r"fc.weight has shape \[32, 128\], expected \[32, 96\]"),
         ({}, w | {"d2t": w["d2t"] + V}, "d2t maps draft ids outside"),
     ]
     for i, (config, weights, message) in enumerate(cases):
         with pytest.raises(ValueError, match=message):
-            load_eagle3(write(tmp_path / str(i), weights, **config), target)
+            load_eagle(write(tmp_path / str(i), weights, **config), target)
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="config.json has no hidden_size, num_attention_heads, intermediate_size"):
-        load_eagle3(tmp_path / "empty", target)
+        load_eagle(tmp_path / "empty", target)
     write(tmp_path / "bare", w).joinpath("model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors and no pytorch_model.bin"):
-        load_eagle3(tmp_path / "bare", target)
-    head = load_eagle3(write(tmp_path / "ok", w), target, max_requests=2, max_seq_len=64)
+        load_eagle(tmp_path / "bare", target)
+    head = load_eagle(write(tmp_path / "ok", w), target, max_requests=2, max_seq_len=64)
     with pytest.raises(ValueError, match="load it with max_requests=4, max_seq_len=96"):
         hf_spec_decoder(target, head, max_requests=4, max_seq_len=96)
+
+
+def eagle1_weights(seed=2):
+    """An EAGLE-1/2 head: fc over cat(embed, hidden) with a bias, layers.0.* without an input layernorm,
+    no final norm and no head of its own."""
+    w = {n: t for n, t in head_weights(seed).items() if n.startswith("midlayer.") and "input_layernorm" not in n}
+    w = {n: t for n, t in w.items() if "hidden_norm" not in n}
+    w["midlayer.self_attn.q_proj.weight"] = w["midlayer.self_attn.q_proj.weight"][:, :H]
+    w["midlayer.self_attn.k_proj.weight"] = w["midlayer.self_attn.k_proj.weight"][:, :H]
+    w["midlayer.self_attn.v_proj.weight"] = w["midlayer.self_attn.v_proj.weight"][:, :H]
+    g = torch.Generator().manual_seed(seed)
+    w["fc.weight"], w["fc.bias"] = torch.randn(H, 2 * H, generator=g) * 0.3, torch.randn(H, generator=g) * 0.1
+    return w
+
+
+def eagle1_reference(w, target, tokens, features):
+    """The EAGLE-1 head over positions 0..T-1 at once, no cache: the target's logits of its outputs."""
+    embed, head = target.get_input_embeddings().weight.detach(), target.get_output_embeddings().weight.detach()
+    h = torch.cat([embed[tokens], torch.stack(features)], -1) @ w["fc.weight"].T + w["fc.bias"]
+    T = len(tokens)
+    q = (h @ w["midlayer.self_attn.q_proj.weight"].T).view(T, 4, 8)
+    k = (h @ w["midlayer.self_attn.k_proj.weight"].T).view(T, 2, 8)
+    v = (h @ w["midlayer.self_attn.v_proj.weight"].T).view(T, 2, 8)
+    q, k = rope(q), rope(k)
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    h1 = (
+        h + torch.einsum("hts,shd->thd", scores.softmax(-1), v).reshape(T, -1) @ w["midlayer.self_attn.o_proj.weight"].T
+    )
+    m = rms(h1, w["midlayer.post_attention_layernorm.weight"])
+    gate, up = m @ w["midlayer.mlp.gate_proj.weight"].T, m @ w["midlayer.mlp.up_proj.weight"].T
+    out = h1 + (torch.nn.functional.silu(gate) * up) @ w["midlayer.mlp.down_proj.weight"].T
+    return out @ head.T, out
+
+
+def final_hidden(model, tokens):
+    with torch.no_grad():
+        return model(torch.tensor([tokens]), output_hidden_states=True).hidden_states[-1][0]  # post-norm
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_an_eagle1_head_is_its_reference_step_by_step_and_decodes_exactly(target, tmp_path, fmt):
+    from stepgraph.drafts import EagleDraft
+
+    w = eagle1_weights()
+    head = load_eagle(write(tmp_path / "head", w, fmt=fmt, eagle_config=None), target, max_requests=3, max_seq_len=96)
+    assert isinstance(head, EagleDraft) and head.taps is None and head.hidden_size == H
+    prompt = [5, 17, 99, 3, 42, 7, 8]
+    features = [torch.zeros(H)] + list(final_hidden(target, prompt)[:-1])
+    tokens = torch.tensor([prompt])
+    with torch.no_grad():
+        logits, out = head(tokens, torch.arange(len(prompt))[None], torch.stack(features)[None], torch.tensor([2]))
+        ref_logits, ref_out = eagle1_reference(w, target, tokens[0], features)
+        torch.testing.assert_close(logits[0], ref_logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out[0], ref_out, rtol=1e-5, atol=1e-5)
+        for _ in range(2):  # draft steps: fc over the token and the step before's output, every time
+            tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], 1)
+            features.append(out[0, -1])
+            n = tokens.shape[1] - 1
+            logits, out = head(tokens[:, -1:], torch.tensor([[n]]), out[:, -1:], torch.tensor([2]))
+            ref_logits, _ = eagle1_reference(w, target, tokens[0], features)
+            torch.testing.assert_close(logits[0, -1], ref_logits[-1], rtol=1e-5, atol=1e-5)
+    dec = hf_spec_decoder(target, head, max_requests=3, max_seq_len=96, attention="gather", prefill_chunk=4)
+    prompts = [[5, 17, 99, 3], [42, 7, 7, 8, 31, 9], [1, 2]]
+    assert dec.generate(prompts, max_new_tokens=12, eos_token_id=None) == [
+        hf_greedy(target, p, 12, eos_token_id=None) for p in prompts
+    ]
