@@ -4,6 +4,8 @@ The example model at the Qwen3-0.6B shape (28 layers, bf16). Per batch size, in 
 of a greedy step graph (``SpecDecoder.step_ms``: the key's replay on pad-filled buffers) of:
 
 * the EAGLE head at K = 3, and plain decoding (K = 0);
+* an EAGLE-3 head at K = 3 (``build(draft="eagle3")``: the target tapped at three layers, a draft
+  vocabulary of 32000 target ids; target: <= 1.1x the EAGLE head's step);
 * prompt lookup (``stepgraph.drafts.PromptLookupDraft``, n-grams 3..1) at K = 3;
 * the target's forward over K + 1 and over 1 tokens, each its own graph: "K = 0 + verify" is the K = 0
   step plus their difference, what a step with a free draft would cost (target: prompt lookup <= 1.05x).
@@ -78,10 +80,12 @@ def main() -> None:
     if smoke(args):
         args.tokens, batches = 8, (1, 2)
     target, eagle = example_models(num_layers=args.layers, max_requests=max(batches))
-    kinds = {"eagle": eagle, "prompt lookup": PromptLookupDraft.for_example(target)}
+    tapped, eagle3 = example_models(num_layers=args.layers, max_requests=max(batches), draft="eagle3")
+    lookup = PromptLookupDraft.for_example(target)
+    kinds = {"eagle": (target, eagle), "eagle3": (tapped, eagle3), "prompt lookup": (target, lookup)}
     decs = {
-        name: SpecDecoder.for_example(target, d, num_draft_tokens=(K, 0), max_batch=max(batches))
-        for name, d in kinds.items()
+        name: SpecDecoder.for_example(t, d, num_draft_tokens=(K, 0), max_batch=max(batches))
+        for name, (t, d) in kinds.items()
     }
     env = env_record()
     record = {"env": env, "layers": args.layers, "K": K, "step_ms": {}, "decode": {}}
@@ -91,16 +95,19 @@ def main() -> None:
         "",
         "Device ms per greedy step graph:",
         "",
-        "| B | K = 0 | K = 0 + verify | EAGLE head | prompt lookup | lookup / (K = 0 + verify) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| B | K = 0 | K = 0 + verify | EAGLE head | EAGLE-3 head | EAGLE-3 / EAGLE | prompt lookup | "
+        "lookup / (K = 0 + verify) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
         plain = decs["eagle"].step_ms(B, 0)
         verify = plain + forward_ms(target, B, K + 1) - forward_ms(target, B, 1)
         ms = {"k0": plain, "k0_plus_verify": verify, **{n: d.step_ms(B, K) for n, d in decs.items()}}
         record["step_ms"][f"B={B}"] = ms
-        lk = ms["prompt lookup"]
-        rows.append(f"| {B} | {plain:.3f} | {verify:.3f} | {ms['eagle']:.3f} | {lk:.3f} | {lk / verify:.3f}x |")
+        lk, e1, e3 = ms["prompt lookup"], ms["eagle"], ms["eagle3"]
+        rows.append(
+            f"| {B} | {plain:.3f} | {verify:.3f} | {e1:.3f} | {e3:.3f} | {e3 / e1:.3f}x | {lk:.3f} | {lk / verify:.3f}x |"
+        )
     rows += [
         "",
         f"Decoding repetitive prompts, {args.tokens} tokens each:",

@@ -14,6 +14,7 @@ target often, which gives realistic acceptance lengths on random weights.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -150,12 +151,13 @@ class _Layer:
     Fused projections (QKV, gate-up) and one cache tensor for K and V keep it to ~18 kernels.
     """
 
-    def __init__(self, cfg: ModelConfig, init: _Init, scale: float) -> None:
+    def __init__(self, cfg: ModelConfig, init: _Init, scale: float, in_features: int | None = None) -> None:
         d, hd = cfg.hidden_size, cfg.head_dim
         std = 1.0 / math.sqrt(d)
         self.cfg = cfg
         self.ln1, self.ln2 = init.ones(d), init.ones(d)
-        self.w_qkv = init.normal(d, (cfg.num_heads + 2 * cfg.num_kv_heads) * hd, std=std)
+        d_in = in_features or d  # the attention's input: the normed residual, or what attn_in gives
+        self.w_qkv = init.normal(d_in, (cfg.num_heads + 2 * cfg.num_kv_heads) * hd, std=1.0 / math.sqrt(d_in))
         self.wo = init.normal(cfg.num_heads * hd, d, std=scale / math.sqrt(cfg.num_heads * hd))
         self.w_gate_up = init.normal(d, 2 * cfg.intermediate_size, std=std)
         self.w_down = init.normal(cfg.intermediate_size, d, std=scale / math.sqrt(cfg.intermediate_size))
@@ -163,11 +165,12 @@ class _Layer:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
 
-    def __call__(self, x, rope, kv: KVCache, kv_cache, where, rows, positions, mask) -> torch.Tensor:
+    def __call__(self, x, rope, kv: KVCache, kv_cache, where, rows, positions, mask, attn_in=None) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
         H, KVH = cfg.num_heads, cfg.num_kv_heads
-        qkv = _project(_rms_norm(x, self.ln1), self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
+        a = _rms_norm(x, self.ln1) if attn_in is None else attn_in
+        qkv = _project(a, self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
         qk = _rope(qkv[:, :, : H + KVH], *rope)
         kv.write(kv_cache, torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2), where)
         if mask is None:  # read the rows in place, up to each query's position
@@ -191,16 +194,23 @@ class _Stack:
     whole tensor).
     """
 
-    def __init__(self, cfg: ModelConfig, num_layers: int, init: _Init, kv: KVCache) -> None:
+    def __init__(
+        self, cfg: ModelConfig, num_layers: int, init: _Init, kv: KVCache, in_features: int | None = None
+    ) -> None:
         self.cfg, self.kv = cfg, kv
-        self.layers = [_Layer(cfg, init, cfg.residual_scale) for _ in range(num_layers)]
+        widths = [in_features] + [None] * (num_layers - 1)  # the first layer's attention input width
+        self.layers = [_Layer(cfg, init, cfg.residual_scale, w) for w in widths[:num_layers]]
         self.kv_caches = [kv.layer_cache(cfg.num_kv_heads, cfg.head_dim, init.dtype) for _ in range(num_layers)]
         half = torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim
         freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] / cfg.rope_theta**half
         self.cos, self.sin = freqs.cos(), freqs.sin()  # [S, hd/2]
         self.key_pos = torch.arange(kv.row_len, device=init.device)
 
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, *, attn_in=None, taps: Sequence[int] = ()
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stack over ``x [B, T, D]``; returns its output and the residual stream entering each layer in
+        ``taps``. ``attn_in``: the first layer's attention input, in place of its norm of ``x``."""
         rope = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
         cfg = self.cfg
         if cfg.attention == "triton" and fits(cfg.num_heads, cfg.num_kv_heads, positions.shape[1]):
@@ -208,22 +218,32 @@ class _Stack:
         else:
             mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         where = self.kv.locate(rows, positions)  # the slot mapping, once for every layer
-        for layer, kv_cache in zip(self.layers, self.kv_caches):
-            x = layer(x, rope, self.kv, kv_cache, where, rows, positions, mask)
-        return x
+        tapped = []
+        for i, (layer, kv_cache) in enumerate(zip(self.layers, self.kv_caches)):
+            tapped += [x] * taps.count(i)
+            x = layer(x, rope, self.kv, kv_cache, where, rows, positions, mask, attn_in if i == 0 else None)
+        return x, tapped
 
 
 class ExampleTarget:
     """The target: ``target(tokens, positions, cache_rows) -> (logits, hidden)``.
 
     Shapes: tokens/positions ``[B, T]`` int64, cache_rows ``[B]`` int64 (``cfg.scratch_row`` for padding);
-    returns logits ``[B, T, V]`` and the final hidden states (before the last norm) ``[B, T, D]``.
+    returns logits ``[B, T, V]`` and the final hidden states (before the last norm) ``[B, T, D]``, or
+    with ``taps`` (layer ids) the residual stream entering each of those layers side by side, ``[B, T,
+    len(taps) * D]`` (what an EAGLE-3 head reads: :class:`Eagle3Head`).
     CUDA graph: safe (static cache, fixed shapes, no host syncs). ``kv``: the cache to share (a draft
     model over the target's block table); by default the one ``cfg`` asks for (:func:`config_kv`).
     """
 
     def __init__(
-        self, cfg: ModelConfig = ModelConfig(), *, device="cpu", dtype=torch.float32, kv: KVCache | None = None
+        self,
+        cfg: ModelConfig = ModelConfig(),
+        *,
+        device="cpu",
+        dtype=torch.float32,
+        kv: KVCache | None = None,
+        taps: Sequence[int] = (),
     ) -> None:
         if cfg.attention == "triton" and torch.device(device).type != "cuda" and not triton_interprets():
             raise ValueError(
@@ -237,6 +257,9 @@ class ExampleTarget:
         self.norm = init.ones(cfg.hidden_size)
         self.kv = config_kv(cfg, device) if kv is None else kv
         self.stack = _Stack(cfg, cfg.num_layers, init, self.kv)
+        if not all(isinstance(i, int) and 0 <= i < cfg.num_layers for i in taps):
+            raise ValueError(f"taps {tuple(taps)} must be layer ids in 0..{cfg.num_layers - 1}")
+        self.taps = tuple(taps)
 
     @property
     def vocab_size(self) -> int:
@@ -244,15 +267,16 @@ class ExampleTarget:
 
     @property
     def hidden_size(self) -> int:
-        return self.cfg.hidden_size
+        """The width of the hidden state handed out (``len(taps) * D`` with taps)."""
+        return self.cfg.hidden_size * (len(self.taps) or 1)
 
     @property
     def scratch_row(self) -> int:
         return self.cfg.scratch_row
 
     def __call__(self, tokens, positions, cache_rows):
-        x = self.stack(self.embed[tokens], positions, cache_rows)
-        return _rms_norm(x, self.norm) @ self.lm_head, x
+        x, tapped = self.stack(self.embed[tokens], positions, cache_rows, taps=self.taps)
+        return _rms_norm(x, self.norm) @ self.lm_head, torch.cat(tapped, -1) if self.taps else x
 
     def weights(self) -> dict[str, torch.Tensor]:
         out = {"embed": self.embed, "lm_head": self.lm_head, "norm": self.norm}
@@ -288,8 +312,52 @@ class EagleDraft:
 
     def __call__(self, tokens, positions, hidden, cache_rows):
         x = torch.cat([self.target.embed[tokens], hidden.to(self.target.dtype)], -1) @ self.fc
-        x = self.stack(x, positions, cache_rows)
+        x, _ = self.stack(x, positions, cache_rows)
         return _rms_norm(x, self.norm) @ self.target.lm_head, x
+
+
+def eagle3_taps(num_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's default taps, ``(2, L // 2, L - 3)``, clamped into ``0..L-1`` for shallow models."""
+    return tuple(min(max(i, 0), num_layers - 1) for i in (2, num_layers // 2, num_layers - 3))
+
+
+class Eagle3Head:
+    """EAGLE-3-style draft head (random weights) for a target built with three ``taps``: ``fc`` over the
+    three tapped states, one layer over ``cat(norm(embed(token)), norm(h))`` with residual ``h``, and logits
+    over a draft vocabulary of ``draft_vocab`` target ids (``-inf`` elsewhere). Later draft steps feed the
+    layer's pre-norm output back as ``h`` (see :mod:`stepgraph.drafts.eagle` for the trained format).
+
+    ``draft(tokens, positions, hidden [B, T, 3D or D], cache_rows) -> (logits [B, T, V], hidden [B, T, D])``.
+    """
+
+    def __init__(self, target: ExampleTarget, *, draft_vocab: int | None = None, seed: int | None = None) -> None:
+        if len(target.taps) != 3:
+            raise ValueError(f"an EAGLE-3 head reads three target layers; the target has taps {target.taps}")
+        cfg = replace(target.cfg, seed=target.cfg.seed + 1 if seed is None else seed)
+        init = _Init(cfg.seed, target.device, target.dtype)
+        d, V = cfg.hidden_size, cfg.vocab_size
+        vd = min(32000, V // 4) if draft_vocab is None else draft_vocab
+        self.cfg, self.target = cfg, target
+        self.fc = init.normal(3 * d, d, std=1.0 / math.sqrt(3 * d))
+        self.input_norm, self.hidden_norm, self.norm = init.ones(d), init.ones(d), init.ones(d)
+        self.lm_head = init.normal(d, vd, std=1.0 / math.sqrt(d))
+        order = torch.randperm(V, generator=torch.Generator().manual_seed(cfg.seed))[:vd]
+        self.targets = torch.sort(order).values.to(target.device)  # the draft vocabulary's target ids
+        self.stack = _Stack(cfg, 1, init, target.kv, in_features=2 * d)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.cfg.hidden_size
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        hidden = hidden.to(self.target.dtype)
+        h = hidden @ self.fc if hidden.shape[-1] == self.fc.shape[0] else hidden
+        attn_in = torch.cat([_rms_norm(self.target.embed[tokens], self.input_norm), _rms_norm(h, self.hidden_norm)], -1)
+        x, _ = self.stack(h, positions, cache_rows, attn_in=attn_in)
+        draft_logits = _rms_norm(x, self.norm) @ self.lm_head
+        logits = draft_logits.new_full((*tokens.shape, self.cfg.vocab_size), float("-inf"))
+        logits[..., self.targets] = draft_logits
+        return logits, x
 
 
 class ModelDraft:
@@ -345,13 +413,17 @@ class TwinDraft:
 def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str = "eagle", **overrides):
     """``(target, draft)`` for a preset (``tiny`` or ``qwen3-0.6b``) with config ``overrides``.
 
-    ``draft``: ``"eagle"`` (an EAGLE head), ``"same"`` (a copy of the target: accepts everything),
+    ``draft``: ``"eagle"`` (an EAGLE head), ``"eagle3"`` (an EAGLE-3 head, the target tapped at three
+    layers: :class:`Eagle3Head`), ``"same"`` (a copy of the target: accepts everything),
     ``"twin:A"`` (a copy whose proposals agree with the target's at rate ``A`` in [0, 1]:
     :class:`TwinDraft`) or ``"ngram"`` (prompt lookup, no draft model: :class:`~stepgraph.drafts.PromptLookupDraft`).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     cfg = replace(PRESETS[preset], **overrides)
+    if draft == "eagle3":
+        target = ExampleTarget(cfg, device=device, dtype=dtype, taps=eagle3_taps(cfg.num_layers))
+        return target, Eagle3Head(target)
     target = ExampleTarget(cfg, device=device, dtype=dtype)
     if draft == "eagle":
         return target, EagleDraft(target)
@@ -367,7 +439,7 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
         except ValueError:
             raise ValueError(f"draft {draft!r}: give twin:A with A an acceptance in [0, 1], e.g. twin:0.6") from None
         return target, TwinDraft(ExampleTarget(cfg, device=device, dtype=dtype, kv=target.kv), acceptance)
-    raise ValueError(f"draft must be 'eagle', 'same', 'ngram' or 'twin:A' (A in [0, 1]), got {draft!r}")
+    raise ValueError(f"draft must be 'eagle', 'eagle3', 'same', 'ngram' or 'twin:A' (A in [0, 1]), got {draft!r}")
 
 
 def greedy_reference(

@@ -256,7 +256,7 @@ class SpecDecoder:
             vocab_size=cfg.vocab_size,
             draft_hidden_size=draft.hidden_size,
             hidden_dtype=target.dtype,
-            target_hidden_size=cfg.hidden_size,
+            target_hidden_size=target.hidden_size,
             scratch_cache_row=cfg.scratch_row,
             device=target.device,
             **{"kv_cache": target.kv, **kwargs},

@@ -38,3 +38,22 @@ def test_step_graph_with_an_eagle_head_equals_eager(tmp_path, dtype, chunk, kind
     assert outs[0] == outs[1]
     if dtype == torch.float32:
         assert outs[0] == [hf_greedy(target, p, 16, eos_token_id=None) for p in prompts]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_example_eagle3_head_in_the_step_graph_equals_eager(dtype):
+    from stepgraph.examples.model import build, greedy_reference
+    from stepgraph.speculative.decoder import SpecDecoder
+
+    target, head = build("tiny", device="cuda", dtype=dtype, draft="eagle3", num_layers=6)
+    prompts = [[5, 6, 7, 8, 9] * 3, [1, 2, 3], [4]]
+    outs = []
+    for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):
+        dec = SpecDecoder.for_example(
+            target, head, num_draft_tokens=3, max_batch=4, config=RunnerConfig(toggles=toggles, progress=False)
+        )
+        outs.append(dec.generate(prompts, max_new_tokens=20))
+        dec.release()
+    assert outs[0] == outs[1]
+    if dtype == torch.float32:
+        assert outs[0] == [greedy_reference(target, p, 20) for p in prompts]
