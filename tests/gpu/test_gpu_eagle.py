@@ -57,3 +57,24 @@ def test_the_example_eagle3_head_in_the_step_graph_equals_eager(dtype):
     assert outs[0] == outs[1]
     if dtype == torch.float32:
         assert outs[0] == [greedy_reference(target, p, 20) for p in prompts]
+
+
+def test_an_mtp_head_decodes_as_eagerly_and_as_the_target(tmp_path):
+    """DeepSeek-V3's layout; its MoE layers may not capture (transformers' expert loop), in which case the
+    key runs eagerly: either way the tokens are the eager step's and the target's."""
+    from stepgraph.drafts import load_mtp
+    from tests.e2e.test_hf_cache_shapes import deepseek_v3
+    from tests.e2e.test_mtp import mtp_weights
+    from tests.e2e.test_mtp import write as write_mtp
+
+    target = deepseek_v3(2, seed=0).to("cuda")
+    target.generation_config.eos_token_id = None
+    head = load_mtp(write_mtp(tmp_path / "ckpt", mtp_weights(target)), target, max_requests=2, max_seq_len=48)
+    prompts = [[5, 17, 99, 3, 42, 7], [9, 8]]
+    outs = []
+    for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):
+        dec = hf_spec_decoder(target, head, max_requests=2, max_seq_len=48, num_draft_tokens=2, attention="gather",
+                              config=RunnerConfig(toggles=toggles, progress=False))  # fmt: skip
+        outs.append(dec.generate(prompts, max_new_tokens=8))
+        dec.release()
+    assert outs[0] == outs[1] == [hf_greedy(target, p, 8) for p in prompts]
