@@ -65,14 +65,19 @@ def processed_scores(
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     min_p: torch.Tensor,
+    *,
+    filtered: bool = True,
 ) -> Scores:
     """Scores of ``tokens [B, R]`` in the ``"processed"`` mode: under ``scored [B, R, V]`` (the logits after
-    penalties) with each request's ``temperature``, ``top_k``, ``top_p`` and ``min_p`` ``[B]``. Graph-safe.
-    Cost: a sort of every row (the kept set), on top of :func:`token_scores`."""
+    penalties) with each request's ``temperature``, ``top_k``, ``top_p`` and ``min_p`` ``[B]``
+    (``filtered=False``: none of them filters, as in the temperature class). Graph-safe. Cost: with
+    filters a sort of every row (the kept set), on top of :func:`token_scores`."""
     B = scored.shape[0]
     t = temperature.float().view(B, 1, 1)
     greedy = t <= 0
     z = scored.float() * (1.0 / torch.where(greedy, torch.ones_like(t), t))
+    if not filtered:
+        return token_scores(z, tokens, top_n)
     kept = kept_mask(scored, temperature, top_k, top_p, min_p) | greedy
     return token_scores(torch.where(kept, z, torch.full_like(z, float("-inf"))), tokens, top_n)
 

@@ -34,7 +34,7 @@ from stepgraph.keys import GraphKey, draft_lengths
 from stepgraph.kv import KVCache
 from stepgraph.outputs import StepOutputs
 from stepgraph.runner import StepGraphRunner, WarmupReport
-from stepgraph.sampling import Sampling
+from stepgraph.sampling import Sampling, sampling_class
 from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.pieces import Pieces
 from stepgraph.speculative.relay import RelayState
@@ -300,7 +300,8 @@ class ChainStep:
         if ctx.sampling is Sampling.GREEDY:  # every request greedy: the penalised logits as they are
             return Scored(token_scores(v.scored, v.tokens, self.logprobs))
         settings = (st["temperature"], st["top_k"], st["top_p"], st["min_p"])
-        return Scored(processed_scores(v.scored, v.tokens, self.logprobs, *settings))
+        filtered = sampling_class(ctx.sampling).kernel["filtered"]  # the temperature class sorts nothing
+        return Scored(processed_scores(v.scored, v.tokens, self.logprobs, *settings, filtered=filtered))
 
     def _extend(self, ctx: StepContext) -> Extended:
         """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""

@@ -140,3 +140,13 @@ def test_a_logprobs_mode_other_than_raw_or_processed_is_refused():
     target, draft = build("tiny")
     with pytest.raises(ValueError, match="logprobs_mode must be 'raw' or 'processed'"):
         SpecDecoder.for_example(target, draft, logprobs=1, logprobs_mode="logits")
+
+
+def test_processed_logprobs_of_a_temperature_only_request_are_its_tempered_distribution():
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=2, max_batch=2, logprobs=3, logprobs_mode="processed")
+    sp = SamplingParams(temperature=0.5, seed=4)  # the temperature class: no kept set to sort
+    (r,) = dec.serve(dec.make_requests([PROMPTS[0]], 8, sp))
+    ref = torch.log_softmax(reference(target, r.prompt, r.output) / 0.5, -1)  # log_softmax(x) / T, renormalised
+    want = ref.gather(-1, torch.tensor(r.output)[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(r.logprobs), want, rtol=0, atol=2e-5)
