@@ -447,33 +447,58 @@ def hf_spec_decoder(
     prefill_chunk: int | None = None,
     logprobs_mode: str = "raw",
 ) -> HFSpecDecoder:
-    """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over two HF causal LMs sharing a
-    vocabulary (e.g. ``LlamaForCausalLM``; or one tokenizer's, padded to two sizes, given ``tokenizer``):
-    its ``generate()`` takes what ``model.generate()`` takes and defaults to the target's
-    ``generation_config`` (:mod:`stepgraph.adapters.hf_generate`).
+    """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over an HF causal LM (e.g.
+    ``LlamaForCausalLM``) and a draft: another causal LM sharing its vocabulary (or one tokenizer's, padded
+    to two sizes, given ``tokenizer``), a head, or prompt lookup. Its ``generate()`` takes what
+    ``model.generate()`` takes and defaults to the target's ``generation_config``
+    (:mod:`stepgraph.adapters.hf_generate`).
 
-    The draft is a plain draft model (an HF causal LM: both get a :class:`HFKVCache` of ``max_requests`` rows of
-    ``max_seq_len`` positions), ``"prompt_lookup"`` (n-gram matches in each request's own tokens, no draft model:
-    :class:`~stepgraph.drafts.PromptLookupDraft`, matching up to the generation config's
-    ``max_matching_ngram_size`` tokens, default 3), or an EAGLE-style head: a callable ``head(tokens [B, T],
-    positions [B, T], hidden [B, T, D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int
-    ``hidden_size`` (Dh), given the target's hidden states (the LM head's input) and keeping its own cache of
-    ``max_requests + 1`` rows (the last one scratch). A head with ``taps`` (an EAGLE-3 head from
-    :func:`stepgraph.drafts.load_eagle`) gets the target's residual stream entering those layers instead, side by
-    side. ``eos_token_id``: by default the target's ``generation_config.eos_token_id`` (an id or a list, where
-    ``generate()`` stops too); an id or a list of ids; ``None`` never stops early. ``attention``: ``"auto"``
-    (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"`` (module docstring). ``compile``:
-    torch.compile the step's target and draft forwards inside the step graph (:class:`SpecDecoder`).
-    ``generation_config``: the ``GenerationConfig`` its ``generate()`` starts from (default: the target's;
-    copied). ``tokenizer``: for text prompts and ``stop_strings``. ``logprobs``: ``None``, or the alternatives per
-    token (0..20) to report with each token's log-probability (:class:`SpecDecoder`), under ``logprobs_mode``
-    (``"raw"`` or ``"processed"``). ``kv``: ``"rows"`` (a row of ``max_seq_len`` positions per request) or
-    ``"paged"`` (``num_pages`` pages of ``page_size`` positions, by default the rows' memory, handed out as
-    requests grow: :class:`~stepgraph.kv.PagedKV`); an EAGLE-style head keeps its own cache. ``kv_schedule``: the
-    paged cache's attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before
-    each replay). ``penalties``: serve repetition penalties (:class:`SpecDecoder`); ``None``: on when the
-    generation config sets one. ``prefill_chunk``: prompt positions prefilled between two steps, in chunks of
-    several requests (:class:`SpecDecoder`).
+    Parameters
+    ----------
+    target_model:
+        The Hugging Face causal LM that decides every token.
+    draft_model:
+        One of:
+
+        * a plain draft model, an HF causal LM (both get a :class:`HFKVCache` of ``max_requests`` rows of
+          ``max_seq_len`` positions);
+        * ``"prompt_lookup"``: n-gram matches in each request's own tokens, no draft model
+          (:class:`~stepgraph.drafts.PromptLookupDraft`, matching up to the generation config's
+          ``max_matching_ngram_size`` tokens, default 3);
+        * a trained head: :func:`stepgraph.drafts.load_eagle` (EAGLE-3, EAGLE-1/2) or
+          :func:`stepgraph.drafts.load_mtp` (the target's own MTP layer);
+        * an EAGLE-style head of your own: a callable ``head(tokens [B, T], positions [B, T], hidden [B, T,
+          D], cache_rows [B]) -> (logits [B, T, V], hidden [B, T, Dh])`` with an int ``hidden_size`` (Dh),
+          given the target's hidden states (the LM head's input) and keeping its own cache of
+          ``max_requests + 1`` rows (the last one scratch). A head with ``taps`` (an EAGLE-3 head) gets the
+          residual stream entering those target layers instead, side by side.
+    eos_token_id:
+        By default the target's ``generation_config.eos_token_id`` (an id or a list, where ``generate()``
+        stops too); an id or a list of ids; ``None`` never stops early.
+    attention:
+        ``"auto"`` (``"rows"`` where it applies, else ``"gather"``), ``"rows"`` or ``"gather"`` (module
+        docstring).
+    compile:
+        torch.compile the step's target and draft forwards inside the step graph (:class:`SpecDecoder`).
+    generation_config:
+        The ``GenerationConfig`` its ``generate()`` starts from (default: the target's; copied).
+    tokenizer:
+        For text prompts and ``stop_strings``.
+    logprobs, logprobs_mode:
+        ``None``, or the alternatives per token (0..20) to report with each token's log-probability, under
+        ``"raw"`` or ``"processed"`` (:class:`SpecDecoder`).
+    kv, page_size, num_pages, kv_schedule:
+        ``"rows"`` (a row of ``max_seq_len`` positions per request) or ``"paged"`` (``num_pages`` pages of
+        ``page_size`` positions, by default the rows' memory, handed out as requests grow:
+        :class:`~stepgraph.kv.PagedKV`); a head keeps its own cache. ``kv_schedule``: the paged cache's
+        attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before each
+        replay).
+    penalties:
+        Serve repetition penalties (:class:`SpecDecoder`); ``None``: on when the generation config sets one.
+    prefill_chunk:
+        Prompt positions prefilled between two steps, in chunks of several requests (:class:`SpecDecoder`).
+    max_requests, max_seq_len, num_draft_tokens, max_batch, config, seed:
+        As :class:`SpecDecoder` takes them.
 
     Raises
     ------
