@@ -32,6 +32,36 @@ def add_smoke_flag(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def step_bench_parser(
+    doc: str | None, *, tokens: int = 96, batches: str = "1,8,32,64", rounds: int | None = 3
+) -> argparse.ArgumentParser:
+    """The arguments every step benchmark of the example model takes: ``--out``, ``--layers``, ``--tokens``,
+    ``--batches`` (comma-separated) and ``--rounds`` (unless ``rounds`` is None); the script adds
+    ``--smoke`` (:func:`add_smoke_flag`) and reads them with :func:`parse_step_bench`."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="benchmarks/results/latest")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--tokens", type=int, default=tokens)
+    ap.add_argument("--batches", default=batches)
+    if rounds is not None:
+        ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
+
+
+def parse_step_bench(
+    ap: argparse.ArgumentParser, *, smoke_tokens: int = 4
+) -> tuple[argparse.Namespace, tuple[int, ...]]:
+    """The arguments of :func:`step_bench_parser` and the batch sizes; a smoke run gets ``smoke_tokens``
+    tokens, one round and batch sizes 1 and 2."""
+    args = ap.parse_args()
+    sizes = tuple(int(b) for b in args.batches.split(","))
+    if smoke(args):
+        args.tokens, sizes = smoke_tokens, (1, 2)
+        if hasattr(args, "rounds"):
+            args.rounds = 1
+    return args, sizes
+
+
 def smoke(args: argparse.Namespace) -> bool:
     """Whether this is a ``--smoke`` run (and if so, the timing helpers make one call per figure)."""
     SMOKE["on"] = bool(getattr(args, "smoke", False))

@@ -19,11 +19,21 @@ nothing, and the target's greedy text falls into loops, which lookup then follow
 
 from __future__ import annotations
 
-import argparse
 import random
 
 import torch
-from _timing import CUDA, add_smoke_flag, env_record, example_models, graph_of, median, save, smoke, sync
+from _timing import (
+    CUDA,
+    add_smoke_flag,
+    env_record,
+    example_models,
+    graph_of,
+    median,
+    parse_step_bench,
+    save,
+    step_bench_parser,
+    sync,
+)
 
 from stepgraph.drafts import PromptLookupDraft
 from stepgraph.speculative.decoder import SpecDecoder
@@ -69,16 +79,9 @@ def decode(dec: SpecDecoder, prompts, tokens: int, draft_len: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/results/latest")
-    ap.add_argument("--layers", type=int, default=28)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--batches", default="1,8,32")
+    ap = step_bench_parser(__doc__, tokens=128, batches="1,8,32", rounds=None)
     add_smoke_flag(ap)
-    args = ap.parse_args()
-    batches = tuple(int(b) for b in args.batches.split(","))
-    if smoke(args):
-        args.tokens, batches = 8, (1, 2)
+    args, batches = parse_step_bench(ap, smoke_tokens=8)
     target, eagle = example_models(num_layers=args.layers, max_requests=max(batches))
     tapped, eagle3 = example_models(num_layers=args.layers, max_requests=max(batches), draft="eagle3")
     lookup = PromptLookupDraft.for_example(target)

@@ -8,9 +8,16 @@ taking turns. The ratio to the decoder without them is what matters (target with
 
 from __future__ import annotations
 
-import argparse
-
-from _timing import add_smoke_flag, env_record, example_models, in_turns, ratio_cells, save, smoke
+from _timing import (
+    add_smoke_flag,
+    env_record,
+    example_models,
+    in_turns,
+    parse_step_bench,
+    ratio_cells,
+    save,
+    step_bench_parser,
+)
 from bench_sampling import step_ms
 
 from stepgraph import SamplingParams
@@ -20,16 +27,9 @@ SETTINGS = {"none": None, "logprobs=0": 0, "logprobs=20": 20}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/results/latest")
-    ap.add_argument("--layers", type=int, default=28)
-    ap.add_argument("--tokens", type=int, default=96)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = step_bench_parser(__doc__, batches="1,8,32")
     add_smoke_flag(ap)
-    args = ap.parse_args()
-    batches = (1, 8, 32)
-    if smoke(args):
-        args.tokens, args.rounds, batches = 4, 1, (1, 2)
+    args, batches = parse_step_bench(ap)
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
     decoders = {
         name: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), logprobs=n)

@@ -10,10 +10,18 @@ sampling is what matters (target: <= 1.03x).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
-from _timing import add_smoke_flag, env_record, example_models, in_turns, ratio_cells, save, smoke
+from _timing import (
+    add_smoke_flag,
+    env_record,
+    example_models,
+    in_turns,
+    parse_step_bench,
+    ratio_cells,
+    save,
+    step_bench_parser,
+)
 from bench_sampling import step_ms
 
 from stepgraph import SamplingParams
@@ -30,17 +38,9 @@ CLASSES = {"greedy": SamplingParams(), "top_k": SamplingParams(temperature=0.8, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/results/latest")
-    ap.add_argument("--layers", type=int, default=28)
-    ap.add_argument("--tokens", type=int, default=96)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batches", default="1,8,32,64")
+    ap = step_bench_parser(__doc__)
     add_smoke_flag(ap)
-    args = ap.parse_args()
-    batches = tuple(int(b) for b in args.batches.split(","))
-    if smoke(args):
-        args.tokens, args.rounds, batches = 4, 1, (1, 2)
+    args, batches = parse_step_bench(ap)
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
     decoders = {
         on: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), penalties=on)

@@ -9,9 +9,18 @@ B = 1, 8, 32 and 64, in one run, the settings taking turns. The ratio to greedy 
 
 from __future__ import annotations
 
-import argparse
-
-from _timing import add_smoke_flag, elapsed_ms, env_record, example_models, in_turns, median, ratio_cells, save, smoke
+from _timing import (
+    add_smoke_flag,
+    elapsed_ms,
+    env_record,
+    example_models,
+    in_turns,
+    median,
+    parse_step_bench,
+    ratio_cells,
+    save,
+    step_bench_parser,
+)
 
 from stepgraph import SamplingParams
 from stepgraph.speculative.decoder import SpecDecoder
@@ -51,17 +60,9 @@ def step_ms(dec: SpecDecoder, batch: int, sampling: SamplingParams, tokens: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="benchmarks/results/latest")
-    ap.add_argument("--layers", type=int, default=28)
-    ap.add_argument("--tokens", type=int, default=96)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batches", default="1,8,32,64")
+    ap = step_bench_parser(__doc__)
     add_smoke_flag(ap)
-    args = ap.parse_args()
-    batches = tuple(int(b) for b in args.batches.split(","))
-    if smoke(args):
-        args.tokens, args.rounds, batches = 4, 1, (1, 2)
+    args, batches = parse_step_bench(ap)
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches))
     record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}

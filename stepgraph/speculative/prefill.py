@@ -144,10 +144,9 @@ class Prefill:
                 sc = token_scores(logits, chosen, self.logprobs)
             else:  # as the first token was drawn: penalised, each request's temperature and kept set
                 scored = torch.stack([out["scored"][i] for i in at])[:, None]
+                values = [r.params.request_values() for r in rs]
                 settings = [
-                    torch.tensor(
-                        [r.params.request_values()[n] for r in rs], dtype=REQUEST_FIELDS[n][0], device=self.device
-                    )
+                    torch.tensor([v[n] for v in values], dtype=REQUEST_FIELDS[n][0], device=self.device)
                     for n in ("temperature", "top_k", "top_p", "min_p")
                 ]
                 sc = processed_scores(scored, chosen, self.logprobs, *settings)
