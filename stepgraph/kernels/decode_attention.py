@@ -34,7 +34,7 @@ PIECES = 8  # a planned row's pieces the combine loads at once
 def _decode_attn_partial(
     q_ptr, kv_ptr, rows_ptr, table_ptr, pos_ptr, acc_ptr, ml_ptr, plan_ptr,
     S, sq_b, sq_t, sq_h, skv_r, skv_kv, skv_h, skv_s, st_r, scale,
-    T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr,
+    T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, HDP: tl.constexpr, M: tl.constexpr,
     CHUNK: tl.constexpr, NSPLIT: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PAGE: tl.constexpr,
     PLANNED: tl.constexpr,
 ):  # fmt: skip
@@ -59,8 +59,11 @@ def _decode_attn_partial(
     live = r < G * T
     t = r % T
     h = kvh * G + r // T
-    d = tl.arange(0, HD)
-    q = tl.load(q_ptr + b * sq_b + t[:, None] * sq_t + h[:, None] * sq_h + d[None, :], mask=live[:, None], other=0.0)
+    d = tl.arange(0, HDP)  # the head dimension padded to a power of two >= 16 (tl.dot's least K)
+    q_in = live[:, None]
+    if HDP != HD:
+        q_in = q_in & (d < HD)[None, :]
+    q = tl.load(q_ptr + b * sq_b + t[:, None] * sq_t + h[:, None] * sq_h + d[None, :], mask=q_in, other=0.0)
     q = q.to(tl.float32)  # 16-bit inputs are exact in tf32, so the dots below lose nothing on q.k
     pos = tl.load(pos_ptr + b * T + t, mask=live, other=-1)
     last = tl.max(pos, 0)
@@ -68,11 +71,13 @@ def _decode_attn_partial(
     base = kv_ptr + row * skv_r + kvh * skv_h
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
-    acc = tl.zeros([M, HD], tl.float32)
+    acc = tl.zeros([M, HDP], tl.float32)
     for n0 in range(start, stop, BLOCK_N):
         if n0 <= last:  # blocks past every row's last visible position are skipped
             n = n0 + tl.arange(0, BLOCK_N)
             inside = ((n < S) & (n <= last))[:, None]  # never read past the last position (stale rows)
+            if HDP != HD:
+                inside = inside & (d < HD)[None, :]
             if PAGE:
                 page = tl.load(table_ptr + row * st_r + n // PAGE, mask=(n < S) & (n <= last), other=0)
                 at = kv_ptr + kvh * skv_h + page.to(tl.int64)[:, None] * skv_r + (n % PAGE)[:, None] * skv_s
@@ -99,21 +104,21 @@ def _decode_attn_partial(
     off = off + r
     tl.store(ml_ptr + off * 2, m_i)
     tl.store(ml_ptr + off * 2 + 1, l_i)
-    tl.store(acc_ptr + off[:, None] * HD + d[None, :], acc)
+    tl.store(acc_ptr + off[:, None] * HDP + d[None, :], acc)
 
 
 @triton.jit
 def _decode_attn_combine(
     acc_ptr, ml_ptr, o_ptr, indptr_ptr, so_b, so_t, so_h,
-    T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, M: tl.constexpr, NSPLIT: tl.constexpr,
-    PLANNED: tl.constexpr, PIECES: tl.constexpr,
+    T: tl.constexpr, KVH: tl.constexpr, G: tl.constexpr, HD: tl.constexpr, HDP: tl.constexpr, M: tl.constexpr,
+    NSPLIT: tl.constexpr, PLANNED: tl.constexpr, PIECES: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)  # request * KVH + kv head
     r = tl.program_id(1)  # one live query row per program: B * KVH programs alone leave the GPU idle
     b = pid // KVH
     t = r % T
     h = (pid % KVH) * G + r // T
-    d = tl.arange(0, HD)
+    d = tl.arange(0, HDP)
     if PLANNED:  # the row's items indptr[b] .. indptr[b + 1] (none for a padded row: its output is 0);
         # its first piece alone, then the rest PIECES at a time (loaded together, not one dependent load
         # each), so the common row of one piece loads no more than on the fixed schedule
@@ -129,14 +134,14 @@ def _decode_attn_combine(
         m_ref = tl.where(m == float("-inf"), 0.0, m)
         w = tl.exp(tl.load(ml_ptr + first * 2, mask=some, other=float("-inf")) - m_ref)
         l_sum = tl.load(ml_ptr + first * 2 + 1, mask=some, other=0.0) * w
-        acc = tl.load(acc_ptr + first * HD + d, mask=d * 0 + hi > lo, other=0.0) * w  # the mask as a vector
+        acc = tl.load(acc_ptr + first * HDP + d, mask=d * 0 + hi > lo, other=0.0) * w  # the mask as a vector
         for c in range(1, hi - lo, PIECES):
             s = c + tl.arange(0, PIECES)
             ok = s < hi - lo
             off = first + s * KVH * M
             ws = tl.exp(tl.load(ml_ptr + off * 2, mask=ok, other=float("-inf")) - m_ref)
             l_sum += tl.sum(tl.load(ml_ptr + off * 2 + 1, mask=ok, other=0.0) * ws)
-            part = tl.load(acc_ptr + off[:, None] * HD + d[None, :], mask=ok[:, None], other=0.0)
+            part = tl.load(acc_ptr + off[:, None] * HDP + d[None, :], mask=ok[:, None], other=0.0)
             acc += tl.sum(part * ws[:, None], 0)
     else:
         first = pid * NSPLIT * M + r  # split s's row is s * M further
@@ -146,14 +151,14 @@ def _decode_attn_combine(
         m_ref = tl.where(m == float("-inf"), 0.0, m)
         w = tl.exp(tl.load(ml_ptr + first * 2) - m_ref)
         l_sum = tl.load(ml_ptr + first * 2 + 1) * w
-        acc = tl.load(acc_ptr + first * HD + d) * w
+        acc = tl.load(acc_ptr + first * HDP + d) * w
         for s in range(1, NSPLIT):
             off = first + s * M
             w = tl.exp(tl.load(ml_ptr + off * 2) - m_ref)
             l_sum += tl.load(ml_ptr + off * 2 + 1) * w
-            acc += tl.load(acc_ptr + off * HD + d) * w
+            acc += tl.load(acc_ptr + off * HDP + d) * w
     out = acc / tl.where(l_sum > 0, l_sum, 1.0)
-    tl.store(o_ptr + b * so_b + t * so_t + h * so_h + d, out.to(o_ptr.dtype.element_ty))
+    tl.store(o_ptr + b * so_b + t * so_t + h * so_h + d, out.to(o_ptr.dtype.element_ty), mask=d < HD)
 
 
 def fits(num_heads: int, num_kv_heads: int, tokens: int) -> bool:
@@ -261,6 +266,7 @@ def _launch(q, kv_cache, rows, block_table, positions, scale, plan=None, items=0
     if not fits(H, KVH, T):
         raise ValueError(f"{G} heads per KV head x {T} tokens exceeds {MAX_ROWS} query rows; use SDPA")
     M = max(16, triton.next_power_of_2(G * T))
+    HDP = max(16, triton.next_power_of_2(HD))
     if plan is None:
         nsplit = max(1, min(triton.cdiv(S, BLOCK_N), triton.cdiv(TARGET_PROGRAMS, B * KVH)))
         chunk = triton.cdiv(triton.cdiv(S, nsplit), BLOCK_N) * BLOCK_N
@@ -273,7 +279,7 @@ def _launch(q, kv_cache, rows, block_table, positions, scale, plan=None, items=0
         nsplit, chunk = 1, BLOCK_N
         grid, partials, indptr = (items * KVH, 1), items * KVH, plan[3 * items :]
     dev = q.device
-    acc = torch.empty(partials * M * HD, dtype=torch.float32, device=dev)
+    acc = torch.empty(partials * M * HDP, dtype=torch.float32, device=dev)
     ml = torch.empty(partials * M * 2, dtype=torch.float32, device=dev)
     out = torch.empty(B, T, H, HD, dtype=q.dtype, device=dev)
     positions = positions.contiguous()
@@ -284,12 +290,12 @@ def _launch(q, kv_cache, rows, block_table, positions, scale, plan=None, items=0
     _decode_attn_partial[grid](
         q, kv_cache, rows, table, positions, acc, ml, plan if planned else rows,
         S, q.stride(0), q.stride(1), q.stride(2), *kv_cache.stride()[:4], st_r, scale,
-        T=T, KVH=KVH, G=G, HD=HD, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee, PAGE=page,
+        T=T, KVH=KVH, G=G, HD=HD, HDP=HDP, M=M, CHUNK=chunk, NSPLIT=nsplit, BLOCK_N=BLOCK_N, IEEE=ieee, PAGE=page,
         PLANNED=planned,
     )  # fmt: skip
     _decode_attn_combine[(B * KVH, G * T)](
         acc, ml, out, indptr, out.stride(0), out.stride(1), out.stride(2),
-        T=T, KVH=KVH, G=G, HD=HD, M=M, NSPLIT=nsplit, PLANNED=planned, PIECES=PIECES,
+        T=T, KVH=KVH, G=G, HD=HD, HDP=HDP, M=M, NSPLIT=nsplit, PLANNED=planned, PIECES=PIECES,
     )  # fmt: skip
     return out
 

@@ -33,6 +33,18 @@ def test_matches_masked_sdpa_on_odd_lengths(T, dtype, tol):
     torch.testing.assert_close(got.float(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("hd", [8, 24, 80])
+def test_head_dims_that_are_small_or_not_a_power_of_two(hd):
+    """tl.dot needs 16 or more along K: the kernel pads the head dimension and masks it."""
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        q, kv, rows, positions = case(B=2, T=3, H=4, KVH=2, hd=hd, S=45, dtype=dtype)
+        got = decode_attention(q, kv, rows, positions, hd**-0.5)
+        assert got.shape == (2, 3, 4, hd)
+        torch.testing.assert_close(
+            got.float(), reference_attention(q, kv, rows, positions, hd**-0.5), atol=tol, rtol=tol
+        )
+
+
 def test_keys_past_a_query_position_are_invisible():
     q, kv, rows, positions = case(B=2, T=2, H=2, KVH=1, hd=16, S=64, dtype=torch.float32)
     before = decode_attention(q, kv, rows, positions, 0.25)

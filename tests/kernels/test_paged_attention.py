@@ -64,6 +64,16 @@ def test_page_boundaries_and_the_extreme_lengths(page):
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("hd", [8, 40])
+def test_a_small_or_odd_head_dim(hd):
+    q, pages, table, rows, positions = paged_case(B=2, T=2, H=4, KVH=2, hd=hd, page=5, max_pages=6, dtype=torch.float32)
+    got = paged_attention(q, pages, table, rows, positions, 0.3)
+    assert not got.isnan().any()
+    torch.testing.assert_close(
+        got, reference_paged_attention(q, pages, table, rows, positions, 0.3), atol=1e-5, rtol=1e-5
+    )
+
+
 def test_equals_row_attention_on_the_same_keys_bit_for_bit():
     """The pages gathered into rows give the row kernel the same keys in the same order: identical results."""
     q, pages, table, rows, positions = paged_case(
