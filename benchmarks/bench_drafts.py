@@ -11,8 +11,9 @@ of a greedy step graph (``SpecDecoder.step_ms``: the key's replay on pad-filled 
   step plus their difference, what a step with a free draft would cost (target: prompt lookup <= 1.05x).
 
 Then decoding of repetitive prompts (a phrase repeated) with prompt lookup at K = 3 against plain
-decoding: accepted tokens per step and decode tokens/s (random weights: the EAGLE head accepts almost
-nothing, and the target's greedy text falls into loops, which lookup then follows).
+decoding: accepted tokens per step and decode tokens/s. With random weights at this vocabulary the target's
+greedy text rarely revisits its prompt's n-grams, so this mostly measures a lookup draft that misses; a
+trained model copying from its context is what lookup is for.
 
     python benchmarks/bench_drafts.py --out benchmarks/results/<dir> [--layers 28] [--batches 1,8,32]
 """
