@@ -149,20 +149,27 @@ class CudaGraphBackend:
         return self._pool
 
     def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int:
-        """Run ``fn`` ``iters`` times on the capture stream; return the peak extra bytes it allocated."""
+        """Run ``fn`` ``iters`` times on the capture stream, the last with host syncs raising; return the
+        peak extra bytes it allocated. A last run that syncs is given one more unguarded run and then a
+        guarded one, once: what happens only on a first use (Triton autotuning, torch.compile, a lazy
+        initialisation) may synchronise, and with ``iters=1`` the guarded run is that first use."""
         torch.cuda.synchronize(self.device)
         base = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
         with torch.cuda.stream(self.stream):
-            for i in range(iters):
-                if i == iters - 1:
-                    with sync_debug_error():
-                        out = fn()
-                else:
-                    out = fn()
-                del out
+            for _ in range(iters - 1):
+                fn()
+            try:
+                with sync_debug_error():
+                    fn()
+            except RuntimeError as e:
+                if iters > 1 or classify_capture_exception(e)[0] != "host_sync":
+                    raise
+                fn()
+                with sync_debug_error():
+                    fn()
         current.wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
         return max(0, torch.cuda.max_memory_allocated(self.device) - base)

@@ -143,7 +143,9 @@ class RunnerConfig:
     memory_margin_bytes:
         Free memory that must remain after a capture; a key is refused if its estimate does not fit.
     warmup_iters:
-        Eager runs on the capture stream before each capture (compiles, cuBLAS handles, allocator blocks).
+        Eager runs on the capture stream before each capture (compiles, cuBLAS handles, allocator blocks);
+        the last with host syncs raising. With 1, a run that syncs gets one unguarded run more, then the
+        guarded one again: only a step that syncs every time is refused.
     capture_on_first_use:
         Capture a key the first time :meth:`run` meets it (on dummy inputs, never on the live batch).
     refused_retry_runs:
@@ -165,7 +167,7 @@ class RunnerConfig:
 
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     memory_margin_bytes: int = 256 * MiB
-    warmup_iters: int = 2
+    warmup_iters: int = 1
     capture_on_first_use: bool = True
     refused_retry_runs: int = 64
     on_capture_error: CaptureErrorPolicy = "eager"

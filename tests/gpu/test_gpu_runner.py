@@ -71,6 +71,31 @@ def test_host_sync_gives_clear_error_and_eager_fallback():
     assert st.eager_runs == 2
 
 
+class SyncsOnceStep(MLPStep):
+    """Synchronises on its first call only, as first-use set-up does (autotuning, a lazy initialisation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, buf, bs, sampling):
+        self.calls += 1
+        self.sync = self.calls == 1
+        return super().__call__(buf, bs, sampling)
+
+
+def test_one_warm_up_run_and_a_retry_for_a_first_use_that_syncs():
+    once = SyncsOnceStep()
+    r = runner(once)
+    x = torch.randn(2, 512, device="cuda").bfloat16()
+    out = r.run({"x": x}, copy_outputs=True)
+    assert r.stats(GraphKey(2, Sampling.GREEDY)).status == "captured"
+    assert once.calls == 4  # guarded (synced), unguarded, guarded, the capture
+    r.run({"x": torch.randn(3, 512, device="cuda").bfloat16()})
+    assert once.calls == 6  # a later key: one guarded warm-up run, then its capture
+    assert torch.equal(out["y"], runner(MLPStep(), toggles=Toggles(step_graph=False)).run({"x": x})["y"])
+
+
 def test_repeated_failed_captures_do_not_leak():
     r = runner(MLPStep(sync=True))
     key = [(4, "greedy")]

@@ -40,9 +40,9 @@ def make(step):
     "fail_on,exc,cause",
     [
         ({1}, RuntimeError("boom in warm-up"), "step_error"),
-        ({3}, RuntimeError("boom in capture"), "step_error"),
+        ({2}, RuntimeError("boom in capture"), "step_error"),
         ({2}, RuntimeError("CUDA error: operation not permitted when stream is capturing"), "host_sync"),
-        ({3}, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "out_of_memory"),
+        ({2}, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "out_of_memory"),
     ],
 )
 def test_capture_fault_leaves_runner_serving(caplog, fail_on, exc, cause):

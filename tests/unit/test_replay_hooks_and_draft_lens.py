@@ -38,9 +38,9 @@ def test_each_key_gets_its_own_hook_called_before_every_run_and_its_capture():
     planners = {p.key: p for p in RecordingPlanner.made}
     assert set(planners) == {GraphKey(4, Sampling.GREEDY), GraphKey(1, Sampling.GREEDY)}  # made once per key
     bs4 = planners[GraphKey(4, Sampling.GREEDY)]
-    # the capture plans for the padded batch before each warm-up and before the capture itself, then every
-    # run plans for its real batch (replays and the steady state alike)
-    assert bs4.plans == [4, 4, 4, 3, 3, 4, 3]
+    # the capture plans for the padded batch before its warm-up run and before the capture itself, then
+    # every run plans for its real batch (replays and the steady state alike)
+    assert bs4.plans == [4, 4, 3, 3, 4, 3]
     assert r.stats(GraphKey(4, Sampling.GREEDY)).hook is bs4
 
 
