@@ -5,8 +5,9 @@ the target at a chosen rate (``draft="twin:A"``), for acceptance A in {0.3, 0.6,
 B in {1, 4, 8, 16, 32, 64}, and K in {0, 1, 2, 3, 5} fixed or chosen each step by ``auto`` (which
 measures every key's step time at warm-up and tracks each request's acceptance). One decoder per
 acceptance holds every K's keys; each point decodes the same prompts, greedy, and the decode time counts
-(prefill apart). Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time and graph
-memory), against the largest key's pool alone.
+(prefill apart). Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the
+keys' warm-up runs and captures, and graph memory), against the largest key's pool alone; ``--warmup-only``
+measures that alone.
 
     python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64]
 """
@@ -53,10 +54,13 @@ def warmup_of_a_realistic_set(target, draft) -> dict:
         alone.runner.capture([(8, "top_k", 5)])
     largest = alone.info()["graph_pool_bytes"]
     alone.release()
+    keys = info["keys"].values()
     return {
         "seconds": seconds,
         "keys": len(report.captured_keys),
-        "capture_ms_max": max(k["capture_ms"] for k in info["keys"].values()),
+        "capture_ms_max": max(k["capture_ms"] for k in keys),
+        "capture_s_sum": sum(k["capture_ms"] for k in keys) / 1e3,
+        "warmup_runs_s_sum": sum(k["warmup_ms"] for k in keys) / 1e3,
         "shared_pool_bytes": shared,
         "largest_key_alone_bytes": largest,
         "ratio": shared / largest if largest else float("nan"),
@@ -68,6 +72,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest")
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--warmup-only", action="store_true", help="only the warm-up of the realistic set")
     add_smoke_flag(ap)
     args = ap.parse_args()
     batches, acceptance = BATCHES, ACCEPTANCE
@@ -79,7 +84,7 @@ def main() -> None:
     prompts = [torch.randint(0, vocab, (32,), generator=g).tolist() for _ in range(max(batches))]
     record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "results": {}}
     buckets = tuple(sorted(set(batches)))
-    for a in acceptance:
+    for a in () if args.warmup_only else acceptance:
         twin = TwinDraft(draft.model, a)  # one copy of the target's weights and cache for every acceptance
         cfg = RunnerConfig(toggles=Toggles.all(True), progress=False, buckets=buckets)
         auto = AutoDraftLength(draft_lens=LENS)
@@ -106,8 +111,13 @@ def main() -> None:
                   + f", auto {res['auto']:.0f} tok/s ({res['auto_vs_best']:.3f}x best {best})", flush=True)  # fmt: skip
         dec.release()
     record["warmup_realistic"] = warmup_of_a_realistic_set(target, draft)
+    del target, draft
+    record["warmup_realistic_eagle"] = warmup_of_a_realistic_set(
+        *example_models(num_layers=args.layers, max_requests=9)
+    )
     save(args.out, "adaptive", record, table(record, batches))
-    _plot(record, args.out)
+    if record["results"]:
+        _plot(record, args.out)
 
 
 def table(record: dict, batches) -> str:
@@ -135,14 +145,19 @@ def table(record: dict, batches) -> str:
             lines.append(f"| {B} | " + " | ".join(cells) + f" | {r['auto']:.0f} | {r['auto_vs_best']:.3f} | "
                          f"{r['auto_vs_k3']:.3f} | {r['auto_vs_k0']:.3f} | {chosen} |")  # fmt: skip
         lines.append("")
-    w = record["warmup_realistic"]
-    lines += [
-        f"Warm-up of batch sizes 1..8 x K in (1, 3, 5) x greedy and top_k ({w['keys']} keys): {w['seconds']:.1f} s "
-        f"(target <= 10 s), capture at most {w['capture_ms_max']:.1f} ms per key; graph pool "
-        f"{w['shared_pool_bytes'] / 2**20:.1f} MiB against {w['largest_key_alone_bytes'] / 2**20:.1f} MiB for the "
-        f"largest key alone ({w['ratio']:.2f}x, target <= 1.5x).",
-    ]
-    return "\n".join(lines) + "\n"
+    for name, draft in (("warmup_realistic", "the twin draft"), ("warmup_realistic_eagle", "the EAGLE head")):
+        lines += [_warmup_line(record[name], draft), ""]
+    return "\n".join(lines)
+
+
+def _warmup_line(w: dict, draft: str) -> str:
+    return (
+        f"Warm-up of batch sizes 1..8 x K in (1, 3, 5) x greedy and top_k with {draft} ({w['keys']} keys): "
+        f"{w['seconds']:.1f} s (target <= 10 s): the keys' eager warm-up runs {w['warmup_runs_s_sum']:.1f} s, "
+        f"their captures {w['capture_s_sum']:.1f} s, at most {w['capture_ms_max']:.1f} ms per key; graph pool "
+        f"{w['shared_pool_bytes'] / 2**20:.1f} MiB against {w['largest_key_alone_bytes'] / 2**20:.1f} MiB for "
+        f"the largest key alone ({w['ratio']:.2f}x, target <= 1.5x)."
+    )
 
 
 def _plot(record: dict, out: str) -> None:

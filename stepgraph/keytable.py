@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ class KeyStats:
     pool_bytes: int = 0
     warmup_peak_bytes: int = 0
     capture_seconds: float = 0.0
+    warmup_seconds: float = 0.0  # the eager run(s) before the capture, last attempt
     compile_seconds: float = 0.0  # torch.compile during this key's warm-ups (stepgraph.compile)
     replays: int = 0
     eager_runs: int = 0
@@ -85,6 +87,7 @@ class KeyStats:
             "pool_bytes": self.pool_bytes,
             "warmup_peak_bytes": self.warmup_peak_bytes,
             "capture_ms": round(self.capture_seconds * 1e3, 3),
+            "warmup_ms": round(self.warmup_seconds * 1e3, 3),
             "compile_s": round(self.compile_seconds, 3),
             "replays": self.replays,
             "eager_runs": self.eager_runs,
@@ -232,7 +235,9 @@ class KeyTable:
             return fn()
 
         try:
+            t0 = time.perf_counter()
             peak = self.backend.warmup(warm, self.config.warmup_iters)
+            stats.warmup_seconds = time.perf_counter() - t0
             stats.warmup_peak_bytes = peak
             needed = stats.pool_bytes if stats.pool_bytes else peak
             vote = Vote.CAPTURE if self.guard.check(str(key), needed).allowed else Vote.REFUSE
