@@ -21,6 +21,7 @@ import torch
 from stepgraph.kernels.chain_sampling import TOP_K_MAX
 
 INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
 
 
 def check_int64(name: str, value: object) -> int:
@@ -103,7 +104,8 @@ class SamplingParams:
     Penalties (:mod:`stepgraph.speculative.penalties`; a decoder built with ``penalties=True``):
     ``repetition_penalty`` (Hugging Face's, ``> 0``; 1 disables it) over the prompt's and the output's
     tokens, ``presence_penalty`` and ``frequency_penalty`` (the OpenAI API's, in ``[-2, 2]``; 0 disables
-    them) over the output's.
+    them) over the output's. ``min_tokens`` (vLLM's name; Hugging Face's ``min_new_tokens``): the request's
+    EOS ids cannot be drawn before it has this many new tokens (their logits are ``-inf`` until then).
     """
 
     temperature: float = 0.0
@@ -114,6 +116,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
@@ -123,6 +126,10 @@ class SamplingParams:
         if not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool):
             raise TypeError(f"top_k must be an int (0 disables it), got {self.top_k!r}")
         check_int64("top_k", self.top_k)
+        if not isinstance(self.min_tokens, numbers.Integral) or isinstance(self.min_tokens, bool):
+            raise TypeError(f"min_tokens must be an int (0 disables it), got {self.min_tokens!r}")
+        if not 0 <= self.min_tokens <= INT32_MAX:
+            raise ValueError(f"min_tokens must be in [0, 2**31 - 1] (0 disables it), got {self.min_tokens}")
         if self.seed is not None:
             check_int64("seed", self.seed)
         if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):

@@ -494,7 +494,8 @@ def hf_spec_decoder(
         attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before each
         replay).
     penalties:
-        Serve repetition penalties (:class:`SpecDecoder`); ``None``: on when the generation config sets one.
+        Serve repetition penalties and ``min_new_tokens`` (:class:`SpecDecoder`); ``None``: on when the
+        generation config sets either.
     prefill_chunk:
         Prompt positions prefilled between two steps, in chunks of several requests (:class:`SpecDecoder`).
     max_requests, max_seq_len, num_draft_tokens, max_batch, config, seed:
@@ -557,7 +558,9 @@ def hf_spec_decoder(
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
         generation.eos_token_id = eos_token_id
     if penalties is None:
-        penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0
+        penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0 or bool(
+            getattr(generation, "min_new_tokens", None)
+        )
     return HFSpecDecoder(
         target,
         draft,

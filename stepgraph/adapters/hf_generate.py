@@ -8,9 +8,10 @@
   take transformers' defaults, ``top_k=50`` when sampling among them. Honoured: ``do_sample``,
   ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty`` (greedy or sampled, as
   transformers applies it; the decoder needs ``penalties=True``, which ``hf_spec_decoder`` turns on by
-  itself for a generation config that sets one), ``max_new_tokens``, ``max_length``, ``eos_token_id``,
+  itself for a generation config that sets one), ``max_new_tokens``, ``max_length``, ``min_new_tokens``
+  (EOS held back on the device, with the penalties, as ``repetition_penalty``), ``eos_token_id``,
   ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``. Anything else set
-  to a value that would change the output (beams, ``no_repeat_ngram_size``, ``min_new_tokens``, scores)
+  to a value that would change the output (beams, ``no_repeat_ngram_size``, ``min_length``, scores)
   raises ``ValueError`` naming it: nothing is dropped silently. Settings that only steer how transformers
   runs (``use_cache``, ``cache_implementation``, compile options) and beam-search settings without beams
   are ignored, as they change no token here.
@@ -38,11 +39,12 @@ import torch
 
 from stepgraph.sampling import SamplingParams
 from stepgraph.speculative.decoder import SpecDecoder
+from stepgraph.speculative.penalties import MAX_BANNED
 from stepgraph.speculative.requests import Request, normalize_eos
 
 HONOURED = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "max_length",
-    "eos_token_id", "pad_token_id", "stop_strings", "return_dict_in_generate",
+    "min_new_tokens", "eos_token_id", "pad_token_id", "stop_strings", "return_dict_in_generate",
 }  # fmt: skip
 #: settings that change how transformers runs, not which tokens come out
 IGNORED = {
@@ -59,7 +61,7 @@ SPECULATION = {
 IGNORED |= SPECULATION
 #: beam-search settings: without beams transformers ignores them too
 BEAM_ONLY = {"early_stopping", "length_penalty", "num_beam_groups", "diversity_penalty", "constraints"}
-SAMPLING_SETTINGS = {"do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty"}
+SAMPLING_SETTINGS = {"do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "min_new_tokens"}
 FINISH_REASONS = {"eos": "stop", "length": "length", "stop": "stop_string"}
 
 
@@ -127,7 +129,7 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
         raise ValueError(
             f"generation settings the stepgraph adapter cannot honour: {'; '.join(bad)}. Unset them in the model's "
             "generation_config or override them in the call, or use model.generate() for them: n-gram bans, "
-            "beams, min_new_tokens and scores are not implemented yet"
+            "beams, min_length (give min_new_tokens) and scores are not implemented yet"
         )
 
 
@@ -144,10 +146,11 @@ def _transformers_defaults() -> dict[str, Any]:
 
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
     """The :class:`SamplingParams` of resolved ``settings`` (greedy unless ``do_sample``; the repetition
-    penalty either way, as transformers applies it)."""
+    penalty and ``min_new_tokens`` either way, as transformers applies them)."""
     repetition = float(settings.get("repetition_penalty") or 1.0)
+    min_tokens = int(settings.get("min_new_tokens") or 0)
     if not settings["do_sample"]:
-        return SamplingParams(repetition_penalty=repetition)
+        return SamplingParams(repetition_penalty=repetition, min_tokens=min_tokens)
     t = float(settings["temperature"])
     if t <= 0.0:
         raise ValueError(f"do_sample=True with temperature={t}: give a temperature > 0, or do_sample=False")
@@ -157,6 +160,7 @@ def sampling_params(settings: dict[str, Any]) -> SamplingParams:
         top_p=float(settings["top_p"]),
         min_p=float(settings.get("min_p") or 0.0),
         repetition_penalty=repetition,
+        min_tokens=min_tokens,
     )
 
 
@@ -290,6 +294,8 @@ class HFSpecDecoder(SpecDecoder):
         if strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer=... to hf_spec_decoder or generate()")
         stop = StopStrings(tokenizer, strings) if strings else None
+        if len(eos) > MAX_BANNED and any(r.params.min_tokens for r in requests):
+            raise ValueError(f"min_new_tokens holds back at most {MAX_BANNED} EOS ids; eos_token_id has {len(eos)}")
         for r in requests:
             r.eos, r.stop = eos, stop
 

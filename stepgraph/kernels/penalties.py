@@ -2,7 +2,8 @@
 with their torch references.
 
 ``penalise_rows``: ``out = logits`` with every token a request has seen penalised, for each verify row
-``i`` with its tokens at positions ``0..seq_len`` and its drafts ``0..i-1``. One program per row walks
+``i`` with its tokens at positions ``0..seq_len`` and its drafts ``0..i-1``, and its banned ids (EOS
+before ``min_tokens``) at ``-inf``. One program per row walks
 the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same
 value, since a value depends only on the token and the row. ``record_tokens``: a step's emitted tokens
 into the history at their positions and into the counts (atomic adds: a step may emit a token twice).
@@ -33,9 +34,11 @@ def penalise(logits, counts, repetition, presence, frequency) -> torch.Tensor:
     return x - frequency * counts - presence * (counts > 0)
 
 
-def penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch: int) -> torch.Tensor:
+def penalise_rows_ref(
+    logits, drafts, slots, seq_len, history, counts, settings, scratch: int, ban=None
+) -> torch.Tensor:
     """Reference of :func:`penalise_rows` (shapes there): a gather of every row's seen tokens, the
-    definition, and a scatter into a copy."""
+    definition, and a scatter into a copy; then the banned ids' ``-inf``."""
     B, R, _ = logits.shape
     K, L, V = drafts.shape[1], history.shape[1] - 1, counts.shape[1]
     dev = logits.device
@@ -49,28 +52,40 @@ def penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings,
     n = counts.view(-1).take(rows[:, None, None] * V + tokens)
     n = n + ((tokens[..., None] == d[:, None, None, :]) & chain[None, :, None, :]).sum(-1)
     s = settings[rows][:, :, None, None]  # [B, 3, 1, 1]
-    return logits.to(torch.float32, copy=True).scatter_(
+    out = logits.to(torch.float32, copy=True).scatter_(
         2, tokens, penalise(logits.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2])
     )
+    if ban is None:
+        return out
+    until, banned = ban
+    on = seq_len[:, None] + 1 + torch.arange(R, device=dev)[None, :] < until[rows][:, None]  # [B, R]
+    ids = banned[rows].long()
+    hit = torch.zeros(B, V + 1, dtype=torch.bool, device=dev).scatter_(1, torch.where(ids >= 0, ids, V), True)
+    return out.masked_fill_(on[:, :, None] & hit[:, None, :V], float("-inf"))
 
 
-def penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, scratch: int) -> torch.Tensor:
+def penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, scratch: int, ban=None) -> torch.Tensor:
     """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``i`` of request
     ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) with
     the tokens ``history[row, 0..seq_len[b]]`` and ``drafts[b, :i]`` (``drafts [B, R - 1]``).
-    Graph-safe; the torch reference off Triton devices."""
+    ``ban``: ``(until [S] int32, banned [S, E] int32)``: row ``i`` (the token at position
+    ``seq_len[b] + 1 + i``) gets ``-inf`` at the ids ``banned[row]`` (``-1``: none) while that position is
+    below ``until[row]`` (min_tokens' EOS ban). Graph-safe; the torch reference off Triton devices."""
     if not use_triton(logits):
-        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch)
+        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch, ban)
     B, R, V = logits.shape
     K = drafts.shape[1]
     logits, drafts = logits.contiguous(), drafts.contiguous()
     out = logits.to(torch.float32, copy=True)
     if B * R == 0:
         return out
+    until, banned = ban if ban is not None else (slots, slots)  # unread pointers without a ban
+    E = banned.shape[1] if ban is not None else 1
     _penalise_rows_kernel[(B * R,)](
-        logits, out, drafts, slots, seq_len, history, counts, settings,
+        logits, out, drafts, slots, seq_len, history, counts, settings, until, banned,
         R, K, V, history.shape[1] - 1, history.stride(0), scratch,
-        BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), num_warps=4, **EXACT_ROUNDING,
+        BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=ban is not None,
+        num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
 
@@ -84,11 +99,18 @@ def _penalised(raw, n, rep, pres, freq):
 
 
 @triton.jit
+def _banned(tok, ids, banning):
+    """Whether each of ``tok`` is one of the ids being banned (``banning`` per id)."""
+    return tl.sum(((tok[:, None] == ids[None, :]) & banning[None, :]).to(tl.int32), 1) > 0
+
+
+@triton.jit
 def _penalise_rows_kernel(
-    logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr,
-    R, K, V, L, history_stride, scratch,
-    BLOCK: tl.constexpr, KB: tl.constexpr,
+    logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
+    banned_ptr, R, K, V, L, history_stride, scratch,
+    BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
 ):  # fmt: skip
+    # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
     b = pid // R
     i = pid % R
@@ -103,6 +125,12 @@ def _penalise_rows_kernel(
     d = tl.load(drafts_ptr + b * K + j, mask=before, other=-1)
     base = pid.to(tl.int64) * V  # this row of logits and of out
     counts_row = counts_ptr + row * V
+    e = tl.arange(0, E)
+    ids = tl.full([E], -1, tl.int64)
+    banning = e < 0
+    if HAS_BAN:
+        ids = tl.load(banned_ptr + row * E_ROW + e, mask=e < E_ROW, other=-1).to(tl.int64)
+        banning = (ids >= 0) & (seq + 1 + i + e * 0 < tl.load(until_ptr + row + e * 0))
     # the request's tokens at positions 0..seq
     for start in range(0, seq + 1, BLOCK):
         p = start + tl.arange(0, BLOCK)
@@ -111,13 +139,20 @@ def _penalise_rows_kernel(
         n = tl.load(counts_row + tok, mask=ok, other=0)
         n += tl.sum((tok[:, None] == d[None, :]).to(tl.int32), 1)
         raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
-        tl.store(out_ptr + base + tok, _penalised(raw, n, rep, pres, freq), mask=ok)
+        value = _penalised(raw, n, rep, pres, freq)
+        if HAS_BAN:
+            value = tl.where(_banned(tok, ids, banning), float("-inf"), value)
+        tl.store(out_ptr + base + tok, value, mask=ok)
     # the drafts before row i
     dt = tl.where(before, d, 0).to(tl.int64)
     n = tl.load(counts_row + dt, mask=before, other=0)
     n += tl.sum((dt[:, None] == d[None, :]).to(tl.int32), 1)
     raw = tl.load(logits_ptr + base + dt, mask=before, other=0.0)
-    tl.store(out_ptr + base + dt, _penalised(raw, n, rep, pres, freq), mask=before)
+    value = _penalised(raw, n, rep, pres, freq)
+    if HAS_BAN:
+        value = tl.where(_banned(dt, ids, banning), float("-inf"), value)
+        tl.store(out_ptr + base + tl.where(banning, ids, 0), tl.full([E], float("-inf"), tl.float32), mask=banning)
+    tl.store(out_ptr + base + dt, value, mask=before)
 
 
 def write_history(history, slots, positions, tokens, ok, scratch: int) -> torch.Tensor:

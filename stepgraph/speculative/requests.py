@@ -12,6 +12,7 @@ import torch
 
 from stepgraph.kv import KVCache
 from stepgraph.sampling import INT64_MAX, SamplingParams
+from stepgraph.speculative.penalties import MAX_BANNED
 
 GREEDY = SamplingParams()
 
@@ -135,6 +136,13 @@ class RequestRules:
                 "this request sets a repetition, presence or frequency penalty, but the decoder was built without "
                 "them; build it with penalties=True"
             )
+        if params.min_tokens and not self.penalties:
+            raise ValueError(
+                f"this request sets min_tokens={params.min_tokens}, which holds EOS back on the device with the "
+                "penalties; build the decoder with penalties=True"
+            )
+        if params.min_tokens and len(self.eos) > MAX_BANNED:
+            raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this decoder has {len(self.eos)}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:

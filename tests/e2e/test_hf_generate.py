@@ -70,7 +70,7 @@ def test_settings_merge_as_generate_merges_them():
 
 @pytest.mark.parametrize(
     "setting",
-    [{"num_beams": 2}, {"min_new_tokens": 3}, {"output_scores": True},
+    [{"num_beams": 2}, {"min_length": 3}, {"output_scores": True},
      {"no_repeat_ngram_size": 2}, {"num_return_sequences": 2}],
     ids=lambda s: next(iter(s)),
 )  # fmt: skip
@@ -99,6 +99,23 @@ def test_the_models_repetition_penalty_is_honoured(models, do_sample):
         assert off == [hf_greedy(target, p, 12) for p in PROMPTS]
     with pytest.raises(ValueError, match="build it with penalties=True"):
         decoder(models).generate(PROMPTS, repetition_penalty=1.3)
+
+
+@pytest.mark.parametrize("chunk", [None, 3], ids=["whole", "chunked"])
+def test_min_new_tokens_holds_eos_back_as_generate_does(models, chunk):
+    """EOS ids the free decode emits early: with min_new_tokens, greedy output equals transformers'
+    generate() with it (a config that sets it turns the penalties on), and it stops at EOS after."""
+    target, _ = models
+    free = hf_greedy(target, PROMPTS[0], 10, eos_token_id=None)
+    eos = [free[1], free[4]]
+    config = transformers.GenerationConfig(min_new_tokens=6, max_new_tokens=10, eos_token_id=eos)
+    dec = decoder(models, generation_config=config, prefill_chunk=chunk)
+    assert dec.info()["penalties"] is True
+    out = dec.generate(PROMPTS, return_dict_in_generate=True)
+    for p, new in zip(PROMPTS, out.new_tokens):
+        assert new == hf_greedy(target, p, 10, min_new_tokens=6, eos_token_id=eos)
+    assert len(out.new_tokens[0]) >= 6 and not set(out.new_tokens[0][:6]) & set(eos)
+    assert dec.generate(PROMPTS, min_new_tokens=0) == [hf_greedy(target, p, 10, eos_token_id=eos) for p in PROMPTS]
 
 
 def test_bad_calls_say_what_to_change(models):

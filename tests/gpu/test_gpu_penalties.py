@@ -60,3 +60,24 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
     for s in states:
         outs.append(s.apply(logits.to(s.device), drafts.to(s.device), slots.to(s.device), seq.to(s.device)).cpu())
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_min_tokens_in_the_step_graph_equals_eager_and_the_reference(overlap):
+    from tests.e2e.test_min_tokens import reference_greedy as held_back_greedy
+
+    target, draft = build("tiny", device="cuda")
+    plain = SpecDecoder.for_example(target, draft).generate(PROMPTS, max_new_tokens=1)
+    eos = sorted({p[0] for p in plain})
+    sampling = [SamplingParams(min_tokens=6), SamplingParams(), SamplingParams(min_tokens=9, temperature=0.9, seed=4)]
+    got = []
+    for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):
+        dec = SpecDecoder.for_example(target, draft, max_batch=3, penalties=True, eos_token_id=eos,
+                                      config=RunnerConfig(toggles=toggles, progress=False))  # fmt: skip
+        requests = dec.make_requests(PROMPTS, 14, sampling)
+        dec.serve(requests, overlap=overlap)
+        got.append([r.output for r in requests])
+        dec.release()
+    assert got[0] == got[1]
+    assert got[0][0] == held_back_greedy(target, PROMPTS[0], 14, 6, eos) and len(got[0][1]) == 1
+    assert len(got[0][2]) >= 9 and not set(got[0][2][:9]) & set(eos)

@@ -37,6 +37,31 @@ def test_penalise_rows_equals_its_reference(B, K, V, L, dtype):
     assert got.dtype == torch.float32 and got.data_ptr() != logits.data_ptr()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("B,K,V,L", [(1, 0, 7, 5), (4, 3, 301, 40)])
+def test_the_min_tokens_ban_equals_its_reference(B, K, V, L, dtype):
+    """Banned ids among the history's and the drafts' tokens, rows either side of each slot's limit, an id
+    banned twice, a slot without a ban and a padded row."""
+    S = 6
+    history, counts, settings = state(S, V, L, seed=K + 7)
+    g = torch.Generator().manual_seed(B + 3)
+    logits = odd_logits((B, K + 1, V), dtype, seed=B + 1).to(DEV)
+    drafts = torch.randint(0, min(V, 13), (B, K), generator=g).to(DEV)
+    slots = torch.tensor([4, -1, 0, 2][:B], device=DEV)
+    seq_len = torch.tensor([L // 2, 0, 3, L - 1][:B], device=DEV)
+    until = torch.tensor([0, 0, 6, 0, L // 2 + 3, 0], dtype=torch.int32, device=DEV)  # slot 2: no ban
+    banned = torch.full((S, 8), -1, dtype=torch.int32, device=DEV)
+    banned[4, :3] = torch.tensor([1, 5, 1])  # ids the history (tokens < 13) and the drafts hold
+    banned[0, :2] = torch.tensor([V - 1, 2])
+    ban = (until, banned)
+    got = penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, S - 1, ban=ban)
+    want = penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, S - 1, ban=ban)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert (want[0, :2, [1, 5]] == float("-inf")).all()  # positions L//2 + 1, + 2 come before L//2 + 3
+    if K:
+        assert not (want[0, 2:, [1, 5]] == float("-inf")).all()  # from position L//2 + 3 on, free
+
+
 def test_record_tokens_equals_its_reference():
     S, V, L = 5, 50, 12
     history, counts, _ = state(S, V, L, seed=1)
