@@ -106,6 +106,8 @@ class SamplingParams:
     tokens, ``presence_penalty`` and ``frequency_penalty`` (the OpenAI API's, in ``[-2, 2]``; 0 disables
     them) over the output's. ``min_tokens`` (vLLM's name; Hugging Face's ``min_new_tokens``): the request's
     EOS ids cannot be drawn before it has this many new tokens (their logits are ``-inf`` until then).
+    ``no_repeat_ngram_size`` (Hugging Face's): no n-gram of this size occurs twice in prompt and output (a
+    token that would complete one already there gets ``-inf``).
     """
 
     temperature: float = 0.0
@@ -117,6 +119,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     min_tokens: int = 0
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
@@ -126,10 +129,12 @@ class SamplingParams:
         if not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool):
             raise TypeError(f"top_k must be an int (0 disables it), got {self.top_k!r}")
         check_int64("top_k", self.top_k)
-        if not isinstance(self.min_tokens, numbers.Integral) or isinstance(self.min_tokens, bool):
-            raise TypeError(f"min_tokens must be an int (0 disables it), got {self.min_tokens!r}")
-        if not 0 <= self.min_tokens <= INT32_MAX:
-            raise ValueError(f"min_tokens must be in [0, 2**31 - 1] (0 disables it), got {self.min_tokens}")
+        for name in ("min_tokens", "no_repeat_ngram_size"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int (0 disables it), got {value!r}")
+            if not 0 <= value <= INT32_MAX:
+                raise ValueError(f"{name} must be in [0, 2**31 - 1] (0 disables it), got {value}")
         if self.seed is not None:
             check_int64("seed", self.seed)
         if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
@@ -152,6 +157,14 @@ class SamplingParams:
     def penalised(self) -> bool:
         """Whether any penalty is set (the decoder must be built with ``penalties=True``)."""
         return self.penalties() != NEUTRAL
+
+    @property
+    def processed(self) -> str | None:
+        """The first setting that needs the decoder's penalties (``penalties=True``), or ``None``."""
+        for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size"):
+            if getattr(self, name) != getattr(SamplingParams, name):
+                return name
+        return None
 
     def penalties(self) -> tuple[float, float, float]:
         """``(repetition, presence, frequency)``, the columns of the penalty state's settings."""

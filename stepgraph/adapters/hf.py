@@ -494,8 +494,8 @@ def hf_spec_decoder(
         attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before each
         replay).
     penalties:
-        Serve repetition penalties and ``min_new_tokens`` (:class:`SpecDecoder`); ``None``: on when the
-        generation config sets either.
+        Serve repetition penalties, ``min_new_tokens`` and ``no_repeat_ngram_size`` (:class:`SpecDecoder`);
+        ``None``: on when the generation config sets one.
     prefill_chunk:
         Prompt positions prefilled between two steps, in chunks of several requests (:class:`SpecDecoder`).
     max_requests, max_seq_len, num_draft_tokens, max_batch, config, seed:
@@ -558,8 +558,8 @@ def hf_spec_decoder(
     if generation is not None:  # the decoder's stopping ids, whichever way they were chosen
         generation.eos_token_id = eos_token_id
     if penalties is None:
-        penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0 or bool(
-            getattr(generation, "min_new_tokens", None)
+        penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0 or any(
+            getattr(generation, name, None) for name in ("min_new_tokens", "no_repeat_ngram_size")
         )
     return HFSpecDecoder(
         target,

@@ -8,10 +8,10 @@
   take transformers' defaults, ``top_k=50`` when sampling among them. Honoured: ``do_sample``,
   ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty`` (greedy or sampled, as
   transformers applies it; the decoder needs ``penalties=True``, which ``hf_spec_decoder`` turns on by
-  itself for a generation config that sets one), ``max_new_tokens``, ``max_length``, ``min_new_tokens``
-  (EOS held back on the device, with the penalties, as ``repetition_penalty``), ``eos_token_id``,
-  ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``. Anything else set
-  to a value that would change the output (beams, ``no_repeat_ngram_size``, ``min_length``, scores)
+  itself for a generation config that sets one), ``min_new_tokens`` and ``no_repeat_ngram_size`` (on
+  the device with the penalties, as ``repetition_penalty``), ``max_new_tokens``, ``max_length``,
+  ``eos_token_id``, ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``.
+  Anything else set to a value that would change the output (beams, ``min_length``, bad words, scores)
   raises ``ValueError`` naming it: nothing is dropped silently. Settings that only steer how transformers
   runs (``use_cache``, ``cache_implementation``, compile options) and beam-search settings without beams
   are ignored, as they change no token here.
@@ -44,7 +44,8 @@ from stepgraph.speculative.requests import Request, normalize_eos
 
 HONOURED = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "max_length",
-    "min_new_tokens", "eos_token_id", "pad_token_id", "stop_strings", "return_dict_in_generate",
+    "min_new_tokens", "no_repeat_ngram_size", "eos_token_id", "pad_token_id", "stop_strings",
+    "return_dict_in_generate",
 }  # fmt: skip
 #: settings that change how transformers runs, not which tokens come out
 IGNORED = {
@@ -61,7 +62,10 @@ SPECULATION = {
 IGNORED |= SPECULATION
 #: beam-search settings: without beams transformers ignores them too
 BEAM_ONLY = {"early_stopping", "length_penalty", "num_beam_groups", "diversity_penalty", "constraints"}
-SAMPLING_SETTINGS = {"do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "min_new_tokens"}
+SAMPLING_SETTINGS = {
+    "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "min_new_tokens",
+    "no_repeat_ngram_size",
+}  # fmt: skip
 FINISH_REASONS = {"eos": "stop", "length": "length", "stop": "stop_string"}
 
 
@@ -128,8 +132,8 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
     if bad:
         raise ValueError(
             f"generation settings the stepgraph adapter cannot honour: {'; '.join(bad)}. Unset them in the model's "
-            "generation_config or override them in the call, or use model.generate() for them: n-gram bans, "
-            "beams, min_length (give min_new_tokens) and scores are not implemented yet"
+            "generation_config or override them in the call, or use model.generate() for them: beams, bad "
+            "words, min_length (give min_new_tokens) and scores are not implemented yet"
         )
 
 
@@ -146,11 +150,14 @@ def _transformers_defaults() -> dict[str, Any]:
 
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
     """The :class:`SamplingParams` of resolved ``settings`` (greedy unless ``do_sample``; the repetition
-    penalty and ``min_new_tokens`` either way, as transformers applies them)."""
-    repetition = float(settings.get("repetition_penalty") or 1.0)
-    min_tokens = int(settings.get("min_new_tokens") or 0)
+    penalty, ``min_new_tokens`` and ``no_repeat_ngram_size`` either way, as transformers applies them)."""
+    processed = {
+        "repetition_penalty": float(settings.get("repetition_penalty") or 1.0),
+        "min_tokens": int(settings.get("min_new_tokens") or 0),
+        "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
+    }
     if not settings["do_sample"]:
-        return SamplingParams(repetition_penalty=repetition, min_tokens=min_tokens)
+        return SamplingParams(**processed)
     t = float(settings["temperature"])
     if t <= 0.0:
         raise ValueError(f"do_sample=True with temperature={t}: give a temperature > 0, or do_sample=False")
@@ -159,8 +166,7 @@ def sampling_params(settings: dict[str, Any]) -> SamplingParams:
         top_k=int(settings["top_k"] or 0),
         top_p=float(settings["top_p"]),
         min_p=float(settings.get("min_p") or 0.0),
-        repetition_penalty=repetition,
-        min_tokens=min_tokens,
+        **processed,
     )
 
 

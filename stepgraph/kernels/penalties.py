@@ -2,11 +2,12 @@
 with their torch references.
 
 ``penalise_rows``: ``out = logits`` with every token a request has seen penalised, for each verify row
-``i`` with its tokens at positions ``0..seq_len`` and its drafts ``0..i-1``, and its banned ids (EOS
-before ``min_tokens``) at ``-inf``. One program per row walks
-the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same
-value, since a value depends only on the token and the row. ``record_tokens``: a step's emitted tokens
-into the history at their positions and into the counts (atomic adds: a step may emit a token twice).
+``i`` with its tokens at positions ``0..seq_len`` and its drafts ``0..i-1``, then its bans at ``-inf``
+(:class:`Bans`: EOS before ``min_tokens``, and the tokens that would repeat an n-gram of those tokens).
+One program per row walks the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its
+drafts; duplicates write the same value, since a value depends only on the token and the row.
+``record_tokens``: a step's emitted tokens into the history at their positions and into the counts
+(atomic adds: a step may emit a token twice).
 
 The state's layout: ``history [S, L + 1]`` int32 (column ``L`` takes writes that go nowhere), ``counts
 [S, V]`` int32, ``settings [S, 3]`` float32 (repetition, presence, frequency); slot ``-1`` (a padded
@@ -17,6 +18,9 @@ penalised logits are not rounded back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -24,6 +28,27 @@ import triton.language as tl
 from ._common import EXACT_ROUNDING, next_pow2, use_triton
 
 HISTORY_BLOCK = 256
+
+
+class Bans(NamedTuple):
+    """Per state row: ``until [S]`` int32 and ``banned [S, E]`` int32 (the ids ``banned[row]``, ``-1``:
+    none, are ``-inf`` for a token at a position below ``until[row]``), and ``no_repeat [S]`` int32 (an
+    n-gram size, 0: none; a token that would complete an n-gram already among the row's tokens is
+    ``-inf``)."""
+
+    until: torch.Tensor
+    banned: torch.Tensor
+    no_repeat: torch.Tensor
+
+
+def repeated_ngram_bans(tokens: Sequence[int], n: int) -> set[int]:
+    """The next tokens that would repeat an ``n``-gram of ``tokens`` (transformers'
+    ``NoRepeatNGramLogitsProcessor``): those that followed an earlier occurrence of the last ``n - 1``."""
+    if n <= 0 or len(tokens) + 1 < n:
+        return set()
+    tokens = list(tokens)
+    tail = tokens[len(tokens) - n + 1 :]
+    return {tokens[j + n - 1] for j in range(len(tokens) - n + 1) if tokens[j : j + n - 1] == tail}
 
 
 def penalise(logits, counts, repetition, presence, frequency) -> torch.Tensor:
@@ -35,10 +60,11 @@ def penalise(logits, counts, repetition, presence, frequency) -> torch.Tensor:
 
 
 def penalise_rows_ref(
-    logits, drafts, slots, seq_len, history, counts, settings, scratch: int, ban=None
+    logits, drafts, slots, seq_len, history, counts, settings, scratch: int, bans: Bans | None = None
 ) -> torch.Tensor:
     """Reference of :func:`penalise_rows` (shapes there): a gather of every row's seen tokens, the
-    definition, and a scatter into a copy; then the banned ids' ``-inf``."""
+    definition, and a scatter into a copy; then the bans' ``-inf`` (the n-gram bans row by row on the
+    host, for the rows that have them)."""
     B, R, _ = logits.shape
     K, L, V = drafts.shape[1], history.shape[1] - 1, counts.shape[1]
     dev = logits.device
@@ -55,36 +81,45 @@ def penalise_rows_ref(
     out = logits.to(torch.float32, copy=True).scatter_(
         2, tokens, penalise(logits.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2])
     )
-    if ban is None:
+    if bans is None:
         return out
-    until, banned = ban
-    on = seq_len[:, None] + 1 + torch.arange(R, device=dev)[None, :] < until[rows][:, None]  # [B, R]
-    ids = banned[rows].long()
+    on = seq_len[:, None] + 1 + torch.arange(R, device=dev)[None, :] < bans.until[rows][:, None]  # [B, R]
+    ids = bans.banned[rows].long()
     hit = torch.zeros(B, V + 1, dtype=torch.bool, device=dev).scatter_(1, torch.where(ids >= 0, ids, V), True)
-    return out.masked_fill_(on[:, :, None] & hit[:, None, :V], float("-inf"))
+    out.masked_fill_(on[:, :, None] & hit[:, None, :V], float("-inf"))
+    for b, n in enumerate(bans.no_repeat[rows].tolist()):
+        if n > 0:
+            seen = history[rows[b], : int(seq_len[b]) + 1].tolist()
+            for i in range(R):
+                banned = repeated_ngram_bans(seen + drafts[b, : min(i, K)].tolist(), n)
+                out[b, i, sorted(banned)] = float("-inf")
+    return out
 
 
-def penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, scratch: int, ban=None) -> torch.Tensor:
+def penalise_rows(
+    logits, drafts, slots, seq_len, history, counts, settings, scratch: int, bans: Bans | None = None
+) -> torch.Tensor:
     """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``i`` of request
     ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) with
     the tokens ``history[row, 0..seq_len[b]]`` and ``drafts[b, :i]`` (``drafts [B, R - 1]``).
-    ``ban``: ``(until [S] int32, banned [S, E] int32)``: row ``i`` (the token at position
-    ``seq_len[b] + 1 + i``) gets ``-inf`` at the ids ``banned[row]`` (``-1``: none) while that position is
-    below ``until[row]`` (min_tokens' EOS ban). Graph-safe; the torch reference off Triton devices."""
+    ``bans`` (:class:`Bans`): row ``i`` (the token at position ``seq_len[b] + 1 + i``) then gets ``-inf``
+    at the ids ``banned[row]`` while that position is below ``until[row]`` (min_tokens' EOS ban), and at
+    each token that would complete an ``no_repeat[row]``-gram already among its tokens. Graph-safe; the
+    torch reference off Triton devices."""
     if not use_triton(logits):
-        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch, ban)
+        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch, bans)
     B, R, V = logits.shape
     K = drafts.shape[1]
     logits, drafts = logits.contiguous(), drafts.contiguous()
     out = logits.to(torch.float32, copy=True)
     if B * R == 0:
         return out
-    until, banned = ban if ban is not None else (slots, slots)  # unread pointers without a ban
-    E = banned.shape[1] if ban is not None else 1
+    until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
+    E = banned.shape[1] if bans is not None else 1
     _penalise_rows_kernel[(B * R,)](
-        logits, out, drafts, slots, seq_len, history, counts, settings, until, banned,
+        logits, out, drafts, slots, seq_len, history, counts, settings, until, banned.contiguous(), no_repeat,
         R, K, V, history.shape[1] - 1, history.stride(0), scratch,
-        BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=ban is not None,
+        BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
         num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
@@ -107,7 +142,7 @@ def _banned(tok, ids, banning):
 @triton.jit
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
-    banned_ptr, R, K, V, L, history_stride, scratch,
+    banned_ptr, no_repeat_ptr, R, K, V, L, history_stride, scratch,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
@@ -153,6 +188,33 @@ def _penalise_rows_kernel(
         value = tl.where(_banned(dt, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tl.where(banning, ids, 0), tl.full([E], float("-inf"), tl.float32), mask=banning)
     tl.store(out_ptr + base + dt, value, mask=before)
+    if HAS_BAN:  # n-gram bans after every write above (the barrier), each a -inf
+        tl.debug_barrier()
+        n = tl.load(no_repeat_ptr + row)
+        ctx = seq + 1 + tl.minimum(i, K)  # the row's tokens: history 0..seq, then its drafts
+        lanes = tl.arange(0, BLOCK)
+        for j0 in range(0, tl.where(n > 0, ctx - n + 1, 0), BLOCK):  # n-grams starting at j (none past ctx)
+            j = j0 + lanes
+            match = j <= ctx - n
+            for k in range(0, n - 1):  # j's first n - 1 tokens against the row's last n - 1
+                a = _token_at(j + k, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
+                t = _token_at(ctx - n + 1 + k + lanes * 0, seq, i, K, L, b, row, history_ptr, history_stride,
+                              drafts_ptr)  # fmt: skip
+                match = match & (a == t)
+            nxt = _token_at(j + n - 1, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
+            match = match & (nxt >= 0)
+            tl.store(out_ptr + base + tl.where(match, nxt, 0), tl.full([BLOCK], float("-inf"), tl.float32), mask=match)
+
+
+@triton.jit
+def _token_at(p, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr):
+    """Row ``i``'s token at positions ``p``: the history up to ``seq``, then drafts ``0..i-1``; -1 past them."""
+    in_history = (p <= seq) & (p < L) & (p >= 0)
+    h = tl.load(history_ptr + row * history_stride + p, mask=in_history, other=-1).to(tl.int64)
+    dp = p - seq - 1
+    in_drafts = (dp >= 0) & (dp < i) & (dp < K)
+    d = tl.load(drafts_ptr + b * K + dp, mask=in_drafts, other=-1).to(tl.int64)
+    return tl.where(in_history, h, tl.where(in_drafts, d, -1))
 
 
 def write_history(history, slots, positions, tokens, ok, scratch: int) -> torch.Tensor:

@@ -18,10 +18,12 @@ the output so far *and* drafts ``1..i``: if they are accepted, that row's token 
 row is never used. Each request keeps, in its relay slot's rows of :class:`PenaltyState`, its tokens by
 position (prompt then output) and its output counts; the step records what it emits, in the graph.
 
-``min_tokens`` rides on the same copy: each slot keeps the position from which its EOS ids may be drawn
-(the prompt's length plus ``min_tokens``) and those ids (up to :data:`MAX_BANNED`); a verify row whose
-token would come before it gets ``-inf`` there, as transformers' ``MinNewTokensLengthLogitsProcessor``
-sets them.
+``min_tokens`` and ``no_repeat_ngram_size`` ride on the same copy, as transformers'
+``MinNewTokensLengthLogitsProcessor`` and ``NoRepeatNGramLogitsProcessor`` define them. Each slot keeps
+the position from which its EOS ids may be drawn (the prompt's length plus ``min_tokens``), those ids (up
+to :data:`MAX_BANNED`), and its n-gram size. A verify row whose token would come before that position
+gets ``-inf`` at the EOS ids, and every row gets ``-inf`` at each token that would complete an n-gram
+already in its tokens (prompt, output and the drafts before it).
 
 Only a request's own tokens change, so the penalty reads and writes those (its ``seq_len + 1`` tokens
 and the drafts) instead of passing over the vocabulary: a copy of the logits and one kernel
@@ -34,8 +36,8 @@ from collections.abc import Sequence
 
 import torch
 
-from stepgraph.kernels.penalties import penalise_rows, record_tokens, write_history
-from stepgraph.sampling import NEUTRAL
+from stepgraph.kernels.penalties import Bans, penalise_rows, record_tokens, repeated_ngram_bans, write_history
+from stepgraph.sampling import SamplingParams
 
 #: EOS ids a request's ``min_tokens`` can hold back (transformers' configs carry up to three)
 MAX_BANNED = 8
@@ -46,8 +48,8 @@ class PenaltyState:
     takes a step's writes that go nowhere), the output counts (``counts [rows, V]`` int32) and the
     settings (``settings [rows, 3]`` float32: repetition, presence, frequency), and ``min_tokens``' ban:
     ``ban_until [rows]`` int32 (the first position whose token may be a banned id; 0: none) and ``banned
-    [rows, MAX_BANNED]`` int32 (the ids, ``-1``: none). Row ``rows - 1`` is the scratch row of padded
-    batch rows (slot ``-1``); it stays zero."""
+    [rows, MAX_BANNED]`` int32 (the ids, ``-1``: none), and ``no_repeat [rows]`` int32 (the n-gram size;
+    0: none). Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
 
     def __init__(self, rows: int, vocab_size: int, max_len: int, device: torch.device | str) -> None:
         self.rows, self.vocab_size, self.max_len = rows, vocab_size, max_len
@@ -55,42 +57,42 @@ class PenaltyState:
         self.scratch = rows - 1
         self.counts = torch.zeros((rows, vocab_size), dtype=torch.int32, device=self.device)
         self.history = torch.zeros((rows, max_len + 1), dtype=torch.int32, device=self.device)
-        self.settings = torch.tensor([NEUTRAL] * rows, dtype=torch.float32, device=self.device)
+        self.settings = torch.tensor([SamplingParams().penalties()] * rows, dtype=torch.float32, device=self.device)
         self.ban_until = torch.zeros(rows, dtype=torch.int32, device=self.device)
         self.banned = torch.full((rows, MAX_BANNED), -1, dtype=torch.int32, device=self.device)
+        self.no_repeat = torch.zeros(rows, dtype=torch.int32, device=self.device)
         self._one = torch.ones(1, dtype=torch.int32, device=self.device)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The state's tensors by name (to save and restore around benchmark replays)."""
         return {
             "penalty_counts": self.counts, "penalty_history": self.history, "penalty_settings": self.settings,
-            "penalty_ban_until": self.ban_until, "penalty_banned": self.banned,
+            "penalty_ban_until": self.ban_until, "penalty_banned": self.banned, "penalty_no_repeat": self.no_repeat,
         }  # fmt: skip
 
     # ---- host side, outside graphs -------------------------------------------------------------
-    def admit(
-        self, slot: int, settings: Sequence[float], prompt_len: int = 0, min_tokens: int = 0, eos: Sequence[int] = ()
-    ) -> None:
-        """Start ``slot``'s request: no output yet, its settings (``repetition, presence, frequency``), and
-        with ``min_tokens`` its ``eos`` ids held back until it has that many new tokens (after a prompt of
-        ``prompt_len``); its prompt goes in with :meth:`write_prompt`. Stream-ordered, with no wait for the
-        steps in flight.
+    def admit(self, slot: int, params: SamplingParams, prompt_len: int = 0, eos: Sequence[int] = ()) -> None:
+        """Start ``slot``'s request: no output yet, and the settings of ``params`` (its penalties, its n-gram
+        size, and with ``min_tokens`` its ``eos`` ids held back until it has that many new tokens after a
+        prompt of ``prompt_len``); its prompt goes in with :meth:`write_prompt`. Stream-ordered, with no wait
+        for the steps in flight.
 
         Raises
         ------
         ValueError
             For ``min_tokens`` with more than :data:`MAX_BANNED` EOS ids.
         """
-        if min_tokens and len(eos) > MAX_BANNED:
+        if params.min_tokens and len(eos) > MAX_BANNED:
             raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this request has {len(eos)}")
         self.counts[slot].zero_()
-        for column, value in enumerate(settings):
-            self.settings[slot, column].fill_(float(value))  # a kernel argument, not a pageable copy
-        until = min(prompt_len + min_tokens, self.max_len + 1) if min_tokens and eos else 0
+        for column, value in enumerate(params.penalties()):
+            self.settings[slot, column].fill_(value)  # a kernel argument, not a pageable copy
+        until = min(prompt_len + params.min_tokens, self.max_len + 1) if params.min_tokens and eos else 0
         self.ban_until[slot].fill_(until)
         self.banned[slot].fill_(-1)
         for j, token in enumerate(eos if until else ()):
             self.banned[slot, j].fill_(int(token))
+        self.no_repeat[slot].fill_(params.no_repeat_ngram_size)
 
     def record_first(self, slot: int, position: int, token: torch.Tensor) -> None:
         """The prefill's first token ``token [1]`` (on the device) at ``position`` (the prompt's length)."""
@@ -99,7 +101,7 @@ class PenaltyState:
 
     def move(self, src: int, dst: int) -> None:
         """Copy slot ``src``'s rows to ``dst`` (a lone request moving to the view slot)."""
-        for t in (self.counts, self.history, self.settings, self.ban_until, self.banned):
+        for t in (self.counts, self.history, self.settings, self.ban_until, self.banned, self.no_repeat):
             t[dst].copy_(t[src])
 
     # ---- inside a graph ----------------------------------------------------------------------------
@@ -120,9 +122,11 @@ class PenaltyState:
         """``logits [B, K+1, V]`` penalised, in a new float32 tensor: row ``i`` of request ``b`` (relay slot
         ``slots[b]``, its last token at position ``seq_len[b]``) with its tokens at positions
         ``0..seq_len[b]`` and ``drafts[b, :i]`` (``drafts [B, K]``), and its EOS ids at ``-inf`` where its
-        token would come before ``min_tokens``. Graph-safe (one kernel after a copy)."""
+        token would come before ``min_tokens`` and at the tokens that would repeat an n-gram. Graph-safe (one
+        kernel after a copy)."""
         args = (self.history, self.counts, self.settings, self.scratch)
-        return penalise_rows(logits, drafts, slots, seq_len, *args, ban=(self.ban_until, self.banned))
+        bans = Bans(self.ban_until, self.banned, self.no_repeat)
+        return penalise_rows(logits, drafts, slots, seq_len, *args, bans=bans)
 
     def record(self, tokens: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor) -> None:
         """A step's emitted ``tokens [B, R]`` (``-1``: none) of the requests in ``slots [B]``, whose last
@@ -132,17 +136,12 @@ class PenaltyState:
 
 
 def penalised_logits_ref(
-    logits: torch.Tensor,
-    prompt: Sequence[int],
-    output: Sequence[int],
-    settings: Sequence[float],
-    min_tokens: int = 0,
-    eos: Sequence[int] = (),
+    logits: torch.Tensor, prompt: Sequence[int], output: Sequence[int], params: SamplingParams, eos: Sequence[int] = ()
 ) -> torch.Tensor:
-    """Reference: one row of ``logits [V]`` penalised for a request with ``prompt`` and ``output`` so far
-    and ``settings`` (repetition, presence, frequency), over the whole vocabulary, in float32; with fewer
-    than ``min_tokens`` outputs, its ``eos`` ids at ``-inf``."""
-    repetition, presence, frequency = settings
+    """Reference: one row of ``logits [V]`` processed for a request with ``prompt`` and ``output`` so far
+    and ``params`` (its penalties, ``min_tokens`` over ``eos`` and ``no_repeat_ngram_size``), over the
+    whole vocabulary, in float32."""
+    repetition, presence, frequency = params.penalties()
     dev = logits.device
     counts = torch.bincount(torch.tensor(list(output), dtype=torch.int64, device=dev), minlength=logits.shape[-1])
     seen = counts > 0
@@ -150,6 +149,8 @@ def penalised_logits_ref(
     x = logits.float()
     x = torch.where(seen, torch.where(x > 0, x / repetition, x * repetition), x)
     x = x - frequency * counts.float() - presence * (counts > 0).float()
-    if len(output) < min_tokens and eos:
-        x[torch.tensor(list(eos), dtype=torch.int64, device=dev)] = float("-inf")
+    banned = set(eos) if len(output) < params.min_tokens else set()
+    banned |= repeated_ngram_bans([*prompt, *output], params.no_repeat_ngram_size)
+    if banned:
+        x[torch.tensor(sorted(banned), dtype=torch.int64, device=dev)] = float("-inf")
     return x

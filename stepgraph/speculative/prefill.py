@@ -67,7 +67,7 @@ class Prefill:
         p = r.params
         end = logits[:, -1]
         if self.penalties is not None:
-            self.penalties.admit(r.slot, p.penalties(), L, p.min_tokens, r.eos)
+            self.penalties.admit(r.slot, p, L, r.eos)
             self._slot.fill_(r.slot)
             self._last.fill_(L - 1)
             self.penalties.write_prompt(tokens, self._slot, self._zero, self._last + 1)
@@ -96,7 +96,7 @@ class Prefill:
             a, L = r.prefilled, len(r.prompt)
             if a == 0 and self.penalties is not None:
                 # the chunk forwards write the prompt
-                self.penalties.admit(r.slot, r.params.penalties(), L, r.params.min_tokens, r.eos)
+                self.penalties.admit(r.slot, r.params, L, r.eos)
             b = min(a + width, L)
             spans.append((r.prompt[a:b], a, r.cache_row, r.prompt[b] if b < L else -1, r.params, r.slot))
             if b == L:

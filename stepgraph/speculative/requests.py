@@ -131,15 +131,11 @@ class RequestRules:
             raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
         if not prompt:
             raise ValueError("empty prompt: give at least one token")
-        if params.penalised and not self.penalties:
+        if params.processed is not None and not self.penalties:
+            name = params.processed
             raise ValueError(
-                "this request sets a repetition, presence or frequency penalty, but the decoder was built without "
-                "them; build it with penalties=True"
-            )
-        if params.min_tokens and not self.penalties:
-            raise ValueError(
-                f"this request sets min_tokens={params.min_tokens}, which holds EOS back on the device with the "
-                "penalties; build the decoder with penalties=True"
+                f"this request sets {name}={getattr(params, name)!r}, which the decoder applies with its penalties, "
+                "but it was built without them; build it with penalties=True"
             )
         if params.min_tokens and len(self.eos) > MAX_BANNED:
             raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this decoder has {len(self.eos)}")

@@ -71,7 +71,7 @@ def test_settings_merge_as_generate_merges_them():
 @pytest.mark.parametrize(
     "setting",
     [{"num_beams": 2}, {"min_length": 3}, {"output_scores": True},
-     {"no_repeat_ngram_size": 2}, {"num_return_sequences": 2}],
+     {"bad_words_ids": [[5]]}, {"num_return_sequences": 2}],
     ids=lambda s: next(iter(s)),
 )  # fmt: skip
 def test_a_setting_it_cannot_honour_is_refused_by_name(setting, models):
@@ -116,6 +116,16 @@ def test_min_new_tokens_holds_eos_back_as_generate_does(models, chunk):
         assert new == hf_greedy(target, p, 10, min_new_tokens=6, eos_token_id=eos)
     assert len(out.new_tokens[0]) >= 6 and not set(out.new_tokens[0][:6]) & set(eos)
     assert dec.generate(PROMPTS, min_new_tokens=0) == [hf_greedy(target, p, 10, eos_token_id=eos) for p in PROMPTS]
+
+
+def test_no_repeat_ngram_size_bans_as_generate_does(models):
+    target, _ = models
+    dec = decoder(models, penalties=True)
+    for n in (2, 3):
+        out = dec.generate(PROMPTS, max_new_tokens=16, no_repeat_ngram_size=n, eos_token_id=None)
+        assert out == [hf_greedy(target, p, 16, no_repeat_ngram_size=n, eos_token_id=None) for p in PROMPTS]
+    with pytest.raises(ValueError, match="no_repeat_ngram_size=2.*build it with penalties=True"):
+        decoder(models).generate(PROMPTS, no_repeat_ngram_size=2)
 
 
 def test_bad_calls_say_what_to_change(models):

@@ -96,10 +96,7 @@ def processed_reference(target, prompt, output, params):
     rows = torch.tensor([target.cfg.max_requests - 1], device=dev)
     logits, _ = target(seq, torch.arange(seq.shape[1], device=dev)[None], rows)
     x = torch.stack(
-        [
-            penalised_logits_ref(row, prompt, output[:i], params.penalties())
-            for i, row in enumerate(logits[0, len(prompt) - 1 :])
-        ]
+        [penalised_logits_ref(row, prompt, output[:i], params) for i, row in enumerate(logits[0, len(prompt) - 1 :])]
     )  # [len(output), V]
     if params.temperature == 0:
         return torch.log_softmax(x, -1)

@@ -41,13 +41,15 @@ def test_repetition_penalty_is_hugging_faces():
     for penalty in (1.3, 0.7, 1.05):
         hf = transformers.RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone())
         for b in range(3):
-            ref = penalised_logits_ref(logits[b], ids[b, :2].tolist(), ids[b, 2:].tolist(), (penalty, 0.0, 0.0))
+            ref = penalised_logits_ref(
+                logits[b], ids[b, :2].tolist(), ids[b, 2:].tolist(), SamplingParams(repetition_penalty=penalty)
+            )
             torch.testing.assert_close(ref, hf[b], rtol=0, atol=0, equal_nan=True)
 
 
 def test_presence_and_frequency_follow_the_openai_definition():
     logits = torch.zeros(10)
-    out = penalised_logits_ref(logits, [1, 2], [2, 2, 5], (1.0, 0.5, 0.25))
+    out = penalised_logits_ref(logits, [1, 2], [2, 2, 5], SamplingParams(presence_penalty=0.5, frequency_penalty=0.25))
     want = torch.zeros(10)
     want[2] = -0.5 - 0.25 * 2  # twice in the output
     want[5] = -0.5 - 0.25  # once; the prompt's tokens 1 and 2 do not count for these two
@@ -68,8 +70,9 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
     for slot in slots:
         prompt = torch.randint(0, V // 3, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist()
         output = torch.randint(0, V // 3, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
-        settings = (float(torch.rand(1, generator=g) * 1.5 + 0.5), float(torch.rand(1, generator=g) * 4 - 2),
-                    float(torch.rand(1, generator=g) * 4 - 2))  # fmt: skip
+        settings = SamplingParams(repetition_penalty=float(torch.rand(1, generator=g) * 1.5 + 0.5),
+                                  presence_penalty=float(torch.rand(1, generator=g) * 4 - 2),
+                                  frequency_penalty=float(torch.rand(1, generator=g) * 4 - 2))  # fmt: skip
         if slot >= 0:
             state.admit(slot, settings)
             state.write_prompt(
@@ -88,7 +91,7 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
     for b, (slot, prompt, output, settings) in enumerate(requests):
         for i in range(K + 1):
             if slot < 0:
-                want = penalised_logits_ref(raw[b, i], [0], [], (1.0, 0.0, 0.0))  # the scratch row: no change
+                want = penalised_logits_ref(raw[b, i], [0], [], SamplingParams())  # the scratch row: no change
             else:
                 want = penalised_logits_ref(raw[b, i], prompt, output + drafts[b, :i].tolist(), settings)
             torch.testing.assert_close(logits[b, i], want, rtol=0, atol=0, equal_nan=True)
@@ -97,7 +100,7 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
 
 def test_a_step_records_its_tokens_and_padded_rows_nothing():
     state = PenaltyState(rows=4, vocab_size=11, max_len=10, device="cpu")
-    state.admit(1, (1.2, 0.0, 0.0))
+    state.admit(1, SamplingParams(repetition_penalty=1.2))
     two_chunks = (torch.tensor([[4, 8, 8]]), torch.tensor([[5, 8, 8]]))  # padded past their lengths
     for start, chunk in enumerate(two_chunks):
         state.write_prompt(chunk, torch.tensor([1]), torch.tensor([start]), torch.tensor([1]))
@@ -111,14 +114,15 @@ def test_a_step_records_its_tokens_and_padded_rows_nothing():
     assert torch.equal(state.counts[0], state.counts[1]) and state.settings[0, 0].item() == pytest.approx(1.2)
 
 
-def reference_greedy(target, prompt, n, settings):
-    """Greedy decoding with the penalties applied to each position's logits (whole forwards, no cache)."""
+def reference_greedy(target, prompt, n, params, eos=()):
+    """Greedy decoding with the logits of each position processed by ``params`` (penalties, min_tokens over
+    ``eos``, n-gram bans; whole forwards, no cache), stopping after an EOS id."""
     dev, out = target.device, []
     rows = torch.tensor([target.cfg.max_requests - 1], device=dev)
-    for _ in range(n):
+    while len(out) < n and not (out and out[-1] in eos):
         seq = torch.tensor([prompt + out], device=dev)
         logits, _ = target(seq, torch.arange(seq.shape[1], device=dev)[None], rows)
-        out.append(int(torch.argmax(penalised_logits_ref(logits[0, -1], prompt, out, settings))))
+        out.append(int(torch.argmax(penalised_logits_ref(logits[0, -1], prompt, out, params, eos))))
     return out
 
 
@@ -135,7 +139,7 @@ def test_greedy_with_penalties_equals_the_reference_decode(overlap, k, chunk):
     out = dec.generate(PROMPTS, max_new_tokens=[12, 9, 14], sampling=PENALISED, overlap=overlap)
     plain = SpecDecoder.for_example(target, draft, num_draft_tokens=k).generate(PROMPTS, max_new_tokens=[12, 9, 14])
     for prompt, tokens, params, free in zip(PROMPTS, out, PENALISED, plain):
-        assert tokens == reference_greedy(target, prompt, len(tokens), params.penalties())
+        assert tokens == reference_greedy(target, prompt, len(tokens), params)
         if not params.penalised:
             assert tokens == free  # a request without penalties decodes as it would without them
     assert out[0] != plain[0]  # the penalties change what repeats

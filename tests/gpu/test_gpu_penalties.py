@@ -36,7 +36,7 @@ def test_step_graph_penalties_equal_eager(overlap, chunk, params):
     assert got[0] == got[1]
     if params is PENALISED:
         for prompt, (output, _), p in zip(PROMPTS, got[0], params):
-            assert output == reference_greedy(target, prompt, len(output), p.penalties())
+            assert output == reference_greedy(target, prompt, len(output), p)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -48,7 +48,7 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
         prompt = torch.randint(0, 50, (9,), generator=g).tolist()
         out = torch.randint(0, 50, (7,), generator=g)
         for s in states:
-            s.admit(slot, (1.3, 0.4, -0.7))
+            s.admit(slot, SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=-0.7))
             s.write_prompt(torch.tensor([prompt], device=s.device), torch.tensor([slot], device=s.device),
                            torch.tensor([0], device=s.device), torch.tensor([len(prompt)], device=s.device))  # fmt: skip
             s.record(out[None].to(s.device), torch.tensor([slot], device=s.device),
@@ -63,13 +63,16 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
-def test_min_tokens_in_the_step_graph_equals_eager_and_the_reference(overlap):
-    from tests.e2e.test_min_tokens import reference_greedy as held_back_greedy
-
+def test_token_bans_in_the_step_graph_equal_eager_and_the_reference(overlap):
+    """min_tokens and no_repeat_ngram_size (with the kernels: the n-gram scan after the barrier)."""
     target, draft = build("tiny", device="cuda")
     plain = SpecDecoder.for_example(target, draft).generate(PROMPTS, max_new_tokens=1)
     eos = sorted({p[0] for p in plain})
-    sampling = [SamplingParams(min_tokens=6), SamplingParams(), SamplingParams(min_tokens=9, temperature=0.9, seed=4)]
+    sampling = [
+        SamplingParams(min_tokens=6, no_repeat_ngram_size=2),
+        SamplingParams(),
+        SamplingParams(min_tokens=9, temperature=0.9, seed=4, no_repeat_ngram_size=3),
+    ]
     got = []
     for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):
         dec = SpecDecoder.for_example(target, draft, max_batch=3, penalties=True, eos_token_id=eos,
@@ -79,5 +82,5 @@ def test_min_tokens_in_the_step_graph_equals_eager_and_the_reference(overlap):
         got.append([r.output for r in requests])
         dec.release()
     assert got[0] == got[1]
-    assert got[0][0] == held_back_greedy(target, PROMPTS[0], 14, 6, eos) and len(got[0][1]) == 1
+    assert got[0][0] == reference_greedy(target, PROMPTS[0], 14, sampling[0], eos) and len(got[0][1]) == 1
     assert len(got[0][2]) >= 9 and not set(got[0][2][:9]) & set(eos)

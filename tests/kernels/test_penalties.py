@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from stepgraph.kernels.penalties import penalise_rows, penalise_rows_ref, record_tokens, record_tokens_ref
+from stepgraph.kernels.penalties import Bans, penalise_rows, penalise_rows_ref, record_tokens, record_tokens_ref
 from tests.conftest import HAS_CUDA
 from tests.e2e.test_penalties import odd_logits
 
@@ -53,13 +53,37 @@ def test_the_min_tokens_ban_equals_its_reference(B, K, V, L, dtype):
     banned = torch.full((S, 8), -1, dtype=torch.int32, device=DEV)
     banned[4, :3] = torch.tensor([1, 5, 1])  # ids the history (tokens < 13) and the drafts hold
     banned[0, :2] = torch.tensor([V - 1, 2])
-    ban = (until, banned)
-    got = penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, S - 1, ban=ban)
-    want = penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, S - 1, ban=ban)
+    bans = Bans(until, banned, torch.zeros(S, dtype=torch.int32, device=DEV))
+    got = penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, S - 1, bans=bans)
+    want = penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, S - 1, bans=bans)
     torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     assert (want[0, :2, [1, 5]] == float("-inf")).all()  # positions L//2 + 1, + 2 come before L//2 + 3
     if K:
         assert not (want[0, 2:, [1, 5]] == float("-inf")).all()  # from position L//2 + 3 on, free
+
+
+@pytest.mark.parametrize("K", [0, 1, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 6])
+def test_the_ngram_ban_equals_its_reference(n, K):
+    """Histories over few ids (n-grams repeat), drafts that continue them, a row too short for n, a padded
+    row, a slot without the ban, and a longer history than one block."""
+    S, V, L = 6, 37, 300
+    history, counts, settings = state(S, V, L, seed=n + 11)
+    history[:, :] = torch.randint(0, 4, (S, L + 1), generator=torch.Generator().manual_seed(n)).to(history)
+    g = torch.Generator().manual_seed(K + 5)
+    B = 4
+    logits = odd_logits((B, K + 1, V), torch.float32, seed=n).to(DEV)
+    drafts = torch.randint(0, 4, (B, K), generator=g).to(DEV)
+    slots = torch.tensor([4, -1, 0, 2], device=DEV)
+    seq_len = torch.tensor([L - 1, 0, 0, 40], device=DEV)  # slot 0 has one token: too short for n >= 3
+    no_repeat = torch.tensor([n, 0, n, 0, n, 0], dtype=torch.int32, device=DEV)  # slot 2: off
+    bans = Bans(torch.zeros(S, dtype=torch.int32, device=DEV), torch.full((S, 8), -1, dtype=torch.int32, device=DEV),
+                no_repeat)  # fmt: skip
+    got = penalise_rows(logits, drafts, slots, seq_len, history, counts, settings, S - 1, bans=bans)
+    want = penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, S - 1, bans=bans)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    if n <= 3:
+        assert (want[0, 0, :4] == float("-inf")).any()  # 300 tokens over 4 ids: short n-grams repeat
 
 
 def test_record_tokens_equals_its_reference():
@@ -87,4 +111,4 @@ def test_greedy_decode_through_the_kernels_equals_the_reference():
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, penalties=True)
     out = dec.generate(PROMPTS, max_new_tokens=6, sampling=PENALISED)
     for prompt, tokens, params in zip(PROMPTS, out, PENALISED):
-        assert tokens == reference_greedy(target, prompt, 6, params.penalties())
+        assert tokens == reference_greedy(target, prompt, 6, params)
