@@ -133,6 +133,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--frequency-penalty", type=float, default=0.0,
                    help="the OpenAI API's frequency penalty over the output, -2..2, any class (0: off)")  # fmt: skip
+    p.add_argument("--no-repeat-ngram-size", type=bounded_int(0, 2**31 - 1), default=0,
+                   help="Hugging Face's n-gram ban: no n-gram of this size twice in prompt and output")  # fmt: skip
     p.add_argument(
         "--seed", type=bounded_int(-(2**63), 2**63 - 1), default=0, help="seeds the prompts and the sampling"
     )
@@ -165,7 +167,7 @@ def _sampling_flags(args) -> dict:
 def _params(args) -> SamplingParams:
     chosen = sampling_class(args.sampling)
     flags = _sampling_flags(args)
-    penalties = {name: getattr(args, name) for name in PENALTY_FIELDS}
+    penalties = {name: getattr(args, name) for name in (*PENALTY_FIELDS, "no_repeat_ngram_size")}
     if chosen.kernel is None:
         return SamplingParams(**penalties)
     if not chosen.kernel["filtered"]:
@@ -202,7 +204,7 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
     cfg = RunnerConfig(toggles=toggles if graphs else replace(toggles, step_graph=False), progress=not args.quiet)
     dec = SpecDecoder.for_example(
         target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed, compile=args.compile,
-        penalties=_params(args).penalised,
+        penalties=_params(args).processed is not None,
     )  # fmt: skip
     if graphs and dec.runner.graphs_available:
         dec.warmup(args.batch, _params(args).sampling)

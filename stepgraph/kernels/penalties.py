@@ -117,7 +117,8 @@ def penalise_rows(
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
     _penalise_rows_kernel[(B * R,)](
-        logits, out, drafts, slots, seq_len, history, counts, settings, until, banned.contiguous(), no_repeat,
+        logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
+        banned.contiguous(), no_repeat,
         R, K, V, history.shape[1] - 1, history.stride(0), scratch,
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
         num_warps=4, **EXACT_ROUNDING,
@@ -247,7 +248,8 @@ def record_tokens(tokens, slots, seq_len, history, counts, scratch: int) -> None
     if B * R == 0:
         return None
     _record_tokens_kernel[(B,)](
-        tokens.contiguous(), slots, seq_len, history, counts, R, counts.shape[1], history.shape[1] - 1,
+        tokens.contiguous(), slots.contiguous(), seq_len.contiguous(), history, counts, R, counts.shape[1],
+        history.shape[1] - 1,
         history.stride(0), RB=next_pow2(R), num_warps=1,
     )  # fmt: skip
     return None

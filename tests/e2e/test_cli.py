@@ -64,6 +64,7 @@ def test_report_on_a_directory(tmp_path, capsys):
         (["--device", "bogus"], "is not a device"),
         (["--sampling", "nope"], "invalid choice"),
         (["--sampling", "temperature", "--temperature", "-1"], "temperature must be"),
+        (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size: must be >= 0"),
     ],
 )
 def test_demo_flags_refused_in_one_line(capsys, flags, needle):
@@ -89,6 +90,18 @@ def test_layers_and_vocab_overrides_are_applied(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert data["args"]["layers"] == 1 and data["args"]["vocab"] == 300
     assert max(max(p) for p in data["prompts"]) < 300
+
+
+def test_the_demo_bans_repeated_ngrams(tmp_path):
+    path = tmp_path / "demo.json"
+    assert main(["demo", "--layers", "1", "--max-new-tokens", "24", "--batch", "2", "--no-repeat-ngram-size", "2",
+                 "--json", str(path), "--quiet"]) == 0  # fmt: skip
+    data = json.loads(path.read_text())
+    (outputs,) = data["outputs"].values()  # on the CPU the eager decode only
+    for prompt, out in zip(data["prompts"], outputs):
+        seq = prompt + out
+        grams = [tuple(seq[j : j + 2]) for j in range(len(seq) - 1)]
+        assert len(grams) == len(set(grams)) and len(out) == 24
 
 
 def test_demo_compile_flag_compiles_the_forwards(tmp_path):

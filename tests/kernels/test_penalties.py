@@ -101,14 +101,38 @@ def test_record_tokens_equals_its_reference():
     assert outs[0][0][0, 3:6].tolist() == [3, 3, 7] and outs[0][1][0, 3] == counts[0, 3] + 2
 
 
+def test_strided_lengths_and_slots_are_read_by_their_strides():
+    """The step hands ``positions[:, 0]`` (a column of ``[B, K + 1]``) as the lengths: with two requests the
+    kernel read the second one's length from the first one's next position."""
+    S, V, L = 5, 50, 20
+    history, counts, settings = state(S, V, L, seed=2)
+    tokens = torch.tensor([[21 % V, 32, 16, -1], [24, -1, -1, -1]], device=DEV)
+    positions = torch.tensor([[7, 8, 9, 10], [6, 7, 8, 9]], device=DEV)
+    slots = torch.tensor([[1, 9], [2, 9]], device=DEV)[:, 0]
+    outs = []
+    for record in (record_tokens, record_tokens_ref):
+        h, c = history.clone(), counts.clone()
+        record(tokens, slots, positions[:, 0], h, c, S - 1)
+        outs.append((h[:, :L], c))
+    assert torch.equal(outs[0][0], outs[1][0]) and outs[0][0][2, 7] == 24
+    logits = odd_logits((2, 4, V), torch.float32).to(DEV)
+    drafts = tokens[:, :3].clamp(min=0)
+    got = penalise_rows(logits, drafts, slots, positions[:, 0], history, counts, settings, S - 1)
+    want = penalise_rows_ref(logits, drafts, slots, positions[:, 0], history, counts, settings, S - 1)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
 def test_greedy_decode_through_the_kernels_equals_the_reference():
-    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties, K = 3."""
+    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties and an n-gram ban,
+    K = 3, long enough for every request's history to matter (a later request's once went astray)."""
+    from stepgraph import SamplingParams
     from stepgraph.examples.model import build
     from stepgraph.speculative.decoder import SpecDecoder
     from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
 
     target, draft = build("tiny", device=DEV)
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, penalties=True)
-    out = dec.generate(PROMPTS, max_new_tokens=6, sampling=PENALISED)
-    for prompt, tokens, params in zip(PROMPTS, out, PENALISED):
-        assert tokens == reference_greedy(target, prompt, 6, params)
+    sampling = [PENALISED[0], SamplingParams(no_repeat_ngram_size=2), PENALISED[2]]
+    out = dec.generate(PROMPTS, max_new_tokens=16, sampling=sampling)
+    for prompt, tokens, params in zip(PROMPTS, out, sampling):
+        assert tokens == reference_greedy(target, prompt, 16, params)
