@@ -234,6 +234,7 @@ def _check(logits, draft_tokens, temperature, top_k, top_p, min_p, seed, offset,
     if seq_lens is not None:
         check(seq_lens.shape == (B,) and seq_lens.dtype in INDEX_DTYPES, f"seq_lens must be [B={B}] int32/int64")
         check(seq_lens.device == logits.device, f"seq_lens is on {seq_lens.device}, logits on {logits.device}")
+        check(seq_lens.is_contiguous(), "seq_lens must be contiguous (the kernel reads element b at b)")
 
 
 def filter_cut_keys(

@@ -282,7 +282,7 @@ def _launch(q, kv_cache, rows, block_table, positions, scale, plan=None, items=0
     acc = torch.empty(partials * M * HDP, dtype=torch.float32, device=dev)
     ml = torch.empty(partials * M * 2, dtype=torch.float32, device=dev)
     out = torch.empty(B, T, H, HD, dtype=q.dtype, device=dev)
-    positions = positions.contiguous()
+    positions, rows = positions.contiguous(), rows.contiguous()
     ieee = q.dtype == torch.float32
     table = rows if block_table is None else block_table  # an unread pointer for rows
     st_r = 0 if block_table is None else block_table.stride(0)

@@ -193,8 +193,8 @@ def draft_extend_tail(
     _check_logits(logits)
     cfg = launch_config(select.shape[0], config)  # a bad config is refused on every device
     check(
-        select.dim() == 1 and select.dtype in INDEX_DTYPES,
-        f"select must be [B] int32/int64, got {tuple(select.shape)} {select.dtype}",
+        select.dim() == 1 and select.dtype in INDEX_DTYPES and select.is_contiguous(),
+        f"select must be a contiguous [B] int32/int64 tensor, got {tuple(select.shape)} {select.dtype}",
     )
     check(select.device == logits.device, f"select on {select.device}, logits on {logits.device}")
     N, V = logits.shape
@@ -204,7 +204,10 @@ def draft_extend_tail(
         check(hidden.stride(-1) == 1, "hidden must have unit stride along D")
         check(hidden.device == logits.device, f"hidden on {hidden.device}, logits on {logits.device}")
     tokens = out_tokens if out_tokens is not None else torch.empty(B, dtype=torch.int64, device=logits.device)
-    check(tokens.shape == (B,) and tokens.dtype == torch.int64, f"out_tokens must be [B={B}] int64")
+    check(
+        tokens.shape == (B,) and tokens.dtype == torch.int64 and tokens.is_contiguous(),
+        f"out_tokens must be a contiguous [B={B}] int64 tensor",
+    )
     hid = None
     if hidden is not None:
         D = hidden.shape[1]

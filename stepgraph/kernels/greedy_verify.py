@@ -167,6 +167,7 @@ def _check_inputs(logits: torch.Tensor, draft_tokens: torch.Tensor, seq_lens: to
         check(seq_lens.shape == (B,), f"seq_lens must be [B]={B}, got {tuple(seq_lens.shape)}")
         check(seq_lens.dtype in INDEX_DTYPES, f"seq_lens must be int32 or int64, got {seq_lens.dtype}")
         check(seq_lens.device == logits.device, f"seq_lens on {seq_lens.device}, logits on {logits.device}")
+        check(seq_lens.is_contiguous(), "seq_lens must be contiguous (the kernel reads element b at b)")
 
 
 def _outputs(

@@ -67,7 +67,8 @@ def propose(rows, row_ids, at, tokens, min_ngram: int, max_ngram: int, vocab_siz
     if B * T == 0:
         return out
     _propose_kernel[(B * T,)](
-        rows, row_ids, at.contiguous(), tokens.contiguous(), out, T, rows.shape[1], rows.stride(0), vocab_size,
+        rows, row_ids.contiguous(), at.contiguous(), tokens.contiguous(), out, T, rows.shape[1], rows.stride(0),
+        vocab_size,
         MIN_N=min_ngram, MAX_N=max_ngram, BLOCK=ROW_BLOCK, VBLOCK=VOCAB_BLOCK, num_warps=4,
     )  # fmt: skip
     return out

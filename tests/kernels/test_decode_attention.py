@@ -45,6 +45,14 @@ def test_head_dims_that_are_small_or_not_a_power_of_two(hd):
         )
 
 
+def test_strided_rows_are_read_by_their_stride():
+    q, kv, rows, positions = case(B=3, T=2, H=4, KVH=2, hd=16, S=40, dtype=torch.float32)
+    column = torch.stack([rows, rows.flip(0)], 1)[:, 0]  # element b of a column is not at b
+    torch.testing.assert_close(
+        decode_attention(q, kv, column, positions, 0.25), decode_attention(q, kv, rows, positions, 0.25), atol=0, rtol=0
+    )
+
+
 def test_keys_past_a_query_position_are_invisible():
     q, kv, rows, positions = case(B=2, T=2, H=2, KVH=1, hd=16, S=64, dtype=torch.float32)
     before = decode_attention(q, kv, rows, positions, 0.25)

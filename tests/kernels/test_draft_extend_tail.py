@@ -45,3 +45,7 @@ def test_tokens_only_and_errors():
         draft_extend_tail(x, None, sel.float())
     with pytest.raises(ValueError, match="hidden"):
         draft_extend_tail(x, torch.randn(3, 5, device=DEV), sel)
+    with pytest.raises(ValueError, match="contiguous"):  # element b of a column is not at b
+        draft_extend_tail(x, None, torch.tensor([[3, 1], [0, 1]], device=DEV)[:, 0])
+    with pytest.raises(ValueError, match="out_tokens must be a contiguous"):
+        draft_extend_tail(x, None, sel, out_tokens=torch.zeros(2, 2, dtype=torch.int64, device=DEV)[:, 0])

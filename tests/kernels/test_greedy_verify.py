@@ -116,6 +116,13 @@ def test_bad_inputs_raise_clear_errors(make, match):
         greedy_chain_verify(x.to(DEV), d.to(DEV))
 
 
+def test_strided_seq_lens_are_refused_by_name():
+    x, d = torch.randn(2, 3, 10, device=DEV), torch.zeros(2, 2, dtype=torch.long, device=DEV)
+    lens = torch.tensor([[5, 9], [7, 9]], device=DEV)[:, 0]  # a column: element b is not at b
+    with pytest.raises(ValueError, match="seq_lens must be contiguous"):
+        greedy_chain_verify(x, d, lens)
+
+
 def test_bad_workspace():
     x = torch.randn(2, 3, 10, device=DEV)
     with pytest.raises(ValueError, match="workspace"):

@@ -27,6 +27,8 @@ def test_propose_equals_its_reference(L, V, ngrams, dtype):
     assert got.shape == (B, T, V) and got.dtype == dtype
     assert torch.equal(got, want)
     assert torch.equal(got.sum(-1).float(), torch.ones(B, T, device=DEV))
+    strided = torch.stack([row_ids, row_ids], 1).to(DEV)[:, 0]  # a column view: read by its stride
+    assert torch.equal(propose(args[0], strided, *args[2:]), want)
 
 
 def test_greedy_decode_through_the_kernel_equals_the_reference():
