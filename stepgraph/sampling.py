@@ -159,8 +159,9 @@ class SamplingParams:
         return self.penalties() != NEUTRAL
 
     @property
-    def processed(self) -> str | None:
-        """The first setting that needs the decoder's penalties (``penalties=True``), or ``None``."""
+    def needs_penalty_state(self) -> str | None:
+        """The first of these settings that needs the decoder's penalty state (``penalties=True``): a
+        penalty, ``min_tokens`` or ``no_repeat_ngram_size``; ``None`` if none does."""
         for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size"):
             if getattr(self, name) != getattr(SamplingParams, name):
                 return name

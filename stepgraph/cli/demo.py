@@ -204,7 +204,7 @@ def _decode(args, device, dtype, toggles: Toggles, prompts, *, graphs: bool):
     cfg = RunnerConfig(toggles=toggles if graphs else replace(toggles, step_graph=False), progress=not args.quiet)
     dec = SpecDecoder.for_example(
         target, draft, num_draft_tokens=args.k, max_batch=args.batch, config=cfg, seed=args.seed, compile=args.compile,
-        penalties=_params(args).processed is not None,
+        penalties=_params(args).needs_penalty_state is not None,
     )  # fmt: skip
     if graphs and dec.runner.graphs_available:
         dec.warmup(args.batch, _params(args).sampling)

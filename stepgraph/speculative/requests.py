@@ -131,8 +131,8 @@ class RequestRules:
             raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
         if not prompt:
             raise ValueError("empty prompt: give at least one token")
-        if params.processed is not None and not self.penalties:
-            name = params.processed
+        if params.needs_penalty_state is not None and not self.penalties:
+            name = params.needs_penalty_state
             raise ValueError(
                 f"this request sets {name}={getattr(params, name)!r}, which the decoder applies with its penalties, "
                 "but it was built without them; build it with penalties=True"
