@@ -4,6 +4,7 @@ The example model at the Qwen3-0.6B shape (28 layers, bf16). Per batch size, in 
 of a greedy step graph (``SpecDecoder.step_ms``: the key's replay on pad-filled buffers) of:
 
 * the EAGLE head at K = 3, and plain decoding (K = 0);
+* a DeepSeek-style MTP head at K = 3 (``build(draft="mtp")``);
 * an EAGLE-3 head at K = 3 (``build(draft="eagle3")``: the target tapped at three layers, a draft
   vocabulary of 32000 target ids; target: <= 1.1x the EAGLE head's step);
 * prompt lookup (``stepgraph.drafts.PromptLookupDraft``, n-grams 3..1) at K = 3;
@@ -37,6 +38,7 @@ from _timing import (
 )
 
 from stepgraph.drafts import PromptLookupDraft
+from stepgraph.examples.model import MtpHead
 from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.speculative.draft_policy import FixedDraftLength
 
@@ -86,7 +88,12 @@ def main() -> None:
     target, eagle = example_models(num_layers=args.layers, max_requests=max(batches))
     tapped, eagle3 = example_models(num_layers=args.layers, max_requests=max(batches), draft="eagle3")
     lookup = PromptLookupDraft.for_example(target)
-    kinds = {"eagle": (target, eagle), "eagle3": (tapped, eagle3), "prompt lookup": (target, lookup)}
+    kinds = {
+        "eagle": (target, eagle),
+        "eagle3": (tapped, eagle3),
+        "mtp": (target, MtpHead(target)),
+        "prompt lookup": (target, lookup),
+    }
     decs = {
         name: SpecDecoder.for_example(t, d, num_draft_tokens=(K, 0), max_batch=max(batches))
         for name, (t, d) in kinds.items()
@@ -99,18 +106,19 @@ def main() -> None:
         "",
         "Device ms per greedy step graph:",
         "",
-        "| B | K = 0 | K = 0 + verify | EAGLE head | EAGLE-3 head | EAGLE-3 / EAGLE | prompt lookup | "
+        "| B | K = 0 | K = 0 + verify | EAGLE head | EAGLE-3 head | EAGLE-3 / EAGLE | MTP head | prompt lookup | "
         "lookup / (K = 0 + verify) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for B in batches:
         plain = decs["eagle"].step_ms(B, 0)
         verify = plain + forward_ms(target, B, K + 1) - forward_ms(target, B, 1)
         ms = {"k0": plain, "k0_plus_verify": verify, **{n: d.step_ms(B, K) for n, d in decs.items()}}
         record["step_ms"][f"B={B}"] = ms
-        lk, e1, e3 = ms["prompt lookup"], ms["eagle"], ms["eagle3"]
+        lk, e1, e3, mtp = ms["prompt lookup"], ms["eagle"], ms["eagle3"], ms["mtp"]
         rows.append(
-            f"| {B} | {plain:.3f} | {verify:.3f} | {e1:.3f} | {e3:.3f} | {e3 / e1:.3f}x | {lk:.3f} | {lk / verify:.3f}x |"
+            f"| {B} | {plain:.3f} | {verify:.3f} | {e1:.3f} | {e3:.3f} | {e3 / e1:.3f}x | {mtp:.3f} | {lk:.3f} | "
+            f"{lk / verify:.3f}x |"
         )
     rows += [
         "",

@@ -96,9 +96,9 @@ def add_parser(sub) -> None:
     )  # fmt: skip
     p.add_argument("--page-size", type=bounded_int(1, 4096), default=16, help="positions per page (--kv paged)")
     p.add_argument(
-        "--draft", default="eagle", choices=["eagle", "eagle3", "same", "ngram"],
-        help="an EAGLE head, an EAGLE-3 head (the target tapped at three layers), a copy of the target, or prompt "
-        "lookup (n-gram matches in each request's own tokens)",
+        "--draft", default="eagle", choices=["eagle", "eagle3", "mtp", "same", "ngram"],
+        help="an EAGLE head, an EAGLE-3 head (the target tapped at three layers), a DeepSeek-style MTP head, a copy "
+        "of the target, or prompt lookup (n-gram matches in each request's own tokens)",
     )  # fmt: skip
     p.add_argument(
         "--compile", action="store_true",

@@ -316,6 +316,26 @@ class EagleDraft:
         return _rms_norm(x, self.norm) @ self.target.lm_head, x
 
 
+class MtpHead(EagleDraft):
+    """DeepSeek-V3-style MTP head (random weights): one decoder layer over ``eh_proj(cat(enorm(embed(token)),
+    hnorm(hidden)))``, then its own norm and the target's LM head (the ``shared_head``). ``hidden`` is the
+    target's final state before its norm, then the layer's own output while drafting (see
+    :mod:`stepgraph.drafts.mtp` for the trained format). Shapes as :class:`EagleDraft`."""
+
+    def __init__(self, target: ExampleTarget, *, seed: int | None = None) -> None:
+        super().__init__(target, seed=seed)
+        d = self.cfg.hidden_size
+        init = _Init(self.cfg.seed + 7, target.device, target.dtype)
+        self.enorm, self.hnorm = init.ones(d), init.ones(d)
+        self.fc = init.normal(2 * d, d, std=1.0 / math.sqrt(2 * d))  # eh_proj
+
+    def __call__(self, tokens, positions, hidden, cache_rows):
+        e = _rms_norm(self.target.embed[tokens], self.enorm)
+        x = torch.cat([e, _rms_norm(hidden.to(self.target.dtype), self.hnorm)], -1) @ self.fc
+        x, _ = self.stack(x, positions, cache_rows)
+        return _rms_norm(x, self.norm) @ self.target.lm_head, x
+
+
 def eagle3_taps(num_layers: int) -> tuple[int, int, int]:
     """EAGLE-3's default taps, ``(2, L // 2, L - 3)``, clamped into ``0..L-1`` for shallow models."""
     return tuple(min(max(i, 0), num_layers - 1) for i in (2, num_layers // 2, num_layers - 3))
@@ -414,7 +434,8 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
     """``(target, draft)`` for a preset (``tiny`` or ``qwen3-0.6b``) with config ``overrides``.
 
     ``draft``: ``"eagle"`` (an EAGLE head), ``"eagle3"`` (an EAGLE-3 head, the target tapped at three
-    layers: :class:`Eagle3Head`), ``"same"`` (a copy of the target: accepts everything),
+    layers: :class:`Eagle3Head`), ``"mtp"`` (a DeepSeek-style MTP head: :class:`MtpHead`), ``"same"`` (a
+    copy of the target: accepts everything),
     ``"twin:A"`` (a copy whose proposals agree with the target's at rate ``A`` in [0, 1]:
     :class:`TwinDraft`) or ``"ngram"`` (prompt lookup, no draft model: :class:`~stepgraph.drafts.PromptLookupDraft`).
     """
@@ -427,6 +448,8 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
     target = ExampleTarget(cfg, device=device, dtype=dtype)
     if draft == "eagle":
         return target, EagleDraft(target)
+    if draft == "mtp":
+        return target, MtpHead(target)
     if draft == "ngram":
         from stepgraph.drafts import PromptLookupDraft
 
@@ -439,7 +462,9 @@ def build(preset: str = "tiny", *, device="cpu", dtype=torch.float32, draft: str
         except ValueError:
             raise ValueError(f"draft {draft!r}: give twin:A with A an acceptance in [0, 1], e.g. twin:0.6") from None
         return target, TwinDraft(ExampleTarget(cfg, device=device, dtype=dtype, kv=target.kv), acceptance)
-    raise ValueError(f"draft must be 'eagle', 'eagle3', 'same', 'ngram' or 'twin:A' (A in [0, 1]), got {draft!r}")
+    raise ValueError(
+        f"draft must be 'eagle', 'eagle3', 'mtp', 'same', 'ngram' or 'twin:A' (A in [0, 1]), got {draft!r}"
+    )
 
 
 def greedy_reference(

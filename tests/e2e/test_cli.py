@@ -92,6 +92,15 @@ def test_layers_and_vocab_overrides_are_applied(tmp_path, capsys):
     assert max(max(p) for p in data["prompts"]) < 300
 
 
+@pytest.mark.parametrize("draft", ["eagle3", "mtp"])
+def test_the_demo_runs_each_head(tmp_path, draft):
+    path = tmp_path / "demo.json"
+    assert main(["demo", "--draft", draft, "--layers", "4", "--max-new-tokens", "6", "--batch", "2",
+                 "--json", str(path), "--quiet"]) == 0  # fmt: skip
+    data = json.loads(path.read_text())
+    assert data["args"]["draft"] == draft and all(len(o) == 6 for o in next(iter(data["outputs"].values())))
+
+
 def test_the_demo_bans_repeated_ngrams(tmp_path):
     path = tmp_path / "demo.json"
     assert main(["demo", "--layers", "1", "--max-new-tokens", "24", "--batch", "2", "--no-repeat-ngram-size", "2",

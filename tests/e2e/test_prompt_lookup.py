@@ -76,6 +76,17 @@ def test_greedy_output_is_the_targets_and_repetition_is_accepted(k, overlap):
     assert dec.in_use == (0, 0)
 
 
+def test_with_auto_the_draft_length_follows_what_lookup_gets_accepted():
+    """num_draft_tokens="auto" drops K (to 0 where nothing is accepted): the text that does not repeat
+    drafts little, and the output stays the target's."""
+    target, _ = build("tiny")
+    dec = SpecDecoder.for_example(target, PromptLookupDraft.for_example(target), num_draft_tokens="auto", max_batch=4)
+    prompts = repetitive(11, 4)
+    out = dec.generate(prompts, max_new_tokens=60)
+    assert out == [greedy_reference(target, p, 60) for p in prompts]
+    assert len(dec.stats.draft_len_steps) > 1  # K moved from step to step
+
+
 @pytest.mark.parametrize("kv,chunk", [("rows", None), ("rows", 5), ("paged", 16)])
 def test_exact_over_paged_caches_and_chunked_prefill(kv, chunk):
     target, _ = build("tiny", kv=kv, page_size=4, max_seq_len=192)

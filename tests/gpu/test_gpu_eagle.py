@@ -41,11 +41,12 @@ def test_step_graph_with_an_eagle_head_equals_eager(tmp_path, dtype, chunk, kind
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_the_example_eagle3_head_in_the_step_graph_equals_eager(dtype):
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_the_example_heads_in_the_step_graph_equal_eager(dtype, kind):
     from stepgraph.examples.model import build, greedy_reference
     from stepgraph.speculative.decoder import SpecDecoder
 
-    target, head = build("tiny", device="cuda", dtype=dtype, draft="eagle3", num_layers=6)
+    target, head = build("tiny", device="cuda", dtype=dtype, draft=kind, num_layers=6)
     prompts = [[5, 6, 7, 8, 9] * 3, [1, 2, 3], [4]]
     outs = []
     for toggles in (Toggles.all(True), Toggles(step_graph=False, prefill_graph=False)):

@@ -1,10 +1,20 @@
-"""The example model's EAGLE-3 head: the target tapped natively at three layers, the head's draft
-vocabulary mapped to the target's, and greedy output equal to the target's own on every path."""
+"""The example model's trained-style heads. EAGLE-3: the target tapped natively at three layers, the
+head's draft vocabulary mapped to the target's. MTP: DeepSeek's formula over the target's final state. Both
+give greedy output equal to the target's own on every path."""
 
 import pytest
 import torch
 
-from stepgraph.examples.model import Eagle3Head, ExampleTarget, ModelConfig, build, eagle3_taps, greedy_reference
+from stepgraph.examples.model import (
+    Eagle3Head,
+    ExampleTarget,
+    ModelConfig,
+    MtpHead,
+    _rms_norm,
+    build,
+    eagle3_taps,
+    greedy_reference,
+)
 from stepgraph.speculative.decoder import SpecDecoder
 
 
@@ -42,3 +52,28 @@ def test_taps_are_the_stream_entering_each_layer_and_proposals_stay_in_the_draft
     with pytest.raises(ValueError, match="three target layers"):
         Eagle3Head(plain)
     assert eagle3_taps(28) == (2, 14, 25) and eagle3_taps(2) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("kv,chunk", [("rows", None), ("paged", 5)])
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_greedy_output_with_the_mtp_head_is_the_targets(kv, chunk, overlap):
+    target, head = build("tiny", draft="mtp", kv=kv, page_size=4)
+    assert isinstance(head, MtpHead) and head.hidden_size == target.hidden_size
+    dec = SpecDecoder.for_example(target, head, num_draft_tokens=2, max_batch=4, prefill_chunk=chunk)
+    prompts = [[5, 6, 7, 8, 9] * 3, [1, 2, 3], [4]]
+    assert dec.generate(prompts, max_new_tokens=16, overlap=overlap) == [
+        greedy_reference(target, p, 16) for p in prompts
+    ]
+
+
+def test_the_mtp_head_is_deepseeks_formula():
+    """eh_proj(cat(enorm(embed(x)), hnorm(h))), one layer, then its own norm and the target's head: against
+    the same arithmetic written out, with the layer taken from the head."""
+    target, head = build("tiny", draft="mtp")
+    tokens, positions, rows = torch.tensor([[3, 9, 27]]), torch.arange(3)[None], torch.tensor([0])
+    _, final = target(tokens, positions, rows)
+    logits, out = head(tokens, positions, final, rows)
+    x = torch.cat([_rms_norm(target.embed[tokens], head.enorm), _rms_norm(final, head.hnorm)], -1) @ head.fc
+    layer_out, _ = head.stack(x, positions, rows)
+    torch.testing.assert_close(out, layer_out, rtol=0, atol=0)
+    torch.testing.assert_close(logits, _rms_norm(layer_out, head.norm) @ target.lm_head, rtol=0, atol=0)
