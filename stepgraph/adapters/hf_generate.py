@@ -10,7 +10,9 @@
   transformers applies it; the decoder needs ``penalties=True``, which ``hf_spec_decoder`` turns on by
   itself for a generation config that sets one), ``min_new_tokens`` and ``no_repeat_ngram_size`` (on
   the device with the penalties, as ``repetition_penalty``), ``max_new_tokens``, ``max_length``,
-  ``eos_token_id``, ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``.
+  ``eos_token_id``, ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``,
+  ``num_return_sequences`` (sampled: that many sequences per prompt, one after another, as transformers
+  orders them).
   Anything else set to a value that would change the output (beams, ``min_length``, bad words, scores)
   raises ``ValueError`` naming it: nothing is dropped silently. Settings that only steer how transformers
   runs (``use_cache``, ``cache_implementation``, compile options) and beam-search settings without beams
@@ -32,7 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -45,7 +47,7 @@ from stepgraph.speculative.requests import Request, normalize_eos
 HONOURED = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "max_length",
     "min_new_tokens", "no_repeat_ngram_size", "eos_token_id", "pad_token_id", "stop_strings",
-    "return_dict_in_generate",
+    "return_dict_in_generate", "num_return_sequences",
 }  # fmt: skip
 #: settings that change how transformers runs, not which tokens come out
 IGNORED = {
@@ -274,11 +276,13 @@ class HFSpecDecoder(SpecDecoder):
         )
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         prompts, kind = prompts_of(inputs, attention_mask, tokenizer)
-        requests = self.make_requests(
-            prompts,
-            list(max_new_tokens) if per_prompt else _max_new_tokens(settings, prompts),
-            sampling_params(settings) if sampling is None else sampling,
-        )
+        limits = list(max_new_tokens) if per_prompt else _max_new_tokens(settings, prompts)
+        params = sampling_params(settings) if sampling is None else sampling
+        prompts, limits, params, copies = _return_sequences(settings, prompts, limits, params)
+        if copies > 1:
+            kind = "texts" if kind == "text" else kind
+            inputs = inputs.repeat_interleave(copies, 0) if kind == "tensor" else inputs
+        requests = self.make_requests(prompts, limits, params)
         self._set_stops(requests, settings, tokenizer)
         _set_streams(requests, on_tokens, streamer, prompts)
         self.serve(requests, overlap=overlap, on_step=on_step, arrivals=arrivals)
@@ -319,6 +323,35 @@ class HFSpecDecoder(SpecDecoder):
         for i, n in enumerate(new):
             out[i, : len(n)] = torch.tensor(n, dtype=inputs.dtype)
         return torch.cat([inputs.cpu(), out], 1).to(inputs.device)
+
+
+def _return_sequences(settings: dict, prompts, limits: list[int], params):
+    """``(prompts, limits, params, n)`` with each prompt ``n = num_return_sequences`` times in a row (its
+    limit and settings with it); a copy after the first of a seeded request gets a seed of its own, so
+    the ``n`` samples differ and the first is the one a single sequence would be.
+
+    Raises
+    ------
+    ValueError
+        For ``n > 1`` with a greedy request (every copy would be the same; transformers refuses it too).
+    """
+    n = int(settings.get("num_return_sequences") or 1)
+    if n < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {n}")
+    per = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+    if n == 1 or len(limits) != len(prompts) or len(per) != len(prompts):  # make_requests names a mismatch
+        return prompts, limits, params, 1
+    if any(p.temperature == 0.0 for p in per):
+        raise ValueError(
+            f"num_return_sequences={n} needs sampling (do_sample=True, or a SamplingParams with a temperature): "
+            "greedy decoding gives one sequence per prompt"
+        )
+
+    def copy_of(p: SamplingParams, j: int) -> SamplingParams:
+        return p if j == 0 or p.seed is None else replace(p, seed=(p.seed * 1_000_003 + j) % 2**63)
+
+    rows = [(prompt, limit, copy_of(p, j)) for prompt, limit, p in zip(prompts, limits, per) for j in range(n)]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], n
 
 
 def _set_streams(requests: list[Request], on_tokens, streamer, prompts: list[list[int]]) -> None:

@@ -128,6 +128,24 @@ def test_no_repeat_ngram_size_bans_as_generate_does(models):
         decoder(models).generate(PROMPTS, no_repeat_ngram_size=2)
 
 
+def test_num_return_sequences_samples_each_prompt_that_many_times(models):
+    """Sequences come per prompt, one after another (transformers' order): ids, a padded tensor and finish
+    reasons alike; a seeded request's first copy is its single sequence and the others differ."""
+    dec = decoder(models)
+    params = SamplingParams(temperature=1.0, seed=3)
+    out = dec.generate(PROMPTS, max_new_tokens=8, sampling=params, num_return_sequences=3, eos_token_id=None)
+    assert len(out) == 9 and all(len(o) == 8 for o in out)
+    single = dec.generate(PROMPTS, max_new_tokens=8, sampling=params, eos_token_id=None)
+    assert [out[3 * i] for i in range(3)] == single
+    assert all(len({tuple(o) for o in out[3 * i : 3 * i + 3]}) > 1 for i in range(3))
+    ids = torch.tensor([PROMPTS[0], PROMPTS[0][::-1]])
+    res = dec.generate(ids, do_sample=True, max_new_tokens=5, num_return_sequences=2, return_dict_in_generate=True)
+    assert res.sequences.shape[0] == 4 and torch.equal(res.sequences[:, :4], ids.repeat_interleave(2, 0))
+    assert len(res.finish_reasons) == 4
+    with pytest.raises(ValueError, match="num_return_sequences=2 needs sampling"):
+        dec.generate(PROMPTS, num_return_sequences=2)
+
+
 def test_bad_calls_say_what_to_change(models):
     dec = decoder(models)
     with pytest.raises(TypeError, match="no generation settings: top_q"):
@@ -198,6 +216,8 @@ def test_text_in_text_out(checkpoint):
     ref = model.generate(**ids, max_new_tokens=12, do_sample=False, eos_token_id=None)[0, ids.input_ids.shape[1] :]
     assert dec.generate(prompt, max_new_tokens=12, eos_token_id=None) == tok.decode(ref, skip_special_tokens=True)
     assert dec.generate([prompt, "A draft"], max_new_tokens=4)[0] == tok.decode(ref[:4], skip_special_tokens=True)
+    texts = dec.generate(prompt, max_new_tokens=4, do_sample=True, num_return_sequences=2)
+    assert isinstance(texts, list) and len(texts) == 2 and all(isinstance(t, str) for t in texts)
 
 
 def _clean(piece: str) -> bool:
