@@ -32,12 +32,15 @@ SLOW = [("top_k", "ngram", False), ("top_k", "eagle", True), ("general", "eagle"
 
 
 def decode(monkeypatch, interpret: str, draft: str, sampling, overlap: bool, lengths):
+    """With prompt lookup also a paged cache and chunked prefill (the chunk forward's first tokens)."""
     monkeypatch.setenv("TRITON_INTERPRET", interpret)
-    target, head = build("tiny", draft=draft)
+    paged = {"kv": "paged", "page_size": 4} if draft == "ngram" else {}
+    target, head = build("tiny", draft=draft, **paged)
     eos = SpecDecoder.for_example(target, head).generate(PROMPTS, max_new_tokens=2)[0][1]
     dec = SpecDecoder.for_example(
-        target, head, num_draft_tokens=3, max_batch=3, penalties=True, logprobs=2, eos_token_id=eos
-    )
+        target, head, num_draft_tokens=3, max_batch=3, penalties=True, logprobs=2, eos_token_id=eos,
+        prefill_chunk=4 if paged else None,
+    )  # fmt: skip
     requests = dec.make_requests(PROMPTS, lengths, sampling)
     dec.serve(requests, overlap=overlap)
     return [(r.output, r.finish_reason, r.logprobs, r.top_logprobs) for r in requests]
