@@ -194,15 +194,15 @@ def _penalise_rows_kernel(
         n = tl.load(no_repeat_ptr + row)
         ctx = seq + 1 + tl.minimum(i, K)  # the row's tokens: history 0..seq, then its drafts
         lanes = tl.arange(0, BLOCK)
-        for j0 in range(0, tl.where(n > 0, ctx - n + 1, 0), BLOCK):  # n-grams starting at j (none past ctx)
-            j = j0 + lanes
-            match = j <= ctx - n
-            for k in range(0, n - 1):  # j's first n - 1 tokens against the row's last n - 1
-                a = _token_at(j + k, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
-                t = _token_at(ctx - n + 1 + k + lanes * 0, seq, i, K, L, b, row, history_ptr, history_stride,
-                              drafts_ptr)  # fmt: skip
-                match = match & (a == t)
-            nxt = _token_at(j + n - 1, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
+        for g0 in range(0, tl.where(n > 0, ctx - n + 1, 0), BLOCK):  # n-grams starting at g (none past ctx)
+            g = g0 + lanes  # (loop variables of their own: a compiled loop keeps each name's type)
+            match = g <= ctx - n
+            for k in range(0, n - 1):  # g's first n - 1 tokens against the row's last n - 1
+                at_g = _token_at(g + k, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
+                at_tail = _token_at(ctx - n + 1 + k + lanes * 0, seq, i, K, L, b, row, history_ptr, history_stride,
+                                    drafts_ptr)  # fmt: skip
+                match = match & (at_g == at_tail)
+            nxt = _token_at(g + n - 1, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
             match = match & (nxt >= 0)
             tl.store(out_ptr + base + tl.where(match, nxt, 0), tl.full([BLOCK], float("-inf"), tl.float32), mask=match)
 
