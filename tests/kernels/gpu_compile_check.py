@@ -82,14 +82,35 @@ def _workloads() -> None:
         SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=2),
         SamplingParams(temperature=0.8, top_p=0.9, seed=3),
     ]
-    for draft, kv in (("eagle", {"kv": "rows"}), ("ngram", {"kv": "paged", "page_size": 4, "kv_schedule": "planned"})):
-        target, head = build("tiny", draft=draft, attention="triton", matmul="triton", num_layers=1, **kv)
+    setups = (  # the GPU's dtype and float32, rows and planned pages
+        ("eagle", torch.bfloat16, {"kv": "rows"}),
+        ("ngram", torch.float32, {"kv": "paged", "page_size": 4, "kv_schedule": "planned"}),
+    )
+    for draft, dtype, kv in setups:
+        target, head = build("tiny", draft=draft, dtype=dtype, attention="triton", matmul="triton", num_layers=1, **kv)
         dec = SpecDecoder.for_example(
             target, head, num_draft_tokens=3, max_batch=3, penalties=True, logprobs=2, eos_token_id=1,
             prefill_chunk=4,
         )  # fmt: skip
         for params in classes:
             dec.generate(prompts, max_new_tokens=3, sampling=params)
+    _direct_calls()
+
+
+def _direct_calls() -> None:
+    """The launch paths a small decode does not take: one-launch greedy verify, the two-launch tail, a
+    verify of more rows than one launch serves, in 16-bit dtypes."""
+    from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail
+    from stepgraph.kernels.greedy_verify import greedy_chain_verify
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for B in (2, 20):  # 20 x 4 rows: past the one-launch limit
+            logits = torch.randn(B, 4, 300).to(dtype)
+            drafts = torch.randint(0, 300, (B, 3))
+            greedy_chain_verify(logits, drafts, torch.full((B,), 5), workspace=torch.zeros(B, dtype=torch.int32))
+        rows = torch.randn(6, 300).to(dtype)
+        draft_extend_tail(rows, torch.randn(6, 16).to(dtype), torch.tensor([0, 5, 2]))
+        argmax_rows(rows, workspace=torch.zeros(6, dtype=torch.int32))
 
 
 def compile_all(path: str) -> None:
