@@ -174,12 +174,14 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _check(path: Path, weights: dict, expected: dict) -> None:
+def _check(path: Path, weights: dict, expected: dict, prefix: str = "") -> None:
+    """Each tensor of ``expected`` (name -> shape) in ``weights``, of that shape; ``prefix``: the names'
+    prefix in the checkpoint, for the messages."""
     for name, shape in expected.items():
         if name not in weights:
-            raise ValueError(f"{path}: no tensor {name} (expected shape {list(shape)})")
+            raise ValueError(f"{path}: no tensor {prefix}{name} (expected shape {list(shape)})")
         if tuple(weights[name].shape) != shape:
-            raise ValueError(f"{path}: {name} has shape {list(weights[name].shape)}, expected {list(shape)}")
+            raise ValueError(f"{path}: {prefix}{name} has shape {list(weights[name].shape)}, expected {list(shape)}")
 
 
 def load_eagle(

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from stepgraph.drafts.eagle import _rms
+from stepgraph.drafts.eagle import _check, _rms
 
 
 def _read_layer(path: Path, prefix: str) -> dict[str, torch.Tensor]:
@@ -86,10 +86,8 @@ class MTPDraft:
         self.mini, self.hidden_size, self.eps = mini, cfg.hidden_size, float(getattr(cfg, "rms_norm_eps", 1e-6))
         self.dtype, self.device = param.dtype, param.device
         self.num_rows, self.max_seq_len = max_requests + 1, max_seq_len
-        self.w = {
-            n: weights[n].to(param.device, param.dtype) for n in ("enorm.weight", "hnorm.weight", "eh_proj.weight")
-        }
-        self.w = {n: t.detach() for n, t in self.w.items()}
+        own_weights = ("enorm.weight", "hnorm.weight", "eh_proj.weight")
+        self.w = {n: weights[n].to(param.device, param.dtype).detach() for n in own_weights}
         self.lm = HFCausalLM(mini, max_requests=max_requests, max_seq_len=max_seq_len, attention="gather")
         self._hidden: torch.Tensor | None = None
         self._out: torch.Tensor | None = None
@@ -143,11 +141,5 @@ def load_mtp(path: str | Path, target_model, *, max_requests: int = 8, max_seq_l
     V = target_model.config.vocab_size
     expected = {"enorm.weight": (H,), "hnorm.weight": (H,), "eh_proj.weight": (H, 2 * H),
                 "shared_head.norm.weight": (H,), "shared_head.head.weight": (V, H)}  # fmt: skip
-    for name, shape in expected.items():
-        if name not in weights:
-            raise ValueError(f"{path}: no tensor model.layers.{L}.{name} (expected shape {list(shape)})")
-        if tuple(weights[name].shape) != shape:
-            raise ValueError(
-                f"{path}: model.layers.{L}.{name} has shape {list(weights[name].shape)}, expected {list(shape)}"
-            )
+    _check(path, weights, expected, prefix=f"model.layers.{L}.")
     return MTPDraft(target_model, weights, max_requests=max_requests, max_seq_len=max_seq_len)

@@ -108,12 +108,12 @@ class SpecDecoder:
         how they split and batch the work (greedy output can differ in the last bits, as with another
         batch size in bf16).
     penalties:
-        Serve requests with a ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty`` or
-        ``min_tokens`` (:mod:`stepgraph.speculative.penalties`): each request's tokens and output counts
-        are kept on the device (``(max_requests + 2) * (vocab_size + max_seq_len + 1)`` int32) and every
-        step penalises the target's logits before acceptance, also for requests without penalties (a
-        float32 copy of the logits and one kernel over each request's tokens). Off, such a request is
-        refused.
+        Serve requests with a ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
+        ``min_tokens`` or ``no_repeat_ngram_size`` (:mod:`stepgraph.speculative.penalties`): each request's
+        tokens and output counts are kept on the device (``(max_requests + 2) * (vocab_size + max_seq_len + 1)``
+        int32) and every step penalises the target's logits before acceptance, also for requests without
+        penalties (a float32 copy of the logits and one kernel over each request's tokens). Off, such a request
+        is refused.
 
     Notes
     -----
