@@ -20,6 +20,7 @@ from stepgraph.kernels import StaticCopy, input_copy_ref
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail, draft_extend_tail_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_verify_ref
+from stepgraph.kernels.logprobs import token_logprobs, token_logprobs_ref
 from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
 from stepgraph.kernels.skinny_matmul import plan, skinny_matmul
 
@@ -132,6 +133,24 @@ def bench_sampling(rows: list, record: dict) -> None:
         target = f" (target <= {res['target']:.0f}: {res['kernel'] / res['target']:.2f}x)" if res["target"] else ""
         rows.append(
             f"| sampled verify ({name}) B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f}{target} | - | "
+            f"{res['floor']:.2f} | {res['kernel'] / res['torch']:.3f} | {res['kernel'] / res['floor']:.2f} |"
+        )
+
+
+def bench_logprobs(rows: list, record: dict) -> None:
+    """Each verify row's token log-probability and its top-n alternatives (n = 0 and 20), kernel against the
+    torch reference (a float32 copy, log-sum-exp and topk)."""
+    for B, n in itertools.product(BATCHES, (0, 20)):
+        x = torch.randn(B, K + 1, V, device=dev).bfloat16()
+        tokens = torch.argmax(x, -1)
+        res = {
+            "torch": per_instance_us(lambda: token_logprobs_ref(x, tokens, n), copies=5),
+            "kernel": per_instance_us(lambda: token_logprobs(x, tokens, n), copies=5),
+            "floor": floor_us(x.numel() * 2),
+        }
+        record[f"logprobs top-{n} B={B}"] = res
+        rows.append(
+            f"| log-probabilities, top {n} B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f} | - | "
             f"{res['floor']:.2f} | {res['kernel'] / res['torch']:.3f} | {res['kernel'] / res['floor']:.2f} |"
         )
 
@@ -263,6 +282,7 @@ BENCHES = {
     "greedy_verify": bench_greedy,
     "tail": bench_tail,
     "sampling": bench_sampling,
+    "logprobs": bench_logprobs,
     "copy": bench_copies,
     "relay": bench_relay,
     "matmul": bench_matmul,

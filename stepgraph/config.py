@@ -56,6 +56,11 @@ class Toggles:
         "every topk-1 draft token from the two-stage Triton argmax: the K-1 draft steps and the draft-extend "
         "tail, whose launch also gathers the selected hidden rows (off: torch argmax and indexing)",
     )
+    fused_logprobs: bool = _piece(
+        "STEPGRAPH_FUSED_LOGPROBS",
+        "log-probabilities and top alternatives of the emitted tokens from four Triton launches, no sort and no "
+        "float32 copy of the logits (off: their torch reference, a topk over the vocabulary)",
+    )
     fused_relay: bool = _piece(
         "STEPGRAPH_FUSED_RELAY",
         "relay traffic in one launch each: the step's gather of its requests' slots and its store into them; "

@@ -67,6 +67,16 @@ KERNELS: tuple[KernelEntry, ...] = (
         piece="STEPGRAPH_FUSED_TAIL (draft steps)",
     ),
     KernelEntry(
+        name="token_logprobs",
+        launcher="stepgraph.kernels.logprobs.token_logprobs",
+        reference="stepgraph.kernels.logprobs.token_logprobs_ref",
+        launches="2 without alternatives (split maxima; float64 sums), 4 with (split and subset maxima, bound, "
+        "sums and the entries above the bound listed, per-row top-n)",
+        test="tests/kernels/test_logprobs.py",
+        benchmark="benchmarks/bench_kernels.py --only logprobs",
+        piece="STEPGRAPH_FUSED_LOGPROBS",
+    ),
+    KernelEntry(
         name="relay_store",
         launcher="stepgraph.kernels.relay.RelayStore",
         reference="stepgraph.kernels.relay.relay_store_ref",

@@ -230,6 +230,7 @@ class SpecDecoder:
             self.device,
             kernels=self.toggles.two_launch_sampling,
             logprobs=logprobs,
+            logprob_kernels=self.toggles.fused_logprobs,
             chunks=chunks,
             penalties=state,
             logprobs_mode=self.step.logprobs_mode,

@@ -28,7 +28,8 @@ class Prefill:
     ``kernels``: sample the first token with stepgraph's sampling kernel (the
     ``two_launch_sampling`` piece), else with its torch reference. ``logprobs``: ``None``, or the
     alternatives per token to score the first token with, under ``logprobs_mode``
-    (:mod:`stepgraph.speculative.scores`).
+    (:mod:`stepgraph.speculative.scores`), through its kernels with ``logprob_kernels`` (the
+    ``fused_logprobs`` piece).
     ``chunks``: the batched chunk forward (``None``: each prompt whole, in one forward).
     ``penalties``: the requests' penalty state (:mod:`stepgraph.speculative.penalties`): a prompt's tokens
     go in when its prefill starts, its first token is sampled from penalised logits and recorded.
@@ -43,6 +44,7 @@ class Prefill:
         *,
         kernels: bool,
         logprobs: int | None = None,
+        logprob_kernels: bool = True,
         chunks: ChunkForward | None = None,
         penalties: PenaltyState | None = None,
         logprobs_mode: str = "raw",
@@ -50,6 +52,7 @@ class Prefill:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
         self.logprobs_mode = logprobs_mode
         self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
+        self.logprob_kernels = logprob_kernels
         if penalties is not None:  # the whole-prompt path's slot and last position, filled per request
             self._slot, self._last, self._zero = (torch.zeros(1, dtype=torch.int64, device=device) for _ in range(3))
         self.chunk = None if chunks is None else chunks.chunk  # prompt positions per forward
@@ -142,7 +145,7 @@ class Prefill:
             chosen = torch.stack([first[i] for i in at])[:, None]
             if self.logprobs_mode == "raw":
                 logits = torch.stack([out["logits"][i] for i in at])[:, None]  # no host-to-device index copy
-                sc = token_scores(logits, chosen, self.logprobs)
+                sc = token_scores(logits, chosen, self.logprobs, kernels=self.logprob_kernels)
             else:  # as the first token was drawn: penalised, each request's temperature and kept set
                 scored = torch.stack([out["scored"][i] for i in at])[:, None]
                 values = [r.params.request_values() for r in rs]
@@ -150,7 +153,7 @@ class Prefill:
                     torch.tensor([v[n] for v in values], dtype=REQUEST_FIELDS[n][0], device=self.device)
                     for n in ("temperature", "top_k", "top_p", "min_p")
                 ]
-                sc = processed_scores(scored, chosen, self.logprobs, *settings)
+                sc = processed_scores(scored, chosen, self.logprobs, *settings, kernels=self.logprob_kernels)
             lp, ids, tops = sc.logprobs.tolist(), sc.top_ids.tolist(), sc.top_logprobs.tolist()
             scores = [(lp[j], ids[j], tops[j]) for j in range(len(rs))]
         tokens = first[at[0] : at[-1] + 1].tolist()  # one read; rows between them not done are skipped

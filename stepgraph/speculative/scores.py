@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from stepgraph.kernels.chain_sampling_ref import kept_mask
+from stepgraph.kernels.logprobs import TOP_N_MAX, token_logprobs, token_logprobs_ref
 
 #: the most alternatives a position reports (the OpenAI API's ``top_logprobs`` limit)
-TOP_LOGPROBS_MAX = 20
+TOP_LOGPROBS_MAX = TOP_N_MAX
 #: what the log-probabilities are taken under (module docstring)
 LOGPROBS_MODES = ("raw", "processed")
 
@@ -67,31 +68,25 @@ def processed_scores(
     min_p: torch.Tensor,
     *,
     filtered: bool = True,
+    kernels: bool = True,
 ) -> Scores:
     """Scores of ``tokens [B, R]`` in the ``"processed"`` mode: under ``scored [B, R, V]`` (the logits after
     penalties) with each request's ``temperature``, ``top_k``, ``top_p`` and ``min_p`` ``[B]``
     (``filtered=False``: none of them filters, as in the temperature class). Graph-safe. Cost: with
-    filters a sort of every row (the kept set), on top of :func:`token_scores`."""
+    filters a sort of every row (the kept set), on top of :func:`token_scores` (``kernels`` as there)."""
     B = scored.shape[0]
     t = temperature.float().view(B, 1, 1)
     greedy = t <= 0
     z = scored.float() * (1.0 / torch.where(greedy, torch.ones_like(t), t))
     if not filtered:
-        return token_scores(z, tokens, top_n)
+        return token_scores(z, tokens, top_n, kernels=kernels)
     kept = kept_mask(scored, temperature, top_k, top_p, min_p) | greedy
-    return token_scores(torch.where(kept, z, torch.full_like(z, float("-inf"))), tokens, top_n)
+    return token_scores(torch.where(kept, z, torch.full_like(z, float("-inf"))), tokens, top_n, kernels=kernels)
 
 
-def token_scores(logits: torch.Tensor, tokens: torch.Tensor, top_n: int) -> Scores:
+def token_scores(logits: torch.Tensor, tokens: torch.Tensor, top_n: int, *, kernels: bool = True) -> Scores:
     """Scores of ``tokens [B, R]`` (-1: none) under ``logits [B, R, V]`` (any float dtype), and the
-    ``top_n`` alternatives of each row. Graph-safe. Cost: about three passes over the logits in float32."""
-    x = logits.float()
-    lse = torch.logsumexp(x, -1, keepdim=True)  # [B, R, 1]
-    chosen = x.gather(-1, tokens.clamp_min(0)[..., None]) - lse
-    if top_n:
-        values, ids = torch.topk(x, top_n, dim=-1)
-        top = values - lse
-    else:
-        ids = torch.empty((*tokens.shape, 0), dtype=torch.int64, device=x.device)
-        top = torch.empty((*tokens.shape, 0), dtype=torch.float32, device=x.device)
-    return Scores(chosen[..., 0], ids, top)
+    ``top_n`` alternatives of each row (ties: the lowest id first). Graph-safe. ``kernels``: through
+    :func:`stepgraph.kernels.logprobs.token_logprobs` (the ``fused_logprobs`` piece; two reads of the
+    logits), else its torch reference (a float32 copy and a ``topk`` over the vocabulary)."""
+    return Scores(*(token_logprobs if kernels else token_logprobs_ref)(logits, tokens, top_n))

@@ -295,13 +295,15 @@ class ChainStep:
     def _scores(self, ctx: StepContext) -> Scored:
         """The emitted tokens' log-probabilities and alternatives, after the verify's tokens are shared."""
         v, st = ctx.verified, ctx.state
+        kernels = self.toggles.fused_logprobs
         if self.logprobs_mode == "raw":
-            return Scored(token_scores(v.logits, v.tokens, self.logprobs))
+            return Scored(token_scores(v.logits, v.tokens, self.logprobs, kernels=kernels))
         if ctx.sampling is Sampling.GREEDY:  # every request greedy: the penalised logits as they are
-            return Scored(token_scores(v.scored, v.tokens, self.logprobs))
+            return Scored(token_scores(v.scored, v.tokens, self.logprobs, kernels=kernels))
         settings = (st["temperature"], st["top_k"], st["top_p"], st["min_p"])
         filtered = sampling_class(ctx.sampling).kernel["filtered"]  # the temperature class sorts nothing
-        return Scored(processed_scores(v.scored, v.tokens, self.logprobs, *settings, filtered=filtered))
+        scores = processed_scores(v.scored, v.tokens, self.logprobs, *settings, filtered=filtered, kernels=kernels)
+        return Scored(scores)
 
     def _extend(self, ctx: StepContext) -> Extended:
         """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""
