@@ -99,9 +99,10 @@ def _workloads() -> None:
 
 def _direct_calls() -> None:
     """The launch paths a small decode does not take: one-launch greedy verify, the two-launch tail, a
-    verify of more rows than one launch serves, in 16-bit dtypes."""
+    verify of more rows than one launch serves, log-probabilities without alternatives, in 16-bit dtypes."""
     from stepgraph.kernels.draft_extend_tail import argmax_rows, draft_extend_tail
     from stepgraph.kernels.greedy_verify import greedy_chain_verify
+    from stepgraph.kernels.logprobs import token_logprobs
 
     for dtype in (torch.bfloat16, torch.float16):
         for B in (2, 20):  # 20 x 4 rows: past the one-launch limit
@@ -111,6 +112,7 @@ def _direct_calls() -> None:
         rows = torch.randn(6, 300).to(dtype)
         draft_extend_tail(rows, torch.randn(6, 16).to(dtype), torch.tensor([0, 5, 2]))
         argmax_rows(rows, workspace=torch.zeros(6, dtype=torch.int32))
+        token_logprobs(rows.view(2, 3, 300), torch.zeros(2, 3, dtype=torch.int64), 0)  # no alternatives
 
 
 def compile_all(path: str) -> None:
