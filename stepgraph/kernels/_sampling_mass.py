@@ -13,8 +13,7 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, track_argmax
 from ._common import EXACT_ROUNDING, next_pow2
-from . import _sampling_window as window
-from ._sampling_filter import BLOCK, _exact_cut_kernel, _stats_kernel, key_shift, num_rounds, row_key
+from ._sampling_filter import BLOCK, _round_kernel, _stats_kernel, key_shift, num_rounds, row_key, row_state
 
 NUM_WARPS = 4
 
@@ -81,18 +80,48 @@ def split_softmax(base, start, V, excl, inv_t, SPLIT: tl.constexpr, BLOCK: tl.co
 
 
 @triton.jit
-def _kept_mass_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, minp_ptr, zmax_ptr, cut_ptr,
-                      m_ptr, s_ptr, V, K, K1, n_splits, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
-                      NS_P2: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
-    """Filtered class, per (row, split): the kept mass ``sum exp(z - m)`` over the split (keys ``>=`` the
-    row's cut, min-p applied) without the row's draft token, and ``m``."""
+def _kept_mass_kernel(
+    logits_ptr,
+    stride_b,
+    stride_j,
+    draft_ptr,
+    stride_draft,
+    temp_ptr,
+    topk_ptr,
+    topp_ptr,
+    minp_ptr,
+    kmin_ptr,
+    kmax_ptr,
+    gkey_ptr,
+    zmax_ptr,
+    state_ptr,
+    part_ptr,
+    m_ptr,
+    s_ptr,
+    cut_ptr,
+    r,
+    V,
+    K,
+    K1,
+    n_splits,
+    n_rows,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NS_P2: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
+    """Filtered class, per (row, split): the final cut-off (``r`` = number of rounds), then the kept mass
+    ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
+    lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
+        r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
+        state_ptr, part_ptr, n_rows, NS_P2,
+    )  # fmt: skip
     b = row // K1
     j = row % K1
-    sps = tl.arange(0, NS_P2)
-    m = tl.max(tl.load(zmax_ptr + row * n_splits + sps, mask=sps < n_splits, other=float("-inf")), axis=0)
-    cut = tl.load(cut_ptr + row)
+    if sp == 0:
+        tl.store(cut_ptr + row, lo)
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
     min_p = tl.load(minp_ptr + b).to(tl.float32)
@@ -106,46 +135,37 @@ def _kept_mass_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, t
         inb = offs < V
         x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
         w = tl.exp(x * inv_t - m)
-        kept = inb & (row_key(x, SHIFT) >= cut) & (w >= min_p) & (offs != excl)
+        kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)
         s_lane += tl.where(kept, w, 0.0)
     tl.store(m_ptr + row * n_splits + sp, m)
     tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
 
 
 def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
-    """The filtered class up to the kept mass: statistics, the cut-off (:mod:`._sampling_window`, with
-    :func:`._sampling_filter._exact_cut_kernel` for the rows it leaves), kept mass. Fills ``m_part``,
+    """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
     shift = key_shift(logits.dtype)
+    rounds = num_rounds(32 - shift)
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
-    hist = torch.empty((rows, n_splits, window.NB), dtype=torch.int32, device=dev)
-    wsum = torch.empty((rows, n_splits), dtype=torch.float64, device=dev)
-    part = torch.empty((rows, n_splits, 2), dtype=torch.float64, device=dev)
-    plan = torch.empty((rows, 8), dtype=torch.int32, device=dev)
-    goal = torch.empty(rows, dtype=torch.float64, device=dev)
-    listed = torch.empty((rows, window.CAP_ROW), dtype=torch.int32, device=dev)
-    fill = torch.empty(rows, dtype=torch.int32, device=dev)
+    state = torch.empty((rounds, rows, 8), dtype=torch.float64, device=dev)
+    part = torch.empty((rounds, rows, n_splits, 16), dtype=torch.float64, device=dev)
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
+    _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SPLIT=split,
+                        BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
     ns_p2 = next_pow2(n_splits)
-    sizes = dict(SPLIT=split, BLOCK=BLOCK, num_warps=NUM_WARPS, **EXACT_ROUNDING)
-    settings = (temperature, top_k, top_p, gkey, m_part)
-    _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SHIFT=shift, **sizes)
-    window._hist_kernel[grid](*head, *settings, hist, wsum, V, K1, n_splits, NS_P2=ns_p2, **sizes)
-    window._window_kernel[(rows,)](*settings, hist, wsum, plan, goal, fill, cut, V, K1, n_splits, NS_P2=ns_p2,
-                                   CAP=window.CAP_ROW, num_warps=8, **EXACT_ROUNDING)  # fmt: skip
-    window._list_kernel[grid](*head, temperature, gkey, m_part, plan, part, listed, fill, V, K1, n_splits, NS_P2=ns_p2,
-                              SHIFT=shift, CAP=window.CAP_ROW, **sizes)  # fmt: skip
-    window._search_kernel[(rows,)](temperature, top_k, top_p, m_part, plan, goal, part, listed, fill, cut, K1, n_splits,
-                                   NS_P2=ns_p2, SHIFT=shift, CAP=window.CAP_ROW, num_warps=16, **EXACT_ROUNDING)  # fmt: skip
-    _exact_cut_kernel[(rows,)](*head, temperature, top_k, top_p, kmin, kmax, m_part, plan, cut, V, K1, n_splits,
-                               NS_P2=ns_p2, SHIFT=shift, BLOCK=BLOCK, ROUNDS=num_rounds(32 - shift), num_warps=NUM_WARPS,
-                               **EXACT_ROUNDING)  # fmt: skip
-    _kept_mass_kernel[grid](*head, drafts, drafts.stride(0), temperature, min_p, m_part, cut, m_part, s_part, V, K1 - 1,
-                            K1, n_splits, NS_P2=ns_p2, SHIFT=shift, **sizes)  # fmt: skip
+    for r in range(rounds):
+        _round_kernel[grid](*head, *search, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
+                            SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+    _kept_mass_kernel[grid](
+        *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
+        m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
+        SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING,
+    )  # fmt: skip
     return cut

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import EXACT_ROUNDING, next_pow2
-from ._sampling_filter import NEG_INF_KEY_C, _key_value, _kth_largest, _least_below, key_shift, row_key
+from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import split_softmax
 
 #: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
@@ -42,6 +42,7 @@ MAXIMA_PER_ROW = 1024  # subset maxima per row (>= 2 * TOP_K_MAX: a row's splits
 GATHER_CAP = 512  # entries >= T one row may list (a power of 2 >= TOP_K_MAX); past it, the radix select
 PASS_BLOCK, PASS_WARPS = 1024, 4  # entries per step (divides every split) and warps of the vocabulary passes
 CUT_WARPS = 8  # warps of the per-row program (its searches run over GATHER_CAP entries)
+P_PROBES: tl.constexpr = tl.constexpr(16)  # keys tried at once by the searches
 LOWEST: tl.constexpr = tl.constexpr(-(1 << 40))  # below every key (int64)
 NONE32: tl.constexpr = tl.constexpr(-2147483648)  # below every key in int32 (no NaN is canonicalised to it)
 
@@ -57,6 +58,21 @@ def _is_candidate_row(temp_ptr, topk_ptr, b):
     """A sampled row whose top-k is on and small: its kept set is found among its listed entries."""
     k = tl.load(topk_ptr + b).to(tl.int64)
     return (tl.load(temp_ptr + b) > 0) & (k >= 1) & (k <= CAP)
+
+
+@triton.jit
+def _kth_largest(keys, valid, k, lo, hi):
+    """The k-th largest of int32 ``keys`` where ``valid``, given ``count(keys >= lo) >= k`` and
+    ``count(keys >= hi) < k`` (int64 scalars): the largest ``c`` in ``[lo, hi)`` with ``count(keys >= c)
+    >= k``, narrowed ``P_PROBES``-fold a round."""
+    lo = tl.zeros_like(hi) + lo
+    probes = tl.arange(0, P_PROBES).to(tl.int64) + 1
+    while hi - lo > 1:
+        at = tl.minimum(lo + (hi - lo + P_PROBES - 1) // P_PROBES * probes, hi)
+        n = tl.sum((valid[None, :] & (keys[None, :] >= at.to(tl.int32)[:, None])).to(tl.int32), axis=1)
+        lo = tl.max(tl.where(n >= k, at, lo), axis=0)
+        hi = tl.min(tl.where(n >= k, hi, at), axis=0)
+    return lo
 
 
 @triton.jit
@@ -211,6 +227,14 @@ def _row_radix_list(base, V, k, out, NS_P2: tl.constexpr, SPLIT: tl.constexpr, B
 
 
 @triton.jit
+def _key_value(key, SHIFT: tl.constexpr):
+    """The float32 value of a row key (the inverse of :func:`row_key`; -0.0 comes back as +0.0). The
+    bits ``>> SHIFT`` dropped are ones in a negative value's key (its float's are zeros)."""
+    b = ((key << SHIFT) | tl.where(key < 0, (1 << SHIFT) - 1, 0)).to(tl.int32)
+    return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, minp_ptr,
                 bound_ptr, list_ptr, count_ptr, ninf_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
                 SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
@@ -266,11 +290,17 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
         cut_p = cut
         if top_p < 1.0:
             # M(c), the mass of listed entries with a key > c, falls as c rises; an entry is kept when
-            # M(its key) < goal: the least such c in (cut - 1, top].
+            # M(its key) < goal. Find the least such c in (cut - 1, top] with 16 probes a round.
             w64 = w.to(tl.float64)
             goal = top_p * (tl.sum(w64, axis=0) + n_ties.to(tl.float64) * w_tie.to(tl.float64))
-            # lo = cut - 1: M(lo) is the whole top-k mass, >= goal; M(top) = 0 < goal
-            hi = _least_below(key, w64, goal, cut - 1, top, 0.0, 0.0, LOWEST)
+            lo = cut - 1  # M(lo) is the whole top-k mass: >= goal
+            hi = top  # M(top) = 0 < goal
+            probes = tl.arange(0, P_PROBES).to(tl.int64) + 1
+            while hi - lo > 1:
+                at = tl.minimum(lo + (hi - lo + P_PROBES - 1) // P_PROBES * probes, hi)
+                below = tl.sum(tl.where(key[None, :] > at.to(tl.int32)[:, None], w64[None, :], 0.0), axis=1) < goal
+                hi = tl.min(tl.where(below, at, hi), axis=0)
+                lo = tl.max(tl.where(below, lo, at), axis=0)
             cut_p = tl.min(tl.where(listed & (key >= hi), key, 2147483647), axis=0).to(tl.int64)  # least kept
             cut_p = tl.where((n_ties > 0) & (hi <= cut), cut, cut_p)
         excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)

@@ -38,9 +38,9 @@ import triton.language as tl
 
 from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, check, next_pow2, use_triton
-from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, _key_value, key_shift, row_key
+from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
-from ._sampling_topk import TOP_K_MAX, topk_mass
+from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
     chain_verify_sampling_ref,

@@ -30,13 +30,15 @@ import triton.language as tl
 
 from ._argmax import sortable_key
 from ._common import check, next_pow2, use_triton
-from ._sampling_filter import NEG_INF_KEY_C, _key_value, _kth_largest
+from ._sampling_filter import NEG_INF_KEY_C
 from ._sampling_topk import (
     GATHER_CAP,
     MAXIMA_PER_ROW,
     NONE32,
     PASS_BLOCK,
     PASS_WARPS,
+    _key_value,
+    _kth_largest,
     _list_selected,
     _row_radix_list,
 )

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from stepgraph.kernels import _sampling_mass, _sampling_topk, _sampling_window
+from stepgraph.kernels import _sampling_topk
 from stepgraph.kernels.chain_sampling import (
     chain_verify_sampling,
     chain_verify_sampling_ref,
@@ -136,56 +136,6 @@ def test_filter_cut_equals_reference(dtype):
     k = torch.tensor([0, 1, 3, 40, 400, 0, 12, 300], device=DEV)
     p = torch.tensor([0.9, 1.0, 0.5, 0.95, 0.2, 0.99, 1.0, 0.7], device=DEV)
     assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
-
-
-WINDOW_CAP = _sampling_window.CAP_ROW
-
-
-class Routes:
-    """Spies on the exact search's launch: which rows the window left to it (plan state EXACT)."""
-
-    def __init__(self, monkeypatch):
-        self.exact = 0
-        kernel = _sampling_mass._exact_cut_kernel
-        routes = self
-
-        class Spy:
-            def __getitem__(self, grid):
-                def run(*args, **kwargs):
-                    routes.exact += int((args[9][:, 0] == 2).sum())  # plan [rows, 8]: state 2 is EXACT
-                    return kernel[grid](*args, **kwargs)
-
-                return run
-
-        monkeypatch.setattr(_sampling_mass, "_exact_cut_kernel", Spy())
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("cap", [WINDOW_CAP, 64, 4], ids=["cap", "cap64", "cap4"])
-def test_window_and_exact_search_cuts_equal_reference(dtype, cap, monkeypatch):
-    """The windowed cut (histogram, window, listed keys) and the exact search it falls back to, against the
-    reference: flat rows (the window from the bins' estimate: more entries than the list holds), peaked
-    ones, hundreds of ties, -inf entries (a -inf k-th entry too), top-k far below the top-p cut (the mass
-    between them not listed), top-k alone, top-p alone. A small list cap sends rows to the exact search:
-    some with 64, nearly all with 4."""
-    monkeypatch.setattr(_sampling_window, "CAP_ROW", cap)
-    routes = Routes(monkeypatch)
-    torch.manual_seed(7)
-    B, K1, V = 8, 2, 2500
-    scale = torch.tensor([1.0, 0.05, 6.0, 1.0, 3.0, 0.5, 1.0, 2.0], device=DEV).view(B, 1, 1)
-    x = torch.randn(B, K1, V, device=DEV) * scale
-    x[3] = torch.round(x[3] * 4) / 4  # ties by the hundred
-    x[5, 0, :2400] = float("-inf")  # 100 finite entries: its top-k of 300 reaches -inf
-    x[6, 1, 1000:] = float("-inf")
-    x = x.to(dtype)
-    T = torch.tensor([0.8, 1.0, 0.3, 1.5, 0.7, 1.0, 0.5, 2.0], device=DEV)
-    k = torch.tensor([0, 1000, 2000, 0, 300, 300, 50, 2499], device=DEV)
-    p = torch.tensor([0.9, 0.95, 0.5, 0.9, 0.3, 0.8, 1.0, 0.999], device=DEV)
-    assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
-    if cap == 4:
-        assert routes.exact >= 10
-    elif cap == WINDOW_CAP:
-        assert routes.exact <= 2
 
 
 def test_seeded_runs_reproduce_and_offsets_advance():
