@@ -1,7 +1,8 @@
 """Cost of log-probabilities in the step: decode time per step of the example model's step graph (28
 layers, K = 3) through ``SpecDecoder.generate``, without them against ``logprobs=0`` (each token's own)
 and ``logprobs=20`` (with the top 20 alternatives), greedy, at B = 1, 8 and 32, in one run, the settings
-taking turns. The ratio to the decoder without them is what matters (target with top-20: <= 1.05x).
+taking turns; ``logprobs=20, torch`` is the same through the torch reference (``STEPGRAPH_FUSED_LOGPROBS=0``).
+The ratio to the decoder without them is what matters (target with top-20: <= 1.05x).
 
     python benchmarks/bench_logprobs.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]
 """
@@ -20,10 +21,10 @@ from _timing import (
 )
 from bench_sampling import step_ms
 
-from stepgraph import SamplingParams
+from stepgraph import RunnerConfig, SamplingParams, Toggles
 from stepgraph.speculative.decoder import SpecDecoder
 
-SETTINGS = {"none": None, "logprobs=0": 0, "logprobs=20": 20}
+SETTINGS = {"none": None, "logprobs=0": 0, "logprobs=20": 20, "logprobs=20, torch": 20}
 
 
 def main() -> None:
@@ -31,8 +32,16 @@ def main() -> None:
     add_smoke_flag(ap)
     args, batches = parse_step_bench(ap)
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
+    torch_path = RunnerConfig(toggles=Toggles.from_env().with_piece("fused_logprobs", False))
     decoders = {
-        name: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), logprobs=n)
+        name: SpecDecoder.for_example(
+            target,
+            draft,
+            num_draft_tokens=3,
+            max_batch=max(batches),
+            logprobs=n,
+            config=torch_path if name.endswith("torch") else None,
+        )
         for name, n in SETTINGS.items()
     }
     record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}

@@ -34,3 +34,19 @@ def test_step_graph_logprobs_equal_eager_and_the_target(overlap, sampling):
         want = ref.gather(-1, torch.tensor(output, device="cuda")[:, None])[:, 0].cpu()
         torch.testing.assert_close(torch.tensor(logprobs), want, atol=1e-4, rtol=0)
         assert len(tops) == len(output) and all(len(t) == 5 for t in tops)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_the_kernel_equals_its_reference_at_a_full_vocabulary(dtype):
+    """Qwen3's vocabulary, 32 verify rows: ids exactly, scores within one float32 step; with ties at the
+    20th value and a row of fewer finite entries than 20."""
+    from tests.kernels.test_logprobs import check
+
+    torch.manual_seed(3)
+    x = torch.randn(8, 4, 151936, device="cuda") * 2
+    x[0, 1, 10:] = float("-inf")  # 10 finite entries: ten -inf alternatives, lowest ids first
+    x[0, 1, :7] = 1.0
+    x[1, 0] = torch.round(x[1, 0])  # ties by the thousand
+    tokens = torch.randint(-1, 151936, (8, 4), device="cuda")
+    check(x.to(dtype), tokens, 20)
+    check(x.to(dtype), tokens, 0)
