@@ -47,7 +47,8 @@ class Request:
 
     def append(self, tokens: Sequence[int], scores: tuple | None = None) -> None:
         """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``.
-        ``scores``: ``(logprobs, top_ids, top_logprobs)`` of ``tokens``, host lists, kept for those taken."""
+        ``scores``: ``(logprobs, top_ids, top_logprobs)`` of ``tokens``, host lists or arrays (``[n]``,
+        ``[n, k]``, ``[n, k]``), kept for those taken."""
         start = len(self.output)
         if self.stop is None and start + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
             self.output.extend(tokens)  # the common case: no EOS among them, room after them
@@ -55,9 +56,9 @@ class Request:
             self._take_until_finished(tokens)
         if scores is not None:
             taken = len(self.output) - start
-            logprobs, top_ids, top_logprobs = scores
-            self.logprobs.extend(logprobs[:taken])
-            self.top_logprobs.extend(list(zip(i, v)) for i, v in zip(top_ids[:taken], top_logprobs[:taken]))
+            logprobs, top_ids, top_logprobs = (_as_list(s[:taken]) for s in scores)
+            self.logprobs.extend(logprobs)
+            self.top_logprobs.extend(list(zip(i, v)) for i, v in zip(top_ids, top_logprobs))
         if self.on_tokens is not None and len(self.output) > start:
             self.on_tokens(self.output[start:])
 
@@ -183,3 +184,8 @@ def normalize_eos(value: int | Sequence[int] | None, vocab_size: int) -> tuple[i
         if not 0 <= i < vocab_size:
             raise ValueError(f"eos_token_id {i} is outside the vocabulary [0, {vocab_size}); it would never match")
     return tuple(dict.fromkeys(int(i) for i in ids))
+
+
+def _as_list(x) -> list:
+    """A host array (numpy) or a list as a list of Python numbers."""
+    return x.tolist() if hasattr(x, "tolist") else list(x)

@@ -208,9 +208,10 @@ class Scheduler:
         when the step reports them); return the requests that finished. The policy learns what each live
         request accepted (``K + 1`` columns: K drafts)."""
         done, live, accepted = [], [], []
-        rows = zip(*(scores[n].tolist() for n in SCORES)) if scores and "logprobs" in scores else None
-        for r, row in zip(batch, tokens.tolist(), strict=True):
-            row_scores = next(rows) if rows is not None else None
+        # host arrays: each request turns into lists only the rows it takes (a step's rejected drafts are most)
+        arrays = [scores[n].numpy() for n in SCORES] if scores and "logprobs" in scores else None
+        for b, (r, row) in enumerate(zip(batch, tokens.tolist(), strict=True)):
+            row_scores = tuple(a[b] for a in arrays) if arrays is not None else None
             if r.finished:  # overlapped loop: the extra step of a finished request
                 self.stats.discarded_steps += 1
                 continue
