@@ -494,7 +494,8 @@ def hf_spec_decoder(
         attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before each
         replay).
     penalties:
-        Serve repetition penalties, ``min_new_tokens`` and ``no_repeat_ngram_size`` (:class:`SpecDecoder`);
+        Serve repetition penalties, ``min_new_tokens``, ``min_length`` and ``no_repeat_ngram_size``
+        (:class:`SpecDecoder`);
         ``None``: on when the generation config sets one.
     prefill_chunk:
         Prompt positions prefilled between two steps, in chunks of several requests (:class:`SpecDecoder`).
@@ -559,7 +560,7 @@ def hf_spec_decoder(
         generation.eos_token_id = eos_token_id
     if penalties is None:
         penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0 or any(
-            getattr(generation, name, None) for name in ("min_new_tokens", "no_repeat_ngram_size")
+            getattr(generation, name, None) for name in ("min_new_tokens", "min_length", "no_repeat_ngram_size")
         )
     return HFSpecDecoder(
         target,

@@ -8,12 +8,15 @@
   take transformers' defaults, ``top_k=50`` when sampling among them. Honoured: ``do_sample``,
   ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty`` (greedy or sampled, as
   transformers applies it; the decoder needs ``penalties=True``, which ``hf_spec_decoder`` turns on by
-  itself for a generation config that sets one), ``min_new_tokens`` and ``no_repeat_ngram_size`` (on
-  the device with the penalties, as ``repetition_penalty``), ``max_new_tokens``, ``max_length``,
+  itself for a generation config that sets one), ``min_new_tokens``, ``min_length`` and
+  ``no_repeat_ngram_size`` (on the device with the penalties, as ``repetition_penalty``),
+  ``max_new_tokens``, ``max_length``,
   ``eos_token_id``, ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``,
   ``num_return_sequences`` (sampled: that many sequences per prompt, one after another, as transformers
   orders them).
-  Anything else set to a value that would change the output (beams, ``min_length``, bad words, scores)
+  ``max_length`` and ``min_length`` count the prompt as transformers does: a padded ``input_ids``
+  tensor's full width, or an id list's own length.
+  Anything else set to a value that would change the output (beams, bad words, scores)
   raises ``ValueError`` naming it: nothing is dropped silently. Settings that only steer how transformers
   runs (``use_cache``, ``cache_implementation``, compile options) and beam-search settings without beams
   are ignored, as they change no token here.
@@ -46,7 +49,7 @@ from stepgraph.speculative.requests import Request, normalize_eos
 
 HONOURED = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "max_length",
-    "min_new_tokens", "no_repeat_ngram_size", "eos_token_id", "pad_token_id", "stop_strings",
+    "min_new_tokens", "min_length", "no_repeat_ngram_size", "eos_token_id", "pad_token_id", "stop_strings",
     "return_dict_in_generate", "num_return_sequences",
 }  # fmt: skip
 #: settings that change how transformers runs, not which tokens come out
@@ -135,7 +138,7 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
         raise ValueError(
             f"generation settings the stepgraph adapter cannot honour: {'; '.join(bad)}. Unset them in the model's "
             "generation_config or override them in the call, or use model.generate() for them: beams, bad "
-            "words, min_length (give min_new_tokens) and scores are not implemented yet"
+            "words and scores are not implemented yet"
         )
 
 
@@ -276,8 +279,10 @@ class HFSpecDecoder(SpecDecoder):
         )
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         prompts, kind = prompts_of(inputs, attention_mask, tokenizer)
-        limits = list(max_new_tokens) if per_prompt else _max_new_tokens(settings, prompts)
-        params = sampling_params(settings) if sampling is None else sampling
+        # the prompt lengths max_length and min_length count: a padded tensor's width, as transformers counts
+        widths = [inputs.shape[1]] * len(prompts) if kind == "tensor" else [len(p) for p in prompts]
+        limits = list(max_new_tokens) if per_prompt else _max_new_tokens(settings, widths)
+        params = _min_length(settings, sampling_params(settings) if sampling is None else sampling, widths)
         prompts, limits, params, copies = _return_sequences(settings, prompts, limits, params)
         if copies > 1:
             kind = "texts" if kind == "text" else kind
@@ -373,14 +378,27 @@ def _call_each(hooks: list[Callable[[list[int]], None]], tokens: list[int]) -> N
         hook(tokens)
 
 
-def _max_new_tokens(settings: dict, prompts: list[list[int]]) -> list[int]:
-    """``max_new_tokens``, or ``max_length`` less each prompt's length (transformers' rule)."""
+def _max_new_tokens(settings: dict, widths: list[int]) -> list[int]:
+    """``max_new_tokens``, or ``max_length`` less each prompt's length ``widths`` (transformers' rule)."""
     if settings.get("max_new_tokens") is not None:
-        return [int(settings["max_new_tokens"])] * len(prompts)
-    limits = [int(settings["max_length"]) - len(p) for p in prompts]
+        return [int(settings["max_new_tokens"])] * len(widths)
+    limits = [int(settings["max_length"]) - w for w in widths]
     if min(limits, default=1) < 1:
         raise ValueError(
-            f"max_length={settings['max_length']} leaves no room after a prompt of {max(map(len, prompts))} "
-            "tokens; pass max_new_tokens=..."
+            f"max_length={settings['max_length']} leaves no room after a prompt of {max(widths)} tokens; "
+            "pass max_new_tokens=..."
         )
     return limits
+
+
+def _min_length(settings: dict, params, widths: list[int]):
+    """``params`` (one or per prompt) with ``min_length`` applied as transformers' ``MinLengthLogitsProcessor``
+    applies it: EOS held back until prompt (``widths``) and output together reach it, on top of
+    ``min_new_tokens``."""
+    min_length = int(settings.get("min_length") or 0)
+    if min_length <= 0:
+        return params
+    per = [params] * len(widths) if isinstance(params, SamplingParams) else list(params)
+    if len(per) != len(widths):  # make_requests names the mismatch
+        return params
+    return [replace(p, min_tokens=max(p.min_tokens, min_length - w)) for p, w in zip(per, widths)]

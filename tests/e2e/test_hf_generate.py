@@ -70,7 +70,7 @@ def test_settings_merge_as_generate_merges_them():
 
 @pytest.mark.parametrize(
     "setting",
-    [{"num_beams": 2}, {"min_length": 3}, {"output_scores": True},
+    [{"num_beams": 2}, {"output_scores": True},
      {"bad_words_ids": [[5]]}, {"num_return_sequences": 2}],
     ids=lambda s: next(iter(s)),
 )  # fmt: skip
@@ -116,6 +116,33 @@ def test_min_new_tokens_holds_eos_back_as_generate_does(models, chunk):
         assert new == hf_greedy(target, p, 10, min_new_tokens=6, eos_token_id=eos)
     assert len(out.new_tokens[0]) >= 6 and not set(out.new_tokens[0][:6]) & set(eos)
     assert dec.generate(PROMPTS, min_new_tokens=0) == [hf_greedy(target, p, 10, eos_token_id=eos) for p in PROMPTS]
+
+
+def test_min_length_counts_the_prompt_as_generate_does(models):
+    """min_length holds EOS back until prompt and output reach it: an id list's own length, a left-padded
+    tensor's whole width (transformers counts the padding), on top of min_new_tokens; a config that sets it
+    turns the penalties on."""
+    target, _ = models
+    free = hf_greedy(target, PROMPTS[1], 10, eos_token_id=None)
+    eos = [free[0], free[2]]
+    dec = decoder(models, generation_config=transformers.GenerationConfig(min_length=11, eos_token_id=eos))
+    assert dec.info()["penalties"] is True
+    out = dec.generate(PROMPTS, max_new_tokens=10)
+    assert out == [hf_greedy(target, p, 10, min_length=11, eos_token_id=eos) for p in PROMPTS]
+    assert len(out[1]) >= 11 - len(PROMPTS[1])
+    # the short prompt's 4th new token as EOS: allowed after 3 new tokens by the padded width (6 + 3 = 9),
+    # not by its own length (2 + 3 < 9)
+    short = hf_greedy(target, PROMPTS[2], 10, eos_token_id=None)
+    assert short[3] not in short[:3]
+    width = max(map(len, PROMPTS))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in PROMPTS])
+    got = dec.generate(
+        ids, attention_mask=mask, max_new_tokens=10, min_length=9, eos_token_id=[short[3]], pad_token_id=0
+    )
+    want = target.generate(ids, attention_mask=mask, max_new_tokens=10, min_length=9, eos_token_id=[short[3]],
+                           do_sample=False, pad_token_id=0)  # fmt: skip
+    assert torch.equal(got, want) and got[2, width + 3] == short[3]
 
 
 def test_no_repeat_ngram_size_bans_as_generate_does(models):
