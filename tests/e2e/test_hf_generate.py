@@ -143,9 +143,9 @@ def test_min_length_counts_the_prompt_as_generate_does(models):
     want = target.generate(ids, attention_mask=mask, max_new_tokens=10, min_length=9, eos_token_id=[short[3]],
                            do_sample=False, pad_token_id=0)  # fmt: skip
     assert torch.equal(got, want) and got[2, width + 3] == short[3]
-    # max_length counts the width too: every row gets 12 - 6 new tokens
+    # max_length counts the width too: every row gets 12 - 6 new tokens (the decoder's min_length off)
     stop = [short[3]]
-    got = dec.generate(ids, attention_mask=mask, max_length=12, eos_token_id=stop, pad_token_id=0)
+    got = dec.generate(ids, attention_mask=mask, max_length=12, min_length=0, eos_token_id=stop, pad_token_id=0)
     want = target.generate(ids, attention_mask=mask, max_length=12, eos_token_id=stop, do_sample=False, pad_token_id=0)
     assert got.shape == (3, 12) and torch.equal(got, want)
 
