@@ -58,8 +58,8 @@ class Toggles:
     )
     fused_logprobs: bool = _piece(
         "STEPGRAPH_FUSED_LOGPROBS",
-        "log-probabilities and top alternatives of the emitted tokens from four Triton launches, no sort and no "
-        "float32 copy of the logits (off: their torch reference, a topk over the vocabulary)",
+        "log-probabilities and top alternatives of the emitted tokens from three or four Triton launches, no sort "
+        "and no float32 copy of the logits (off: their torch reference, a topk over the vocabulary)",
     )
     fused_relay: bool = _piece(
         "STEPGRAPH_FUSED_RELAY",

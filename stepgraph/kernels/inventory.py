@@ -70,8 +70,8 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="token_logprobs",
         launcher="stepgraph.kernels.logprobs.token_logprobs",
         reference="stepgraph.kernels.logprobs.token_logprobs_ref",
-        launches="2 without alternatives (split maxima; float64 sums), 4 with (split and subset maxima, bound, "
-        "sums and the entries above the bound listed, per-row top-n)",
+        launches="3 without alternatives (split maxima; float64 sums; per-row scores), 4 with (split and subset "
+        "maxima, bound, sums and the entries above the bound listed, per-row top-n)",
         test="tests/kernels/test_logprobs.py",
         benchmark="benchmarks/bench_kernels.py --only logprobs",
         piece="STEPGRAPH_FUSED_LOGPROBS",

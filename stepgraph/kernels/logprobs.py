@@ -1,4 +1,4 @@
-"""Log-probabilities of chosen tokens and each row's most probable tokens, in four launches without a sort.
+"""Log-probabilities of chosen tokens and each row's most probable tokens, in three or four launches without a sort.
 
 For ``logits [B, R, V]`` and ``tokens [B, R]``: ``lse = log(sum(exp(x - s))) + s`` over each row with
 ``x`` the logits in float32 and ``s`` the row's largest logit (``0`` when that is infinite), the exponentials
@@ -263,7 +263,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, top_n: int) -> Lo
 
     Notes
     -----
-    Launches: 2 without alternatives, 4 with. CUDA graph: safe to capture (fixed shapes, no host sync).
+    Launches: 3 without alternatives, 4 with. CUDA graph: safe to capture (fixed shapes, no host sync).
     """
     _check(logits, tokens, top_n)
     if not use_triton(logits):
