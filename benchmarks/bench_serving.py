@@ -240,13 +240,15 @@ def table(rec: dict) -> str:
         f"a quarter top-k/top-p), all at once or Poisson arrivals at {rec['rate']:g}/s; prefill "
         + (f"in chunks of {rec['prefill_chunk']} positions between steps." if rec.get("prefill_chunk") else "whole."),
         "",
-        "| mode, arrivals | tokens/s | steps | mean batch | batch changed | step p50 / p99 ms | occupancy | "
+        "| mode, arrivals | tokens/s | steps | mean batch | batch changed | step p50 / p99 ms (p99/p50) | occupancy | "
         "keys captured | eager runs | capture failures |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in rec["runs"].items():
         occ = f"{r['occupancy'] * 100:.2f}%" if r["occupancy"] is not None and "eager" not in name else "-"
-        p50 = "-" if r["step_p50_ms"] is None else f"{r['step_p50_ms']:.2f} / {r['step_p99_ms']:.2f}"
+        p50 = "-"
+        if r["step_p50_ms"] is not None:
+            p50 = f"{r['step_p50_ms']:.2f} / {r['step_p99_ms']:.2f} ({r['step_p99_ms'] / r['step_p50_ms']:.2f}x)"
         lines.append(
             f"| {name} | {r['tokens_per_s']:.0f} | {r['steps']} | {r['mean_batch']:.1f} | {r['batch_changes']} | "
             f"{p50} | {occ} | {r['captured_keys']} | {r['eager_runs']} | "

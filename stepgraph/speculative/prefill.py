@@ -6,7 +6,10 @@ A whole prompt goes through eagerly in one forward of each model. With ``chunks`
 requests' at once, so that the decode loop can run steps between them: a chunk's forwards attend to the
 chunks before it in the cache, and the draft's first position of a chunk takes the target's hidden state
 from the chunk before; the forward that ends a prompt also samples its first token and runs the draft
-over it. Either way the host then writes the request's relay slot and reads the first token.
+over it. Either way the host then writes the request's relay slot from the device, and the first token
+comes to the host in a copy queued behind the forward (:class:`FirstTokens`): a whole prompt's is read at
+once, a chunked one's by the loop after the request's first step, so that no step waits on the host for
+a chunk forward to end.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
 from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
-from stepgraph.speculative.scores import processed_scores, token_scores
+from stepgraph.speculative.scores import Scores, processed_scores, token_scores
 from stepgraph.speculative.step import Draft, Target
 
 
@@ -87,12 +90,13 @@ class Prefill:
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
         d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
         ready = {"first": first, "offset": offset, "draft": torch.argmax(d_logits[:, -1], -1)}
-        return self._ready([r], [0], {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1], "scored": end})[0]
+        out = {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1], "scored": end}
+        return self._ready([r], [0], out).get(0)
 
-    def next_chunks(self, rs: list[Request]) -> list[tuple[int, tuple | None] | None]:
+    def next_chunks(self, rs: list[Request]) -> list[tuple[FirstTokens, int] | None]:
         """A chunk of each of ``rs``'s prompts, in one forward of each model (``len(rs)`` one of the chunk
-        forward's sizes); for each request whose prompt is then done, the first token and its scores as
-        :meth:`__call__` returns them, else ``None``."""
+        forward's sizes); for each request whose prompt is then done, where its first token will be on the
+        host (``(first tokens, row)``: nothing waits for the forward here), else ``None``."""
         width = self.chunks.width(len(rs))
         spans, done = [], []
         for i, r in enumerate(rs):
@@ -114,18 +118,19 @@ class Prefill:
         for i, (r, span) in enumerate(zip(rs, spans)):
             r.prefilled += len(span[0])
             r.prefill_carry = hidden[i].clone() if r.prefilled < len(r.prompt) else None
-        results: list[tuple[int, tuple | None] | None] = [None] * len(rs)
+        results: list[tuple[FirstTokens, int] | None] = [None] * len(rs)
         if done:
-            for i, result in zip(done, self._ready([rs[i] for i in done], done, out)):
-                results[i] = result
+            first = self._ready([rs[i] for i in done], done, out)
+            for i in done:
+                results[i] = (first, i)
         return results
 
-    def _ready(self, rs: list[Request], at: list[int], out) -> list[tuple[int, tuple | None]]:
+    def _ready(self, rs: list[Request], at: list[int], out) -> FirstTokens:
         """Write the relay slots of ``rs`` (prompts done) from rows ``at`` of a prefill's ``out`` (``first``,
         ``offset``, ``draft`` ``[n]``, ``draft_hidden [n, Dd]``, ``logits [n, V]`` and ``scored [n, V]``:
         the first token, its stream offset after it, the first draft, the prompt's last logits, raw and
-        as the first token was drawn from them); returns each first token
-        and its scores (with ``logprobs``), read in one copy."""
+        as the first token was drawn from them); returns their first tokens and scores (with ``logprobs``)
+        on their way to the host, by row of ``out``."""
         first = out["first"]
         for r, i in zip(rs, at):
             if self.penalties is not None:
@@ -140,7 +145,7 @@ class Prefill:
                 offset=out["offset"][i],
                 **r.params.request_values(),
             )
-        scores: list[tuple | None] = [None] * len(rs)
+        sc = None
         if self.logprobs is not None:
             chosen = torch.stack([first[i] for i in at])[:, None]
             if self.logprobs_mode == "raw":
@@ -154,7 +159,41 @@ class Prefill:
                     for n in ("temperature", "top_k", "top_p", "min_p")
                 ]
                 sc = processed_scores(scored, chosen, self.logprobs, *settings, kernels=self.logprob_kernels)
-            lp, ids, tops = sc.logprobs.tolist(), sc.top_ids.tolist(), sc.top_logprobs.tolist()
-            scores = [(lp[j], ids[j], tops[j]) for j in range(len(rs))]
-        tokens = first[at[0] : at[-1] + 1].tolist()  # one read; rows between them not done are skipped
-        return [(tokens[i - at[0]], sc) for i, sc in zip(at, scores)]
+        return FirstTokens(first, sc, at)
+
+
+class FirstTokens:
+    """The first tokens of the prompts one prefill finished, and their scores, copied to the host behind
+    the forward that made them: a loop launches its next step first and reads them after it (on the CPU
+    they are read in place).
+
+    ``first [n]``: the forward's first tokens by row; ``scores``: ``None``, or the scores of rows ``at``
+    (``[len(at), 1]``, ``[len(at), 1, k]`` each), in that order."""
+
+    def __init__(self, first: torch.Tensor, scores: Scores | None, at: list[int]) -> None:
+        values = {"first": first}
+        if scores is not None:
+            values.update(logprobs=scores.logprobs, top_ids=scores.top_ids, top_logprobs=scores.top_logprobs)
+        self._event = None
+        if first.is_cuda:
+            host = {n: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for n, t in values.items()}
+            for n, t in values.items():
+                host[n].copy_(t, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+            values = host
+        self._values, self._lists = values, None
+        self._scored = {i: j for j, i in enumerate(at)} if scores is not None else None
+
+    def get(self, row: int) -> tuple[int, tuple | None]:
+        """Row ``row``'s first token and its scores as :meth:`Request.append` takes them (``None`` without
+        scores); the first call waits for the copies."""
+        if self._lists is None:
+            if self._event is not None:
+                self._event.synchronize()
+            self._lists = {n: v.tolist() for n, v in self._values.items()}
+        first = self._lists["first"][row]
+        if self._scored is None:
+            return first, None
+        j = self._scored[row]
+        return first, tuple(self._lists[n][j] for n in ("logprobs", "top_ids", "top_logprobs"))

@@ -44,6 +44,19 @@ class Request:
     prefilled: int = 0  # prompt positions in the cache (a chunked prefill's progress)
     room: int = 0  # positions its cache row holds (the allocator's; it asks for more past this)
     prefill_carry: torch.Tensor | None = field(default=None, repr=False)  # the target's hidden at prefilled - 1
+    # a chunked prefill's first token on its way to the host: (FirstTokens, row), taken by settle()
+    first_pending: tuple | None = field(default=None, repr=False)
+
+    def settle(self) -> bool:
+        """Take the first token of a chunked prefill (waiting for its copy to the host, which a step
+        launched after it has passed); whether one was pending."""
+        if self.first_pending is None:
+            return False
+        first, row = self.first_pending
+        self.first_pending = None
+        token, scores = first.get(row)
+        self.append([token], scores)
+        return True
 
     def append(self, tokens: Sequence[int], scores: tuple | None = None) -> None:
         """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``.

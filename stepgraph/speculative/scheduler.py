@@ -137,7 +137,11 @@ class Scheduler:
         for r, done in zip(rs, results):
             if done is not None:
                 self._prefilling.remove(r)
-                r.append([done[0]], done[1])
+                # it joins now; its first token is taken with its first step's tokens, so that step is
+                # launched without waiting for this forward (unless that token is all it asked for)
+                r.first_pending = done
+                if r.max_new_tokens == 1:
+                    r.settle()
                 self._joined(r, active)
 
     def launch(
@@ -212,7 +216,9 @@ class Scheduler:
         arrays = [scores[n].numpy() for n in SCORES] if scores and "logprobs" in scores else None
         for b, (r, row) in enumerate(zip(batch, tokens.tolist(), strict=True)):
             row_scores = tuple(a[b] for a in arrays) if arrays is not None else None
-            if r.finished:  # overlapped loop: the extra step of a finished request
+            if r.settle() and r.finished:  # its first token (a chunked prefill's) ended it: a step for nothing
+                done.append(r)
+            if r.finished:  # or the overlapped loop's extra step of a finished request
                 self.stats.discarded_steps += 1
                 continue
             emitted = [t for t in row if t >= 0]

@@ -67,7 +67,7 @@ class SlotAllocator:
         if not self.kv.grows:
             return batch
         m = self.margin
-        asks = [r for r in batch if len(r.prompt) + len(r.output) + m > r.room]
+        asks = [r for r in batch if len(r.prompt) + max(len(r.output), 1) + m > r.room]  # a first token may be pending
         if not asks:
             return batch
         granted = self.kv.reserve([(r.cache_row, self.positions(r)) for r in asks])

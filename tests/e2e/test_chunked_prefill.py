@@ -87,3 +87,28 @@ def test_the_first_tokens_logprobs_are_the_same_whole_or_in_chunks():
         dec = SpecDecoder.for_example(target, draft, logprobs=2, prefill_chunk=chunk)
         got[chunk] = [r.logprobs[0] for r in dec.serve(dec.make_requests(prompts, 3))]
     assert got[None] == pytest.approx(got[4], abs=1e-5)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_a_first_token_read_after_the_next_step_ends_its_request_as_read_at_once(overlap):
+    """A chunked prompt's first token reaches the host after the step launched behind its forward. When that
+    token is an EOS id, or all the request asked for, the request ends with it as a whole prompt's would:
+    same output, finish reason and streamed tokens, its slot and cache row given back."""
+    target, draft = build("tiny", max_seq_len=128)
+    prompts, lengths = workload(6, seed=5)
+    eos = greedy_reference(target, prompts[2], 1)[0]  # request 2 ends at its first token
+    lengths[4] = 1
+    runs = {}
+    for chunk in (None, 8):
+        dec = SpecDecoder.for_example(target, draft, num_draft_tokens=2, prefill_chunk=chunk, eos_token_id=eos)
+        streamed = [[] for _ in prompts]
+        requests = dec.make_requests(prompts, lengths)
+        for r, s in zip(requests, streamed):
+            r.on_tokens = s.extend
+        done = dec.serve(requests, overlap=overlap)
+        runs[chunk] = [(r.output, r.finish_reason) for r in done], streamed
+        assert dec.in_use == (0, 0)
+    assert runs[8] == runs[None]
+    (outputs, streamed) = runs[8]
+    assert outputs[2] == ([eos], "eos") and outputs[4][1] == "length" and len(outputs[4][0]) == 1
+    assert streamed == [o for o, _ in outputs]
