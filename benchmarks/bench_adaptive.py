@@ -95,6 +95,8 @@ def main() -> None:
         rows = record["results"][f"acceptance {a}"] = {"warmup_s": warm_s, "step_ms": dec.step_times(), "by_batch": {}}
         for B in batches:
             res = {}
+            dec.policy = FixedDraftLength(1)
+            decode_tps(dec, prompts[:B], args.tokens)  # untimed: the first run at a batch size is slower
             for k in LENS:
                 dec.policy = FixedDraftLength(k)
                 res[f"K={k}"], _ = decode_tps(dec, prompts[:B], args.tokens)

@@ -13,8 +13,11 @@ key, captured ahead like any other):
 For a chain of K drafts whose tokens are each accepted with probability ``a`` (given the ones before),
 a step emits ``1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a)`` tokens on average (the accepted drafts and
 one more). A request's ``a`` is estimated from what its steps accepted: ``accepted / (accepted +
-rejections)``, a step with ``n < K`` accepted counting one rejection, with older steps weighing less;
-a request with no steps yet takes the decoder's pooled estimate.
+rejections)``, a step with ``n < K`` accepted counting one rejection, with older steps weighing less,
+shrunk towards the decoder's pooled estimate (a request with no steps yet takes the pool's). A step of
+plain decoding says nothing about the draft, so it only fades the evidence (each request's, and the
+pool's once): after an unlucky start that made ``K = 0`` look best, the estimates drift back towards
+the prior and drafting is tried again, instead of plain decoding holding for good.
 """
 
 from __future__ import annotations
@@ -48,14 +51,16 @@ class Acceptance:
     trials: float = 0.0
 
     def observe(self, accepted: int, draft_len: int) -> None:
-        if draft_len == 0:
-            return  # plain decoding says nothing about the draft
-        self.accepted = self.accepted * self.decay + accepted
-        self.trials = self.trials * self.decay + accepted + (1 if accepted < draft_len else 0)
+        """A step of ``draft_len`` drafts accepted ``accepted``; plain decoding (0) only fades the evidence."""
+        self.accepted *= self.decay
+        self.trials *= self.decay
+        if draft_len > 0:
+            self.accepted += accepted
+            self.trials += accepted + (1 if accepted < draft_len else 0)
 
-    def estimate(self, prior: float) -> float:
-        """The estimate, shrunk towards ``prior`` while there is little evidence (two trials' worth)."""
-        return (self.accepted + 2.0 * prior) / (self.trials + 2.0)
+    def estimate(self, prior: float, weight: float = 2.0) -> float:
+        """The estimate, shrunk towards ``prior`` with ``weight`` trials' worth of evidence."""
+        return (self.accepted + weight * prior) / (self.trials + weight)
 
 
 class DraftPolicy(Protocol):
@@ -113,19 +118,28 @@ class AutoDraftLength:
     ``step_ms(bucket, K)`` is the measured time of a step of that key (the decoder measures every key at
     warm-up; see :meth:`SpecDecoder.warmup`). Each request's acceptance is kept per request (by its id) and
     pooled over all requests, which is what a new request starts from (``prior`` before any evidence).
+    ``decay``: the weight of a step's evidence one step later. ``pool_weight``: the trials' worth of
+    evidence the pooled estimate counts for in a request's own, so that a few unlucky steps do not decide
+    a request's K (measured on a simulation of the benchmark's twin draft: 0.9 and 2 lost up to 8% of the
+    best fixed K's tokens/s at a batch of one, by settling on plain decoding after one rejection).
     """
 
     draft_lens: tuple[int, ...] = AUTO_DRAFT_LENS
     prior: float = 0.6
-    decay: float = 0.9
+    decay: float = 0.97
+    pool_weight: float = 20.0
     step_ms: Callable[[int, int], float] | None = None
-    pool: Acceptance = field(default_factory=Acceptance)
+    pool: Acceptance | None = None  # default: an empty one with ``decay``
     _requests: dict[int, Acceptance] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = Acceptance(self.decay)
 
     def acceptance(self, request) -> float:
         own = self._requests.get(request.id)
         pooled = self.pool.estimate(self.prior)
-        return pooled if own is None else own.estimate(pooled)
+        return pooled if own is None else own.estimate(pooled, self.pool_weight)
 
     def choose(self, batch: Sequence, bucket: int) -> int:
         if self.step_ms is None:
@@ -141,7 +155,10 @@ class AutoDraftLength:
     def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
         for r, n in zip(batch, accepted, strict=True):
             self._requests.setdefault(r.id, Acceptance(self.decay)).observe(n, draft_len)
-            self.pool.observe(n, draft_len)
+            if draft_len > 0:
+                self.pool.observe(n, draft_len)
+        if draft_len == 0:  # the pool fades too, once a step: drafting is tried again before long
+            self.pool.observe(0, 0)
 
     def forget(self, request) -> None:
         """A finished request's estimate goes (the pool keeps what it learnt)."""

@@ -75,3 +75,71 @@ def test_num_draft_tokens_forms():
 def test_auto_without_step_times_says_so():
     with pytest.raises(RuntimeError, match="no step times"):
         AutoDraftLength().choose([R(0)], 1)
+
+
+def test_plain_decoding_fades_a_requests_evidence_towards_the_pool():
+    a = Acceptance(decay=0.5)
+    for _ in range(4):
+        a.observe(0, 2)  # rejected at once, four times
+    low = a.estimate(0.6, weight=2.0)
+    a.observe(0, 0)
+    assert a.trials == pytest.approx(1.875 / 2) and low < a.estimate(0.6, weight=2.0) < 0.6
+
+
+def test_an_unlucky_start_does_not_hold_plain_decoding_for_good():
+    """K = 1 pays from acceptance 0.25 up (step times 1 and 1.25); the pool has learnt 0.6. A request whose
+    first drafts are all rejected gets K = 0, and drafts again after some plain steps."""
+    auto = AutoDraftLength(draft_lens=(0, 1), step_ms=lambda bucket, k: 1.0 + 0.25 * k)
+    for i in range(100):
+        auto.observe([R(1000 + i)], [1 if i % 5 < 3 else 0], 1)
+    r = R(7)
+    assert auto.choose([r], 1) == 1
+    chosen = []
+    for _ in range(60):
+        k = auto.choose([r], 1)
+        chosen.append(k)
+        auto.observe([r], [0], k)  # every draft rejected while it drafts
+    assert 0 in chosen and chosen[chosen.index(0) :].count(1) >= 1
+
+
+def _simulate(policy, acceptance, batch, tokens, seed, step_ms):
+    """Tokens per unit of time of ``batch`` requests of ``tokens`` each under ``policy``, each draft at an
+    output position accepted when that position's draw is below ``acceptance`` (the same draws for every
+    policy: a twin draft's agreement is a property of the position)."""
+    import random
+
+    rng = random.Random(seed)
+    draws = [[rng.random() for _ in range(tokens + 8)] for _ in range(batch)]
+    reqs, made, time = [R(i) for i in range(batch)], [0] * batch, 0.0
+    while reqs:
+        bucket = min(b for b in (1, 4, 16, 64) if b >= len(reqs))
+        k = policy.choose(reqs, bucket)
+        time += step_ms(bucket, k)
+        accepted = []
+        for r in reqs:
+            n = 0
+            while n < k and draws[r.id][made[r.id] + n] < acceptance:
+                n += 1
+            accepted.append(n)
+            made[r.id] += n + 1
+        policy.observe(reqs, accepted, k)
+        reqs = [r for r in reqs if made[r.id] < tokens]
+    return batch * tokens / time
+
+
+@pytest.mark.parametrize("acceptance", [0.3, 0.6, 0.9])
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_auto_keeps_up_with_the_best_fixed_k_on_a_simulated_twin(acceptance, batch):
+    """Step times shaped like the 28-layer twin's on the H200 (each draft token about a third of a step at
+    a batch of one, a step's worth at 64); over a few seeds, auto (learning from a cold start) stays within
+    5% of the best fixed K in hindsight."""
+
+    def step_ms(bucket, k):
+        return (5.0 + bucket / 8) * (1 + k * (0.3 + 0.7 * bucket / 64))
+
+    def mean_tps(make):
+        return sum(_simulate(make(), acceptance, batch, 128, seed, step_ms) for seed in range(4))
+
+    best = max(mean_tps(lambda k=k: FixedDraftLength(k)) for k in (0, 1, 2, 3, 5))
+    auto = mean_tps(lambda: AutoDraftLength(draft_lens=(0, 1, 2, 3, 5), step_ms=step_ms))
+    assert auto >= 0.95 * best
