@@ -164,8 +164,7 @@ class Prefill:
 
 class FirstTokens:
     """The first tokens of the prompts one prefill finished, and their scores, copied to the host behind
-    the forward that made them: a loop launches its next step first and reads them after it (on the CPU
-    they are read in place).
+    the forward that made them: a loop launches its next step first and reads them after it.
 
     ``first [n]``: the forward's first tokens by row; ``scores``: ``None``, or the scores of rows ``at``
     (``[len(at), 1]``, ``[len(at), 1, k]`` each), in that order."""
@@ -182,6 +181,8 @@ class FirstTokens:
             self._event = torch.cuda.Event()
             self._event.record()
             values = host
+        else:  # the forward's outputs are views that its next call overwrites
+            values = {n: t.clone() for n, t in values.items()}
         self._values, self._lists = values, None
         self._scored = {i: j for j, i in enumerate(at)} if scores is not None else None
 
