@@ -5,17 +5,21 @@ the target at a chosen rate (``draft="twin:A"``), for acceptance A in {0.3, 0.6,
 B in {1, 4, 8, 16, 32, 64}, and K in {0, 1, 2, 3, 5} fixed or chosen each step by ``auto`` (which
 measures every key's step time at warm-up and tracks each request's acceptance). One decoder per
 acceptance holds every K's keys; each point decodes the same prompts, greedy, and the decode time counts
-(prefill apart). Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the
+(prefill apart): the median of ``--rounds`` runs of every policy in rotating order, after one untimed run
+at the batch size. Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the
 keys' warm-up runs and captures, and graph memory), against the largest key's pool alone; ``--warmup-only``
 measures that alone.
 
-    python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64]
+    python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64] [--rounds 3]
+        [--acceptance 0.3,0.6,0.9] [--warmup-only] [--compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections import Counter
 
 import torch
 from _timing import add_smoke_flag, env_record, example_models, save, smoke, sync
@@ -75,16 +79,19 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--warmup-only", action="store_true", help="only the warm-up of the realistic set")
     ap.add_argument("--compile", action="store_true", help="the realistic set's warm-ups with compile=True")
+    ap.add_argument("--acceptance", help="comma-separated acceptance rates (default: 0.3,0.6,0.9)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of every policy per point, in rotating order (median)")
     add_smoke_flag(ap)
     args = ap.parse_args()
-    batches, acceptance = BATCHES, ACCEPTANCE
+    batches = BATCHES
+    acceptance = tuple(float(a) for a in args.acceptance.split(",")) if args.acceptance else ACCEPTANCE
     if smoke(args):
-        batches, acceptance, args.tokens = (1, 2), (0.6,), 6
+        batches, acceptance, args.tokens, args.rounds = (1, 2), (0.6,), 6, 1
     target, draft = example_models(num_layers=args.layers, max_requests=max(*batches, 8) + 1, draft="same")
     vocab = target.cfg.vocab_size
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (32,), generator=g).tolist() for _ in range(max(batches))]
-    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "results": {}}
+    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "rounds": args.rounds, "results": {}}
     buckets = tuple(sorted(set(batches)))
     for a in () if args.warmup_only else acceptance:
         twin = TwinDraft(draft.model, a)  # one copy of the target's weights and cache for every acceptance
@@ -96,14 +103,20 @@ def main() -> None:
         warm_s = time.perf_counter() - t0
         rows = record["results"][f"acceptance {a}"] = {"warmup_s": warm_s, "step_ms": dec.step_times(), "by_batch": {}}
         for B in batches:
-            res = {}
             dec.policy = FixedDraftLength(1)
             decode_tps(dec, prompts[:B], args.tokens)  # untimed: the first run at a batch size is slower
-            for k in LENS:
-                dec.policy = FixedDraftLength(k)
-                res[f"K={k}"], _ = decode_tps(dec, prompts[:B], args.tokens)
-            dec.policy = auto
-            res["auto"], res["auto_draft_lens"] = decode_tps(dec, prompts[:B], args.tokens)
+            policies = [(f"K={k}", FixedDraftLength(k)) for k in LENS] + [("auto", auto)]
+            runs = {name: [] for name, _ in policies}
+            chosen = Counter()
+            for rnd in range(args.rounds):  # rotating order; auto keeps what it learnt, as a server's would
+                for name, policy in policies[rnd % len(policies) :] + policies[: rnd % len(policies)]:
+                    dec.policy = policy
+                    tps, lens = decode_tps(dec, prompts[:B], args.tokens)
+                    runs[name].append(tps)
+                    if policy is auto:
+                        chosen.update(lens)
+            res = {name: statistics.median(v) for name, v in runs.items()}
+            res["auto_draft_lens"] = dict(chosen)
             fixed = {k: v for k, v in res.items() if k.startswith("K=")}
             best = max(fixed, key=fixed.get)
             res["best_fixed"] = best
@@ -132,7 +145,9 @@ def table(record: dict, batches) -> str:
         f"{env['date']})",
         "",
         f"Example model, Qwen3-0.6B shape, {record['layers']} layers, bf16; twin draft at acceptance A; greedy; "
-        f"{record['tokens']} new tokens per request; decode tokens/s (prefill apart).",
+        f"{record['tokens']} new tokens per request; decode tokens/s (prefill apart), the median of "
+        f"{record.get('rounds', 1)} rounds in rotating order (auto keeps what it learnt from round to round; its "
+        "K counted over all rounds).",
         "",
     ]
     for name, rows in record["results"].items():

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from stepgraph.keys import draft_lengths
 
 #: The draft lengths ``"auto"`` chooses among by default (0: plain decoding).
@@ -144,21 +146,35 @@ class AutoDraftLength:
     def choose(self, batch: Sequence, bucket: int) -> int:
         if self.step_ms is None:
             raise RuntimeError("draft length 'auto' has no step times: warm the decoder up first")
-        alphas = [self.acceptance(r) for r in batch]
+        # host time counts in every step: the batch's expected tokens for every K at once, from the power
+        # sums of the requests' acceptances (sum_i E(K, a_i) = sum_{j <= K} sum_i a_i^j)
+        pooled, w, own = self.pool.estimate(self.prior), self.pool_weight, self._requests
+        alphas = [pooled] * len(batch)
+        for i, r in enumerate(batch):
+            a = own.get(r.id)
+            if a is not None:
+                alphas[i] = (a.accepted + w * pooled) / (a.trials + w)
+        lens = sorted(self.draft_lens)
+        powers = np.cumprod(np.broadcast_to(np.clip(alphas, 0.0, 1.0), (max(lens[-1], 1), len(batch))), axis=0)
+        tokens = np.concatenate(([len(batch)], len(batch) + np.cumsum(powers.sum(axis=1))))  # [K]: sum_i E(K, a_i)
         best, best_rate = None, -1.0
-        for k in sorted(self.draft_lens):  # a tie keeps the shorter draft
-            rate = sum(expected_tokens(k, a) for a in alphas) / self.step_ms(bucket, k)
+        for k in lens:  # a tie keeps the shorter draft
+            rate = float(tokens[k]) / self.step_ms(bucket, k)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = k, rate
         return best
 
     def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
+        requests, pool = self._requests, self.pool
         for r, n in zip(batch, accepted, strict=True):
-            self._requests.setdefault(r.id, Acceptance(self.decay)).observe(n, draft_len)
+            own = requests.get(r.id)
+            if own is None:
+                own = requests[r.id] = Acceptance(self.decay)
+            own.observe(n, draft_len)
             if draft_len > 0:
-                self.pool.observe(n, draft_len)
+                pool.observe(n, draft_len)
         if draft_len == 0:  # the pool fades too, once a step: drafting is tried again before long
-            self.pool.observe(0, 0)
+            pool.observe(0, 0)
 
     def forget(self, request) -> None:
         """A finished request's estimate goes (the pool keeps what it learnt)."""
