@@ -12,7 +12,8 @@ key, captured ahead like any other):
 
 For a chain of K drafts whose tokens are each accepted with probability ``a`` (given the ones before),
 a step emits ``1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a)`` tokens on average (the accepted drafts and
-one more). A request's ``a`` is estimated from what its steps accepted: ``accepted / (accepted +
+one more), of which a request near its ``max_new_tokens`` keeps only what it still wants (the policy counts
+no more). A request's ``a`` is estimated from what its steps accepted: ``accepted / (accepted +
 rejections)``, a step with ``n < K`` accepted counting one rejection, with older steps weighing less,
 shrunk towards the decoder's pooled estimate (a request with no steps yet takes the pool's). A step of
 plain decoding says nothing about the draft, so it only fades the evidence (each request's, and the
@@ -148,14 +149,18 @@ class AutoDraftLength:
             raise RuntimeError("draft length 'auto' has no step times: warm the decoder up first")
         # host time counts in every step: the batch's expected tokens for every K at once, from the power
         # sums of the requests' acceptances (sum_i E(K, a_i) = sum_{j <= K} sum_i a_i^j)
+        # (a request's terms stop at the tokens it still wants: drafts past its length limit are wasted)
         pooled, w, own = self.pool.estimate(self.prior), self.pool_weight, self._requests
-        alphas = [pooled] * len(batch)
+        alphas, left = [pooled] * len(batch), [0] * len(batch)
         for i, r in enumerate(batch):
             a = own.get(r.id)
             if a is not None:
                 alphas[i] = (a.accepted + w * pooled) / (a.trials + w)
+            left[i] = _tokens_left(r)
         lens = sorted(self.draft_lens)
-        powers = np.cumprod(np.broadcast_to(np.clip(alphas, 0.0, 1.0), (max(lens[-1], 1), len(batch))), axis=0)
+        j = np.arange(1, max(lens[-1], 1) + 1)[:, None]  # [K_max, 1]: the j-th draft's term, a^j
+        powers = np.cumprod(np.broadcast_to(np.clip(alphas, 0.0, 1.0), (len(j), len(batch))), axis=0)
+        powers = np.where(j < np.asarray(left)[None, :], powers, 0.0)
         tokens = np.concatenate(([len(batch)], len(batch) + np.cumsum(powers.sum(axis=1))))  # [K]: sum_i E(K, a_i)
         best, best_rate = None, -1.0
         for k in lens:  # a tie keeps the shorter draft
@@ -179,6 +184,12 @@ class AutoDraftLength:
     def forget(self, request) -> None:
         """A finished request's estimate goes (the pool keeps what it learnt)."""
         self._requests.pop(request.id, None)
+
+
+def _tokens_left(request) -> int | float:
+    """The tokens ``request`` may still emit (its ``max_new_tokens`` less its output; unbounded without them)."""
+    limit = getattr(request, "max_new_tokens", None)
+    return float("inf") if limit is None else limit - len(request.output)
 
 
 def draft_policy(num_draft_tokens) -> tuple[tuple[int, ...], DraftPolicy]:

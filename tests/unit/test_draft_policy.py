@@ -143,3 +143,14 @@ def test_auto_keeps_up_with_the_best_fixed_k_on_a_simulated_twin(acceptance, bat
     best = max(mean_tps(lambda k=k: FixedDraftLength(k)) for k in (0, 1, 2, 3, 5))
     auto = mean_tps(lambda: AutoDraftLength(draft_lens=(0, 1, 2, 3, 5), step_ms=step_ms))
     assert auto >= 0.95 * best
+
+
+def test_drafts_past_a_requests_length_limit_count_for_nothing():
+    class Req:
+        def __init__(self, rid, max_new_tokens, made):
+            self.id, self.max_new_tokens, self.output = rid, max_new_tokens, [0] * made
+
+    auto = AutoDraftLength(draft_lens=(0, 1, 3, 5), step_ms=lambda bucket, k: 1.0 + 0.1 * k, prior=0.95)
+    assert auto.choose([Req(0, 100, 10)], 1) == 5  # far from its limit: the longest chain pays
+    assert auto.choose([Req(0, 100, 98)], 1) == 1  # two tokens left: one draft and the bonus
+    assert auto.choose([Req(0, 100, 99)], 1) == 0  # the last token: plain decoding
