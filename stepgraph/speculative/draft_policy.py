@@ -123,8 +123,7 @@ class AutoDraftLength:
     pooled over all requests, which is what a new request starts from (``prior`` before any evidence).
     ``decay``: the weight of a step's evidence one step later. ``pool_weight``: the trials' worth of
     evidence the pooled estimate counts for in a request's own, so that a few unlucky steps do not decide
-    a request's K (measured on a simulation of the benchmark's twin draft: 0.9 and 2 lost up to 8% of the
-    best fixed K's tokens/s at a batch of one, by settling on plain decoding after one rejection).
+    a request's K.
     """
 
     draft_lens: tuple[int, ...] = AUTO_DRAFT_LENS
