@@ -12,21 +12,24 @@ measures that alone.
 
     python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64] [--rounds 3]
         [--acceptance 0.3,0.6,0.9] [--warmup-only] [--compile]
+    python benchmarks/bench_adaptive.py --simulate benchmarks/results/<dir>/adaptive.json   # no GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
 from _timing import add_smoke_flag, env_record, example_models, save, smoke, sync
 
 from stepgraph import RunnerConfig, SpecDecoder, Toggles
 from stepgraph.examples.model import TwinDraft
-from stepgraph.speculative.draft_policy import AutoDraftLength, FixedDraftLength
+from stepgraph.speculative.draft_policy import AutoDraftLength, FixedDraftLength, simulate
 
 ACCEPTANCE = (0.3, 0.6, 0.9)
 BATCHES = (1, 4, 8, 16, 32, 64)
@@ -81,8 +84,12 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="the realistic set's warm-ups with compile=True")
     ap.add_argument("--acceptance", help="comma-separated acceptance rates (default: 0.3,0.6,0.9)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of every policy per point, in rotating order (median)")
+    ap.add_argument("--simulate", metavar="JSON", help="no GPU: the policies on a saved run's step times (simulate())")
     add_smoke_flag(ap)
     args = ap.parse_args()
+    if args.simulate:
+        print(simulated(args.simulate, args.tokens))
+        return
     batches = BATCHES
     acceptance = tuple(float(a) for a in args.acceptance.split(",")) if args.acceptance else ACCEPTANCE
     if smoke(args):
@@ -136,6 +143,29 @@ def main() -> None:
     save(args.out, "adaptive", record, table(record, batches))
     if record["results"]:
         _plot(record, args.out)
+
+
+def simulated(path: str, tokens: int, seeds: int = 8) -> str:
+    """Auto against the best fixed K on the step times of a saved run, by :func:`simulate` (mean of
+    ``seeds`` draws, a fresh policy each: a cold start)."""
+    record = json.loads(Path(path).read_text())
+    lines = [f"Simulated on the step times of {path}, {tokens} tokens, {seeds} seeds: auto / best fixed K", ""]
+    lines += ["| A | " + " | ".join(f"B = {b}" for b in BATCHES) + " |", "| --- " * (len(BATCHES) + 1) + "|"]
+    for name, rows in record["results"].items():
+        ms = {}
+        for key, v in rows["step_ms"].items():
+            b, k = key.split("/")
+            ms[int(b[3:]), int(k[2:])] = v
+        a, cells = float(name.split()[-1]), []
+        for B in BATCHES:
+
+            def mean(make, B=B):
+                return sum(simulate(make(), a, B, tokens, lambda b, k: ms[b, k], seed=s)[0] for s in range(seeds))
+
+            best = max(mean(lambda k=k: FixedDraftLength(k)) for k in LENS)
+            cells.append(f"{mean(lambda: AutoDraftLength(draft_lens=LENS, step_ms=lambda b, k: ms[b, k])) / best:.3f}")
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(record: dict, batches) -> str:

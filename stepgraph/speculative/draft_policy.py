@@ -24,6 +24,8 @@ the prior and drafting is tried again, instead of plain decoding holding for goo
 from __future__ import annotations
 
 import bisect
+import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -183,6 +185,58 @@ class AutoDraftLength:
     def forget(self, request) -> None:
         """A finished request's estimate goes (the pool keeps what it learnt)."""
         self._requests.pop(request.id, None)
+
+
+@dataclass
+class SimulatedRequest:
+    """A request of :func:`simulate`: its id, its length limit and what it has emitted so far."""
+
+    id: int
+    max_new_tokens: int
+    output: list[int] = field(default_factory=list)
+
+
+def simulate(
+    policy: DraftPolicy,
+    acceptance: float,
+    batch: int,
+    tokens: int,
+    step_ms: Callable[[int, int], float],
+    *,
+    buckets: Sequence[int] = (1, 4, 8, 16, 32, 64),
+    seed: int = 0,
+) -> tuple[float, dict[int, int]]:
+    """Tokens per second, and the K taken per step, of ``batch`` requests of ``tokens`` new tokens each
+    decoded under ``policy``, on the host alone: for choosing and testing policies without a GPU.
+
+    A step at batch bucket ``b`` with ``K`` drafts takes ``step_ms(b, K)`` milliseconds (a decoder's
+    :meth:`~stepgraph.SpecDecoder.step_times`, say). The draft at each output position of a request is
+    accepted when that position's draw (from ``seed``) is below ``acceptance``, as a twin draft's agreement
+    is a property of the position, so every policy meets the same draws. Requests leave as they reach
+    ``tokens``, and the batch's bucket shrinks with them.
+    """
+    rng = random.Random(seed)
+    draws = [[rng.random() for _ in range(tokens + 16)] for _ in range(batch)]
+    live = [SimulatedRequest(i, tokens) for i in range(batch)]
+    ms, taken = 0.0, Counter()
+    while live:
+        bucket = min((b for b in buckets if b >= len(live)), default=len(live))
+        k = policy.choose(live, bucket)
+        taken[k] += 1
+        ms += step_ms(bucket, k)
+        accepted = []
+        for r in live:
+            made, n = len(r.output), 0
+            while n < k and draws[r.id][made + n] < acceptance:
+                n += 1
+            accepted.append(n)
+            r.output.extend([0] * min(n + 1, tokens - made))
+        policy.observe(live, accepted, k)
+        for r in live:
+            if len(r.output) >= tokens:
+                getattr(policy, "forget", lambda r: None)(r)
+        live = [r for r in live if len(r.output) < tokens]
+    return batch * tokens / ms * 1e3, dict(taken)
 
 
 def _tokens_left(request) -> int | float:

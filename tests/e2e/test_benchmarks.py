@@ -35,3 +35,18 @@ def test_benchmark_smoke_run(script, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(tmp_path.glob("*.json")) and list(tmp_path.glob("*.md")), "no result files written"
+
+
+def test_the_draft_length_policies_simulate_on_a_saved_runs_step_times():
+    saved = BENCHMARKS / "results" / "2026-12-01-h200-run27" / "adaptive" / "adaptive.json"
+    proc = subprocess.run(
+        [sys.executable, "bench_adaptive.py", "--simulate", str(saved), "--tokens", "12"],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 0.")]
+    assert [r.split(" | ")[0] for r in rows] == ["| 0.3", "| 0.6", "| 0.9"]
+    assert all(0.5 < float(c) < 1.5 for r in rows for c in r.strip("| ").split(" | ")[1:])

@@ -9,6 +9,7 @@ from stepgraph.speculative.draft_policy import (
     FixedDraftLength,
     draft_policy,
     expected_tokens,
+    simulate,
 )
 
 
@@ -102,31 +103,6 @@ def test_an_unlucky_start_does_not_hold_plain_decoding_for_good():
     assert 0 in chosen and chosen[chosen.index(0) :].count(1) >= 1
 
 
-def _simulate(policy, acceptance, batch, tokens, seed, step_ms):
-    """Tokens per unit of time of ``batch`` requests of ``tokens`` each under ``policy``, each draft at an
-    output position accepted when that position's draw is below ``acceptance`` (the same draws for every
-    policy: a twin draft's agreement is a property of the position)."""
-    import random
-
-    rng = random.Random(seed)
-    draws = [[rng.random() for _ in range(tokens + 8)] for _ in range(batch)]
-    reqs, made, time = [R(i) for i in range(batch)], [0] * batch, 0.0
-    while reqs:
-        bucket = min(b for b in (1, 4, 16, 64) if b >= len(reqs))
-        k = policy.choose(reqs, bucket)
-        time += step_ms(bucket, k)
-        accepted = []
-        for r in reqs:
-            n = 0
-            while n < k and draws[r.id][made[r.id] + n] < acceptance:
-                n += 1
-            accepted.append(n)
-            made[r.id] += n + 1
-        policy.observe(reqs, accepted, k)
-        reqs = [r for r in reqs if made[r.id] < tokens]
-    return batch * tokens / time
-
-
 @pytest.mark.parametrize("acceptance", [0.3, 0.6, 0.9])
 @pytest.mark.parametrize("batch", [1, 16, 64])
 def test_auto_keeps_up_with_the_best_fixed_k_on_a_simulated_twin(acceptance, batch):
@@ -138,7 +114,9 @@ def test_auto_keeps_up_with_the_best_fixed_k_on_a_simulated_twin(acceptance, bat
         return (5.0 + bucket / 8) * (1 + k * (0.3 + 0.7 * bucket / 64))
 
     def mean_tps(make):
-        return sum(_simulate(make(), acceptance, batch, 128, seed, step_ms) for seed in range(4))
+        return sum(
+            simulate(make(), acceptance, batch, 128, step_ms, buckets=(1, 4, 16, 64), seed=seed)[0] for seed in range(4)
+        )
 
     best = max(mean_tps(lambda k=k: FixedDraftLength(k)) for k in (0, 1, 2, 3, 5))
     auto = mean_tps(lambda: AutoDraftLength(draft_lens=(0, 1, 2, 3, 5), step_ms=step_ms))
