@@ -148,9 +148,8 @@ class AutoDraftLength:
     def choose(self, batch: Sequence, bucket: int) -> int:
         if self.step_ms is None:
             raise RuntimeError("draft length 'auto' has no step times: warm the decoder up first")
-        # host time counts in every step: the batch's expected tokens for every K at once, from the power
-        # sums of the requests' acceptances (sum_i E(K, a_i) = sum_{j <= K} sum_i a_i^j)
-        # (a request's terms stop at the tokens it still wants: drafts past its length limit are wasted)
+        # the batch's expected tokens for every K at once (this is host time in every step): sum_i E(K, a_i)
+        # = sum_{j <= K} sum_i a_i^j, each request's terms stopping at the tokens it still wants
         pooled, w, own = self.pool.estimate(self.prior), self.pool_weight, self._requests
         alphas, left = [pooled] * len(batch), [0] * len(batch)
         for i, r in enumerate(batch):
@@ -216,7 +215,12 @@ def simulate(
     ``tokens``, and the batch's bucket shrinks with them.
     """
     rng = random.Random(seed)
-    draws = [[rng.random() for _ in range(tokens + 16)] for _ in range(batch)]
+    draws = [[rng.random() for _ in range(tokens)] for _ in range(batch)]
+
+    def accepted_at(i: int, position: int) -> bool:  # past the last token: a draw of its own, as fixed
+        u = draws[i][position] if position < tokens else random.Random(hash((seed, i, position))).random()
+        return u < acceptance
+
     live = [SimulatedRequest(i, tokens) for i in range(batch)]
     ms, taken = 0.0, Counter()
     while live:
@@ -227,7 +231,7 @@ def simulate(
         accepted = []
         for r in live:
             made, n = len(r.output), 0
-            while n < k and draws[r.id][made + n] < acceptance:
+            while n < k and accepted_at(r.id, made + n):
                 n += 1
             accepted.append(n)
             r.output.extend([0] * min(n + 1, tokens - made))
