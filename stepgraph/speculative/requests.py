@@ -96,7 +96,7 @@ class GenerationStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0  # the loop's time, prefills and idle waits not counted
     idle_seconds: float = 0.0  # waiting for a request to arrive, nothing running
-    discarded_steps: int = 0  # overlapped loop: extra steps of requests that had already finished
+    discarded_steps: int = 0  # request-steps thrown away: finished already (overlapped loop), or by their first token
     batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
     draft_len_steps: Counter = field(default_factory=Counter)  # K -> steps that drafted K tokens
     stalled: int = 0  # request-steps sat out waiting for KV pages
