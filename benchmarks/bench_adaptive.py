@@ -11,7 +11,7 @@ keys' warm-up runs and captures, and graph memory), against the largest key's po
 measures that alone.
 
     python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64] [--rounds 3]
-        [--acceptance 0.3,0.6,0.9] [--warmup-only] [--compile]
+        [--acceptance 0.3,0.6,0.9] [--warmup-only | --no-warmup-set] [--compile]
     python benchmarks/bench_adaptive.py --simulate benchmarks/results/<dir>/adaptive.json   # no GPU
 """
 
@@ -81,6 +81,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--warmup-only", action="store_true", help="only the warm-up of the realistic set")
+    ap.add_argument("--no-warmup-set", action="store_true", help="leave out the warm-up of the realistic set")
     ap.add_argument("--compile", action="store_true", help="the realistic set's warm-ups with compile=True")
     ap.add_argument("--acceptance", help="comma-separated acceptance rates (default: 0.3,0.6,0.9)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of every policy per point, in rotating order (median)")
@@ -135,11 +136,12 @@ def main() -> None:
                   + f", auto {res['auto']:.0f} tok/s ({res['auto_vs_best']:.3f}x best {best})", flush=True)  # fmt: skip
         dec.release()
     record["compile"] = args.compile
-    record["warmup_realistic"] = warmup_of_a_realistic_set(target, draft, args.compile)
-    del target, draft
-    record["warmup_realistic_eagle"] = warmup_of_a_realistic_set(
-        *example_models(num_layers=args.layers, max_requests=9), args.compile
-    )
+    if not args.no_warmup_set:
+        record["warmup_realistic"] = warmup_of_a_realistic_set(target, draft, args.compile)
+        del target, draft
+        record["warmup_realistic_eagle"] = warmup_of_a_realistic_set(
+            *example_models(num_layers=args.layers, max_requests=9), args.compile
+        )
     save(args.out, "adaptive", record, table(record, batches))
     if record["results"]:
         _plot(record, args.out)
@@ -196,7 +198,8 @@ def table(record: dict, batches) -> str:
                          f"{r['auto_vs_k3']:.3f} | {r['auto_vs_k0']:.3f} | {chosen} |")  # fmt: skip
         lines.append("")
     for name, draft in (("warmup_realistic", "the twin draft"), ("warmup_realistic_eagle", "the EAGLE head")):
-        lines += [_warmup_line(record[name], draft, record.get("compile", False)), ""]
+        if name in record:
+            lines += [_warmup_line(record[name], draft, record.get("compile", False)), ""]
     return "\n".join(lines)
 
 

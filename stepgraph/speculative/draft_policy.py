@@ -69,7 +69,12 @@ class Acceptance:
 
 
 class DraftPolicy(Protocol):
-    """Picks each step's draft length and learns from what the step accepted."""
+    """Picks each step's draft length and learns from what the step accepted.
+
+    The synchronous loop calls both while a step runs: ``observe`` with the step before it, then
+    ``choose`` for the step after it (an answer it drops when the batch changes in between, asking again),
+    so ``choose`` should depend only on the batch and on what ``observe`` taught it.
+    """
 
     def choose(self, batch: Sequence, bucket: int) -> int:
         """The K for a step of ``batch`` (its requests) padded to ``bucket``."""
@@ -212,7 +217,8 @@ def simulate(
     :meth:`~stepgraph.SpecDecoder.step_times`, say). The draft at each output position of a request is
     accepted when that position's draw (from ``seed``) is below ``acceptance``, as a twin draft's agreement
     is a property of the position, so every policy meets the same draws. Requests leave as they reach
-    ``tokens``, and the batch's bucket shrinks with them.
+    ``tokens``, and the batch's bucket shrinks with them. As in the scheduler's synchronous loop, the
+    policy learns a step's acceptance during the next step, when it also picks the K after that.
     """
     rng = random.Random(seed)
     draws = [[rng.random() for _ in range(tokens)] for _ in range(batch)]
@@ -223,11 +229,19 @@ def simulate(
 
     live = [SimulatedRequest(i, tokens) for i in range(batch)]
     ms, taken = 0.0, Counter()
+    forget = getattr(policy, "forget", lambda r: None)
+    evidence, plan = None, None  # as the synchronous loop: learnt, and the next K chosen, during a step
     while live:
         bucket = min((b for b in buckets if b >= len(live)), default=len(live))
-        k = policy.choose(live, bucket)
+        k = plan[1] if plan is not None and plan[0] == [r.id for r in live] else policy.choose(live, bucket)
         taken[k] += 1
         ms += step_ms(bucket, k)
+        if evidence is not None:
+            policy.observe(*evidence[:3])
+            for r in evidence[3]:
+                forget(r)
+        longest = max(getattr(policy, "draft_lens", (k,)))
+        plan = ([r.id for r in live], policy.choose(live, bucket)) if can_choose_ahead(live, k, longest) else None
         accepted = []
         for r in live:
             made, n = len(r.output), 0
@@ -235,12 +249,17 @@ def simulate(
                 n += 1
             accepted.append(n)
             r.output.extend([0] * min(n + 1, tokens - made))
-        policy.observe(live, accepted, k)
-        for r in live:
-            if len(r.output) >= tokens:
-                getattr(policy, "forget", lambda r: None)(r)
+        evidence = (live, accepted, k, [r for r in live if len(r.output) >= tokens])
         live = [r for r in live if len(r.output) < tokens]
     return batch * tokens / ms * 1e3, dict(taken)
+
+
+def can_choose_ahead(batch: Sequence, in_flight: int, longest: int) -> bool:
+    """Whether the K of the step after the one in flight (``in_flight`` drafts) can be chosen now: no
+    request of ``batch`` is so close to its ``max_new_tokens`` that what the step in flight emits (1 to
+    ``in_flight + 1`` tokens, and a chunked prefill's first token not yet counted) could change how many
+    of ``longest`` drafts it still wants."""
+    return all(_tokens_left(r) > in_flight + longest + 2 for r in batch)
 
 
 def _tokens_left(request) -> int | float:

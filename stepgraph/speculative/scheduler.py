@@ -2,7 +2,9 @@
 requests go. Requests of different lengths share a batch; finished ones leave and waiting ones join, so
 the key changes as the batch shrinks and grows.
 
-* synchronous (``overlap=False``, the reference): launch step N, read its tokens, decide step N+1;
+* synchronous (``overlap=False``, the reference): launch step N, read its tokens, decide step N+1. The
+  draft-length policy works while step N runs: it learns what step N-1 accepted and picks step N+1's K
+  (kept if the batch is still the same), so its host time stays off the step's path;
 * overlapped (``overlap=True``): launch step N+1 *before* reading step N's tokens. Step N+1 reads its
   inputs from the relay slots step N wrote, on the device; step N's tokens come back through a
   non-blocking copy into pinned memory and an event. EOS and length limits are therefore seen one step
@@ -31,7 +33,7 @@ import torch
 
 from stepgraph.outputs import StepOutputs
 from stepgraph.sampling import Sampling
-from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength
+from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength, can_choose_ahead
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GenerationStats, Request
 from stepgraph.speculative.slots import SlotAllocator
@@ -72,6 +74,8 @@ class Scheduler:
         self.prefill_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._last_slots: list[int] | None = None
         self._last_batch: list[Request] | None = None  # the requests of the last step, and their class:
+        self._evidence: list[tuple] = []  # (live, accepted, K, done) of steps the policy has not learnt yet
+        self._plan: tuple[list[Request], int] | None = None  # (batch, K) chosen ahead for the next step
         self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
         self._host: dict[tuple[str, int], torch.Tensor] = {}  # (output, turn) -> pinned [max_batch, width, ...]
         self._t0 = 0.0
@@ -162,9 +166,11 @@ class Scheduler:
             self._sampling = Sampling.most_general(r.params.sampling for r in batch)
             self._last_batch = list(batch)  # a copy: a caller may change its list in place
         sampling = self._sampling
-        if draft_len is None:
-            key = self.step.runner.key_for(len(batch))
-            draft_len = self.policy.choose(batch, key.batch_size if key is not None else len(batch))
+        plan, self._plan = self._plan, None
+        if draft_len is None and plan is not None and plan[0] == batch:  # chosen during the last step
+            draft_len = plan[1]
+        elif draft_len is None:
+            draft_len = self.policy.choose(batch, self._bucket(batch))
         self.stats.draft_len_steps[draft_len] += 1
         slots = [r.slot for r in batch]
         changed = slots != self._last_slots
@@ -182,6 +188,29 @@ class Scheduler:
                 self.stats.batch_changes += 1
         self.stats.steps += 1
         return out
+
+    def _bucket(self, batch: list[Request]) -> int:
+        key = self.step.runner.key_for(len(batch))
+        return key.batch_size if key is not None else len(batch)
+
+    def learn_and_plan(self, batch: list[Request], draft_len: int) -> None:
+        """The policy's work for the step in flight (``batch``'s, ``draft_len`` drafts), done while it runs:
+        learn what the steps before it accepted (:meth:`consume` with ``learn=False``), then choose the next
+        step's K for the same batch, unless a request is near its length limit (used by :meth:`launch` if
+        the batch has not changed; chosen again if it has)."""
+        self.learn()
+        if can_choose_ahead(batch, draft_len, self.step.max_draft_len):
+            self._plan = (list(batch), self.policy.choose(batch, self._bucket(batch)))
+
+    def learn(self) -> None:
+        """Teach the policy what the consumed steps accepted and forget their finished requests."""
+        forget = getattr(self.policy, "forget", None)
+        for live, accepted, draft_len, done in self._evidence:
+            if live:
+                self.policy.observe(live, accepted, draft_len)
+            for r in done if forget is not None else ():
+                forget(r)
+        self._evidence.clear()
 
     def read_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """A step's tokens on the host: one copy into a reused pinned buffer, then wait for it."""
@@ -207,10 +236,13 @@ class Scheduler:
             torch.cuda.current_stream(out["tokens"].device).synchronize()
         return host
 
-    def consume(self, batch: list[Request], tokens: torch.Tensor, scores: dict | None = None) -> list[Request]:
+    def consume(
+        self, batch: list[Request], tokens: torch.Tensor, scores: dict | None = None, *, learn: bool = True
+    ) -> list[Request]:
         """Apply one step's tokens (``[B, K+1]`` on the host; ``scores``: the rest of :meth:`read_outputs`,
         when the step reports them); return the requests that finished. The policy learns what each live
-        request accepted (``K + 1`` columns: K drafts)."""
+        request accepted (``K + 1`` columns: K drafts): now, or with ``learn=False`` at the next
+        :meth:`learn`."""
         done, live, accepted = [], [], []
         # host arrays: each request turns into lists only the rows it takes (a step's rejected drafts are most)
         arrays = [scores[n].numpy() for n in SCORES] if scores and "logprobs" in scores else None
@@ -229,11 +261,9 @@ class Scheduler:
             r.append(emitted, row_scores)
             if r.finished:
                 done.append(r)
-        if live:
-            self.policy.observe(live, accepted, tokens.shape[1] - 1)
-        forget = getattr(self.policy, "forget", None)
-        for r in done if forget is not None else ():
-            forget(r)
+        self._evidence.append((live, accepted, tokens.shape[1] - 1, done))
+        if learn:
+            self.learn()
         return done
 
     def runnable(self, active: list[Request], drain: Callable[[], None] | None = None) -> list[Request]:
@@ -252,12 +282,13 @@ class Scheduler:
     def run(self, requests: list[Request], *, overlap: bool, on_step: OnStep | None = None) -> None:
         """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed.
         Whatever raises, every slot and cache row comes back first."""
-        self._last_slots = self._last_batch = None
+        self._last_slots = self._last_batch = self._plan = None
         self._t0 = time.perf_counter()
         pending = deque(sorted(requests, key=lambda r: r.arrival))
         try:
             (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
         except BaseException:
+            self._evidence.clear()
             self._prefilling.clear()
             self.slots.give_back_all(requests, self.device)
             self._last_slots = self._last_batch = None
@@ -273,10 +304,14 @@ class Scheduler:
                     self._wait_for_arrival(pending)
                 continue
             batch = self.runnable(active)
-            host = self.read_outputs(self.launch(batch, on_step))
-            for r in self.consume(batch, host["tokens"], host):
+            out = self.launch(batch, on_step)
+            self.learn_and_plan(batch, out["tokens"].shape[1] - 1)  # host work while the step runs
+            host = self.read_outputs(out)
+            for r in self.consume(batch, host["tokens"], host, learn=False):
                 active.remove(r)
                 self.slots.give_back(r)
+        self.learn()
+        self._plan = None
 
     def _loop_overlapped(self, pending: deque, on_step: OnStep | None) -> None:
         active: list[Request] = []

@@ -79,3 +79,60 @@ def test_a_schedule_follows_the_batch():
     out = dec.generate(prompts(), max_new_tokens=10)
     assert out == [greedy_reference(target, p, 10) for p in prompts()]
     assert set(dec.stats.as_dict()["draft_len_steps"]) <= {"1", "4"} and dec.stats.draft_len_steps[1] > 0
+
+
+class Recording:
+    """A policy that records, with the decoder's launches, the order of the scheduler's calls (``choose``
+    with each request's output length then, ``observe``, ``forget``); it alternates K = 1, 2."""
+
+    draft_lens = (1, 2)
+
+    def __init__(self, requests):
+        self.requests, self.events, self.k = requests, [], 2
+
+    def launched(self, batch_size):
+        self.events.append(("L", tuple(len(r.output) for r in self.requests)))
+
+    def choose(self, batch, bucket):
+        self.k = 3 - self.k
+        self.events.append(("C", tuple(len(r.output) for r in self.requests)))
+        return self.k
+
+    def observe(self, batch, accepted, draft_len):
+        self.events.append(("O", None))
+
+    def forget(self, request):
+        self.events.append(("F", request.id))
+
+
+def test_the_sync_loop_learns_and_chooses_while_a_step_runs():
+    target, draft = build("tiny", draft="twin:0.7")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=(1, 2), max_batch=3)
+    requests = dec.make_requests(prompts(), max_new_tokens=24, sampling=SamplingParams())
+    policy = dec.policy = Recording(requests)
+    dec.serve(requests, on_step=policy.launched)
+    assert [r.output for r in requests] == [greedy_reference(target, p, 24) for p in prompts()]  # exact
+    kinds = "".join(e[0] for e in policy.events if e[0] != "F")
+    launches = kinds.split("L")[1:]  # what happened after each launch, up to the next
+    assert len(launches) == dec.stats.steps and kinds.count("O") == dec.stats.steps  # every step taught it
+    assert "O" not in launches[0] and all(after.count("O") == 1 for after in launches[1:-1])  # a step late
+    assert launches[-1].count("O") == 2  # the step before the last, and the last after the loop
+    ahead = 0
+    for i, (kind, at_launch) in enumerate(policy.events):
+        if kind != "L":
+            continue
+        chosen = next(e for e in reversed(policy.events[:i]) if e[0] == "C")[1]
+        if chosen != at_launch:  # chosen before the last step's tokens came: while it ran
+            ahead += 1
+            assert all(24 - n > 2 + 2 + 2 for n in chosen)  # never with a request near its limit
+    assert ahead > 0
+    assert sorted(e[1] for e in policy.events if e[0] == "F") == [0, 1, 2]  # every finished request forgotten
+
+
+def test_auto_forgets_every_finished_request_in_both_loops():
+    target, draft = build("tiny", draft="twin:0.7")
+    for overlap in (False, True):
+        dec = SpecDecoder.for_example(target, draft, num_draft_tokens="auto", max_batch=3)
+        dec.warmup()
+        dec.generate(prompts(), max_new_tokens=12, overlap=overlap)
+        assert dec.policy._requests == {} and dec.policy.pool.trials > 0
