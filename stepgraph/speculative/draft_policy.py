@@ -233,15 +233,16 @@ def simulate(
     evidence, plan = None, None  # as the synchronous loop: learnt, and the next K chosen, during a step
     while live:
         bucket = min((b for b in buckets if b >= len(live)), default=len(live))
-        k = plan[1] if plan is not None and plan[0] == [r.id for r in live] else policy.choose(live, bucket)
+        longest = max(getattr(policy, "draft_lens", (1,)))
+        planned = plan is not None and plan[0] == [r.id for r in live] and beyond_reach(live, longest)
+        k = plan[1] if planned else policy.choose(live, bucket)
         taken[k] += 1
         ms += step_ms(bucket, k)
         if evidence is not None:
             policy.observe(*evidence[:3])
             for r in evidence[3]:
                 forget(r)
-        longest = max(getattr(policy, "draft_lens", (k,)))
-        plan = ([r.id for r in live], policy.choose(live, bucket)) if can_choose_ahead(live, k, longest) else None
+        plan = ([r.id for r in live], policy.choose(live, bucket)) if beyond_reach(live, longest) else None
         accepted = []
         for r in live:
             made, n = len(r.output), 0
@@ -254,12 +255,11 @@ def simulate(
     return batch * tokens / ms * 1e3, dict(taken)
 
 
-def can_choose_ahead(batch: Sequence, in_flight: int, longest: int) -> bool:
-    """Whether the K of the step after the one in flight (``in_flight`` drafts) can be chosen now: no
-    request of ``batch`` is so close to its ``max_new_tokens`` that what the step in flight emits (1 to
-    ``in_flight + 1`` tokens, and a chunked prefill's first token not yet counted) could change how many
-    of ``longest`` drafts it still wants."""
-    return all(_tokens_left(r) > in_flight + longest + 2 for r in batch)
+def beyond_reach(batch: Sequence, longest: int) -> bool:
+    """Whether every request of ``batch`` still wants more than ``longest`` tokens, so that a choice among
+    draft lengths up to ``longest`` does not depend on how many it has emitted: a K chosen for the batch
+    while a step runs is the K chosen after it."""
+    return all(_tokens_left(r) > longest for r in batch)
 
 
 def _tokens_left(request) -> int | float:

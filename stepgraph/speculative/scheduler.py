@@ -4,7 +4,8 @@ the key changes as the batch shrinks and grows.
 
 * synchronous (``overlap=False``, the reference): launch step N, read its tokens, decide step N+1. The
   draft-length policy works while step N runs: it learns what step N-1 accepted and picks step N+1's K
-  (kept if the batch is still the same), so its host time stays off the step's path;
+  (kept if step N leaves the batch and the choice as they were), so its host time stays off the step's
+  path;
 * overlapped (``overlap=True``): launch step N+1 *before* reading step N's tokens. Step N+1 reads its
   inputs from the relay slots step N wrote, on the device; step N's tokens come back through a
   non-blocking copy into pinned memory and an event. EOS and length limits are therefore seen one step
@@ -33,7 +34,7 @@ import torch
 
 from stepgraph.outputs import StepOutputs
 from stepgraph.sampling import Sampling
-from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength, can_choose_ahead
+from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength, beyond_reach
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GenerationStats, Request
 from stepgraph.speculative.slots import SlotAllocator
@@ -167,8 +168,8 @@ class Scheduler:
             self._last_batch = list(batch)  # a copy: a caller may change its list in place
         sampling = self._sampling
         plan, self._plan = self._plan, None
-        if draft_len is None and plan is not None and plan[0] == batch:  # chosen during the last step
-            draft_len = plan[1]
+        if draft_len is None and plan is not None and plan[0] == batch and beyond_reach(batch, self.width - 1):
+            draft_len = plan[1]  # chosen during the last step; its tokens cannot change the choice
         elif draft_len is None:
             draft_len = self.policy.choose(batch, self._bucket(batch))
         self.stats.draft_len_steps[draft_len] += 1
@@ -193,24 +194,24 @@ class Scheduler:
         key = self.step.runner.key_for(len(batch))
         return key.batch_size if key is not None else len(batch)
 
-    def learn_and_plan(self, batch: list[Request], draft_len: int) -> None:
-        """The policy's work for the step in flight (``batch``'s, ``draft_len`` drafts), done while it runs:
-        learn what the steps before it accepted (:meth:`consume` with ``learn=False``), then choose the next
-        step's K for the same batch, unless a request is near its length limit (used by :meth:`launch` if
-        the batch has not changed; chosen again if it has)."""
+    def learn_and_plan(self, batch: list[Request]) -> None:
+        """The policy's work for the step in flight (``batch``'s), done while it runs: learn what the steps
+        before it accepted (:meth:`consume` with ``learn=False``), then choose the next step's K for the
+        same batch. :meth:`launch` takes that K if the batch is the same and no request is near its length
+        limit (:func:`~stepgraph.speculative.draft_policy.beyond_reach`), and chooses again otherwise."""
         self.learn()
-        if can_choose_ahead(batch, draft_len, self.step.max_draft_len):
+        if beyond_reach(batch, self.width - 1):
             self._plan = (list(batch), self.policy.choose(batch, self._bucket(batch)))
 
     def learn(self) -> None:
         """Teach the policy what the consumed steps accepted and forget their finished requests."""
+        evidence, self._evidence = self._evidence, []
         forget = getattr(self.policy, "forget", None)
-        for live, accepted, draft_len, done in self._evidence:
+        for live, accepted, draft_len, done in evidence:
             if live:
                 self.policy.observe(live, accepted, draft_len)
             for r in done if forget is not None else ():
                 forget(r)
-        self._evidence.clear()
 
     def read_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """A step's tokens on the host: one copy into a reused pinned buffer, then wait for it."""
@@ -288,7 +289,9 @@ class Scheduler:
         try:
             (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
         except BaseException:
-            self._evidence.clear()
+            self._plan = None
+            with contextlib.suppress(Exception):  # what was raised first is what reaches the caller
+                self.learn()
             self._prefilling.clear()
             self.slots.give_back_all(requests, self.device)
             self._last_slots = self._last_batch = None
@@ -305,7 +308,7 @@ class Scheduler:
                 continue
             batch = self.runnable(active)
             out = self.launch(batch, on_step)
-            self.learn_and_plan(batch, out["tokens"].shape[1] - 1)  # host work while the step runs
+            self.learn_and_plan(batch)  # host work while the step runs
             host = self.read_outputs(out)
             for r in self.consume(batch, host["tokens"], host, learn=False):
                 active.remove(r)

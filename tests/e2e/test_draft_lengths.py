@@ -108,10 +108,11 @@ class Recording:
 def test_the_sync_loop_learns_and_chooses_while_a_step_runs():
     target, draft = build("tiny", draft="twin:0.7")
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=(1, 2), max_batch=3)
-    requests = dec.make_requests(prompts(), max_new_tokens=24, sampling=SamplingParams())
+    limits = [24, 30, 27]
+    requests = dec.make_requests(prompts(), max_new_tokens=limits, sampling=SamplingParams())
     policy = dec.policy = Recording(requests)
     dec.serve(requests, on_step=policy.launched)
-    assert [r.output for r in requests] == [greedy_reference(target, p, 24) for p in prompts()]  # exact
+    assert [r.output for r in requests] == [greedy_reference(target, p, n) for p, n in zip(prompts(), limits)]
     kinds = "".join(e[0] for e in policy.events if e[0] != "F")
     launches = kinds.split("L")[1:]  # what happened after each launch, up to the next
     assert len(launches) == dec.stats.steps and kinds.count("O") == dec.stats.steps  # every step taught it
@@ -124,7 +125,8 @@ def test_the_sync_loop_learns_and_chooses_while_a_step_runs():
         chosen = next(e for e in reversed(policy.events[:i]) if e[0] == "C")[1]
         if chosen != at_launch:  # chosen before the last step's tokens came: while it ran
             ahead += 1
-            assert all(24 - n > 2 + 2 + 2 for n in chosen)  # never with a request near its limit
+            # taken only where those tokens cannot change it: every running request wants more than K = 2
+            assert all(limit - n > 2 for limit, n in zip(limits, at_launch) if n < limit)
     assert ahead > 0
     assert sorted(e[1] for e in policy.events if e[0] == "F") == [0, 1, 2]  # every finished request forgotten
 
