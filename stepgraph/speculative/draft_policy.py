@@ -24,13 +24,12 @@ the prior and drafting is tried again, instead of plain decoding holding for goo
 from __future__ import annotations
 
 import bisect
+import itertools
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
-
-import numpy as np
 
 from stepgraph.keys import draft_lengths
 
@@ -153,23 +152,23 @@ class AutoDraftLength:
     def choose(self, batch: Sequence, bucket: int) -> int:
         if self.step_ms is None:
             raise RuntimeError("draft length 'auto' has no step times: warm the decoder up first")
-        # the batch's expected tokens for every K at once (this is host time in every step): sum_i E(K, a_i)
-        # = sum_{j <= K} sum_i a_i^j, each request's terms stopping at the tokens it still wants
+        # the batch's expected tokens for every K at once: sum_i E(K, a_i) = sum_{j <= K} sum_i a_i^j, each
+        # request's terms stopping at the tokens it still wants (plain Python: a few us at small batches)
         pooled, w, own = self.pool.estimate(self.prior), self.pool_weight, self._requests
-        alphas, left = [pooled] * len(batch), [0] * len(batch)
-        for i, r in enumerate(batch):
-            a = own.get(r.id)
-            if a is not None:
-                alphas[i] = (a.accepted + w * pooled) / (a.trials + w)
-            left[i] = _tokens_left(r)
         lens = sorted(self.draft_lens)
-        j = np.arange(1, max(lens[-1], 1) + 1)[:, None]  # [K_max, 1]: the j-th draft's term, a^j
-        powers = np.cumprod(np.broadcast_to(np.clip(alphas, 0.0, 1.0), (len(j), len(batch))), axis=0)
-        powers = np.where(j < np.asarray(left)[None, :], powers, 0.0)
-        tokens = np.concatenate(([len(batch)], len(batch) + np.cumsum(powers.sum(axis=1))))  # [K]: sum_i E(K, a_i)
+        longest = lens[-1]
+        sums = [0.0] * (longest + 1)  # sums[j] = sum_i a_i^j
+        for r in batch:
+            a = own.get(r.id)
+            alpha = min(max(pooled if a is None else (a.accepted + w * pooled) / (a.trials + w), 0.0), 1.0)
+            power = 1.0
+            for j in range(1, min(longest, _tokens_left(r) - 1) + 1):
+                power *= alpha
+                sums[j] += power
+        tokens = list(itertools.accumulate(sums, initial=float(len(batch))))[1:]  # tokens[K] = sum_i E(K, a_i)
         best, best_rate = None, -1.0
         for k in lens:  # a tie keeps the shorter draft
-            rate = float(tokens[k]) / self.step_ms(bucket, k)
+            rate = tokens[k] / self.step_ms(bucket, k)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = k, rate
         return best
