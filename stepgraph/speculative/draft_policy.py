@@ -228,19 +228,22 @@ def simulate(
 
     live = [SimulatedRequest(i, tokens) for i in range(batch)]
     ms, taken = 0.0, Counter()
-    forget = getattr(policy, "forget", lambda r: None)
+
+    def learn(evidence: tuple) -> None:
+        policy.observe(*evidence[:3])
+        for r in evidence[3]:
+            getattr(policy, "forget", lambda r: None)(r)
+
+    longest = max(getattr(policy, "draft_lens", (1,)))
     evidence, plan = None, None  # as the synchronous loop: learnt, and the next K chosen, during a step
     while live:
         bucket = min((b for b in buckets if b >= len(live)), default=len(live))
-        longest = max(getattr(policy, "draft_lens", (1,)))
         planned = plan is not None and plan[0] == [r.id for r in live] and beyond_reach(live, longest)
         k = plan[1] if planned else policy.choose(live, bucket)
         taken[k] += 1
         ms += step_ms(bucket, k)
         if evidence is not None:
-            policy.observe(*evidence[:3])
-            for r in evidence[3]:
-                forget(r)
+            learn(evidence)
         plan = ([r.id for r in live], policy.choose(live, bucket)) if beyond_reach(live, longest) else None
         accepted = []
         for r in live:
@@ -251,6 +254,8 @@ def simulate(
             r.output.extend([0] * min(n + 1, tokens - made))
         evidence = (live, accepted, k, [r for r in live if len(r.output) >= tokens])
         live = [r for r in live if len(r.output) < tokens]
+    if evidence is not None:  # the last step's, after the loop
+        learn(evidence)
     return batch * tokens / ms * 1e3, dict(taken)
 
 
