@@ -50,3 +50,26 @@ def test_the_draft_length_policies_simulate_on_a_saved_runs_step_times():
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| 0.")]
     assert [r.split(" | ")[0] for r in rows] == ["| 0.3", "| 0.6", "| 0.9"]
     assert all(0.5 < float(c) < 1.5 for r in rows for c in r.strip("| ").split(" | ")[1:])
+
+
+def test_bench_hf_upper_scale_makes_the_two_layer_draft_agree(monkeypatch):
+    """``bench_hf.py --upper-scale``: the smaller the target's upper layers, the more often its first two
+    layers (the cheap draft) pick the target's own next token."""
+    pytest.importorskip("transformers")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_hf
+    import torch
+
+    shape = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8}
+    monkeypatch.setattr(bench_hf, "SHAPE", {**bench_hf.SHAPE, **shape, "num_attention_heads": 4})
+    ids = torch.randint(0, 512, (1, 64), generator=torch.Generator().manual_seed(0))
+
+    def agreement(scale):
+        target = bench_hf.target_model().float()
+        bench_hf.scale_upper_layers(target, scale)
+        draft = bench_hf.cheap_draft(target)
+        with torch.no_grad():
+            return (target(ids).logits.argmax(-1) == draft(ids).logits.argmax(-1)).float().mean().item()
+
+    full, quiet = agreement(1.0), agreement(0.02)
+    assert quiet > 0.9 and quiet > full + 0.3, (full, quiet)
