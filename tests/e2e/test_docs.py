@@ -13,6 +13,7 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "your-own-model.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.S)
+DRAFT_GUIDE = ROOT / "docs" / "draft-length.md"
 
 
 def plain_greedy(target, prompt, n):
@@ -54,6 +55,21 @@ def test_hugging_face_block_runs_and_equals_generate(monkeypatch):
     assert isinstance(tokenizer, transformers.PreTrainedTokenizerBase)
     assert namespace["texts"] == [tokenizer.decode(new, skip_special_tokens=True) for new in outputs]
     assert len(namespace["sampled"]) == 2 and all(isinstance(t, str) for t in namespace["sampled"])
+
+
+def test_draft_length_block_runs_a_policy_of_ones_own_and_simulates_it(monkeypatch, capsys):
+    from stepgraph.examples.model import greedy_reference
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (block,) = re.findall(r"```python\n(.*?)```", DRAFT_GUIDE.read_text(), flags=re.S)
+    namespace: dict = {"__name__": "draft_length_block"}
+    exec(compile(block, "docs/draft-length.md python block", "exec"), namespace)  # noqa: S102
+    target = namespace["target"]
+    assert namespace["outputs"] == [greedy_reference(target, p, 16) for p in ([5, 17, 99, 3], [42, 7])]
+    taken = namespace["decoder"].stats.draft_len_steps
+    assert set(taken) <= {0, 1, 3} and taken[3] > 0  # two requests: K = 3 while the drafts are accepted
+    printed = capsys.readouterr().out
+    assert "short when crowded:" in printed and "auto:" in printed
 
 
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),
