@@ -5,6 +5,11 @@ back, so the graph launch itself is amortised as it is inside a step graph. Also
 call, host overhead included) and the memory floor (bytes moved / 4.3 TB/s).
 
     python benchmarks/bench_kernels.py --out benchmarks/results/<date>-h200 [--only greedy_verify,tail,...]
+        [--logit-scale 4]
+
+The sampling kernels' logits are ``S * randn`` (``--logit-scale S``, default 1): at 1 nearly flat, so
+top-p 0.9 keeps most of the vocabulary (the worst case for the cut-off search); larger S gives the peaked
+rows a language model makes. Each sampling row reports how many tokens the first verify row keeps.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ BW = 4.3e12  # bytes/s, measured device-to-device copy on the H200
 K, V, D = 3, 151936, 1024
 BATCHES = (1, 8, 64)
 SWEEP = True  # the configuration sweeps (greedy verify, skinny matmul)
+LOGIT_SCALE = 1.0  # the sampling kernels' logits: LOGIT_SCALE * randn
 dev = DEVICE
 
 
@@ -111,9 +117,22 @@ SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40
                        ("top-k 50 + top-p 0.9", 8): 60.0, ("top-k 50 + top-p 0.9", 64): 400.0}  # fmt: skip
 
 
+def kept(x: torch.Tensor, temp: float, top_k: int, top_p: float, min_p: float) -> int:
+    """About how many tokens the filters keep of one row of logits ``x [V]`` (top-k, then top-p of what is
+    left, then min-p), for the table: how much of the vocabulary a case's cut-off search is over."""
+    probs = torch.softmax(x.float() / temp, -1).sort(descending=True).values
+    n = probs.numel() if top_k == 0 else min(top_k, probs.numel())
+    probs = probs[:n] / probs[:n].sum()
+    if top_p < 1.0:
+        n = min(n, int((probs.cumsum(0) - probs < top_p).sum()))
+    if min_p > 0.0:
+        n = min(n, int((probs >= min_p * probs[0]).sum()))
+    return n
+
+
 def bench_sampling(rows: list, record: dict) -> None:
     for B, (name, temp, k, p, min_p, mode) in itertools.product(BATCHES, SAMPLING_CASES):
-        x = torch.randn(B, K + 1, V, device=dev).bfloat16()
+        x = (torch.randn(B, K + 1, V, device=dev) * LOGIT_SCALE).bfloat16()
         d = torch.argmax(x, -1)[:, :K].contiguous()
         T = torch.full((B,), temp, device=dev)
         tk = torch.full((B,), k, device=dev, dtype=torch.int64)
@@ -128,11 +147,13 @@ def bench_sampling(rows: list, record: dict) -> None:
             "kernel": per_instance_us(lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, **kw), copies=5),
             "floor": floor_us(x.numel() * 2),
             "target": SAMPLING_TARGETS_US.get((name, B)),
+            "kept": kept(x[0, 0], temp, k, p, min_p),
+            "logit_scale": LOGIT_SCALE,
         }
         record[f"sampling {name} B={B}"] = res
         target = f" (target <= {res['target']:.0f}: {res['kernel'] / res['target']:.2f}x)" if res["target"] else ""
         rows.append(
-            f"| sampled verify ({name}) B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f}{target} | - | "
+            f"| sampled verify ({name}, keeps {res['kept']}) B={B} | {res['torch']:.2f} | - | {res['kernel']:.2f}{target} | - | "
             f"{res['floor']:.2f} | {res['kernel'] / res['torch']:.3f} | {res['kernel'] / res['floor']:.2f} |"
         )
 
@@ -293,8 +314,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/latest")
     ap.add_argument("--only", default=",".join(BENCHES))
+    ap.add_argument("--logit-scale", type=float, default=1.0, help="the sampling kernels' logits: S * randn")
     add_smoke_flag(ap)
     args = ap.parse_args()
+    global LOGIT_SCALE
+    LOGIT_SCALE = args.logit_scale
     if smoke(args):
         global K, V, D, BATCHES, PROJECTIONS, SWEEP, SAMPLING_CASES
         K, V, D, BATCHES, SWEEP = 2, 300, 32, (2,), False
