@@ -39,17 +39,22 @@ def test_benchmark_smoke_run(script, tmp_path):
 
 def test_the_draft_length_policies_simulate_on_a_saved_runs_step_times():
     saved = BENCHMARKS / "results" / "2026-12-01-h200-run27" / "adaptive" / "adaptive.json"
-    proc = subprocess.run(
-        [sys.executable, "bench_adaptive.py", "--simulate", str(saved), "--tokens", "12"],
-        cwd=BENCHMARKS,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 0.")]
-    assert [r.split(" | ")[0] for r in rows] == ["| 0.3", "| 0.6", "| 0.9"]
-    assert all(0.5 < float(c) < 1.5 for r in rows for c in r.strip("| ").split(" | ")[1:])
+    tables = {}
+    for host_ms in ("0", "50"):  # 50 ms of host time a step: every K costs about the same, the longest pays
+        proc = subprocess.run(
+            [sys.executable, "bench_adaptive.py", "--simulate", str(saved), "--tokens", "12", "--host-ms", host_ms],
+            cwd=BENCHMARKS,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"{float(host_ms)} ms of host time per step" in proc.stdout
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("| 0.")]
+        assert [r.split(" | ")[0] for r in rows] == ["| 0.3", "| 0.6", "| 0.9"]
+        tables[host_ms] = [float(c) for r in rows for c in r.strip("| ").split(" | ")[1:]]
+    assert all(0.5 < c < 1.5 for c in tables["0"])
+    assert tables["50"] != tables["0"]
 
 
 def test_bench_hf_upper_scale_makes_the_two_layer_draft_agree(monkeypatch):
