@@ -29,7 +29,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from stepgraph.keys import draft_lengths
 
@@ -72,7 +72,8 @@ class DraftPolicy(Protocol):
 
     The synchronous loop calls both while a step runs: ``observe`` with the step before it, then
     ``choose`` for the step after it (an answer it drops when the batch changes in between, asking again),
-    so ``choose`` should depend only on the batch and on what ``observe`` taught it.
+    so ``choose`` should depend only on the batch and on what ``observe`` taught it. A policy whose
+    ``choose`` costs nothing says so with a class attribute ``instant = True``: it is asked at launch only.
     """
 
     def choose(self, batch: Sequence, bucket: int) -> int:
@@ -88,6 +89,7 @@ class DraftPolicy(Protocol):
 class FixedDraftLength:
     """The same K every step."""
 
+    instant: ClassVar[bool] = True
     draft_len: int
 
     def choose(self, batch: Sequence, bucket: int) -> int:
@@ -102,6 +104,7 @@ class DraftSchedule:
     """``{batch size: K}``: a batch takes the K of the largest scheduled size at or below its size (sizes
     below the smallest take the smallest's), as TensorRT-LLM's ``draft_len_schedule`` does."""
 
+    instant: ClassVar[bool] = True
     schedule: Mapping[int, int]
 
     def __post_init__(self) -> None:

@@ -197,10 +197,11 @@ class Scheduler:
     def learn_and_plan(self, batch: list[Request]) -> None:
         """The policy's work for the step in flight (``batch``'s), done while it runs: learn what the steps
         before it accepted (:meth:`consume` with ``learn=False``), then choose the next step's K for the
-        same batch. :meth:`launch` takes that K if the batch is the same and no request is near its length
-        limit (:func:`~stepgraph.speculative.draft_policy.beyond_reach`), and chooses again otherwise."""
+        same batch (unless the policy is ``instant``). :meth:`launch` takes that K if the batch is the same and
+        no request is near its length limit (:func:`~stepgraph.speculative.draft_policy.beyond_reach`), and
+        chooses again otherwise."""
         self.learn()
-        if beyond_reach(batch, self.width - 1):
+        if not getattr(self.policy, "instant", False) and beyond_reach(batch, self.width - 1):
             self._plan = (list(batch), self.policy.choose(batch, self._bucket(batch)))
 
     def learn(self) -> None:

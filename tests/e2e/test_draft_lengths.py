@@ -138,3 +138,20 @@ def test_auto_forgets_every_finished_request_in_both_loops():
         dec.warmup()
         dec.generate(prompts(), max_new_tokens=12, overlap=overlap)
         assert dec.policy._requests == {} and dec.policy.pool.trials > 0
+
+
+def test_an_instant_policy_is_asked_at_launch_only():
+    from stepgraph.speculative.draft_policy import FixedDraftLength
+
+    class Counting(FixedDraftLength):
+        calls = 0
+
+        def choose(self, batch, bucket):
+            Counting.calls += 1
+            return super().choose(batch, bucket)
+
+    target, draft = build("tiny", draft="twin:0.7")
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=2, max_batch=3)
+    dec.policy = Counting(2)
+    assert dec.generate(prompts(), max_new_tokens=12) == [greedy_reference(target, p, 12) for p in prompts()]
+    assert Counting.calls == dec.stats.steps  # one question a step: none ahead of it
