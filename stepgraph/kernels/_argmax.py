@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import vocab_split
+from ._common import jit_any_batch, vocab_split
 
 BLOCK_V = 2048
 NUM_WARPS = 4
@@ -86,7 +86,7 @@ def lanes_argmax(g_best, g_idx):
 
 
 @triton.jit
-def split_argmax(base, V, start, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+def split_argmax(base, V, start, SPLIT, BLOCK: tl.constexpr):
     """``(max, lowest index of max, first NaN index or INT32_MAX)`` over ``[start, start + SPLIT) ∩ [0, V)``.
 
     Per element and lane: a compare and two selects (value, iteration number) and an OR for NaN presence.
@@ -154,7 +154,7 @@ def _row_base(logits_ptr, row_index_ptr, p, K1, stride_b, stride_j, num_rows, RO
     return logits_ptr + (row // K1) * stride_b + (row % K1) * stride_j
 
 
-@triton.jit
+@jit_any_batch
 def _argmax_partial_kernel(
     logits_ptr,
     row_index_ptr,
@@ -167,7 +167,7 @@ def _argmax_partial_kernel(
     stride_j,
     num_rows,
     n_splits,
-    SPLIT: tl.constexpr,
+    SPLIT,
     BLOCK: tl.constexpr,
     ROW_INDEXED: tl.constexpr,
 ):

@@ -5,6 +5,19 @@ from __future__ import annotations
 import torch
 import triton
 
+BATCH_SHAPED_ARGS = (
+    "K", "K1", "N", "R", "T", "r", "n_rows", "num_rows", "n_splits", "n_copy", "top_n",
+    "stride_draft", "stride_draft_b",
+)  # fmt: skip
+"""Integer arguments of the kernels whose values follow the batch size, the draft length or a round number.
+Triton specializes an int argument on being 1 and on being a multiple of 16, and compiles a kernel variant for
+each class it meets: left specialized, these would cost a compile per key at warm-up. Sizes that give loads
+their alignment (``V``, the logits' strides, ``SPLIT``) stay specialized: they do not change with the key."""
+
+jit_any_batch = triton.jit(do_not_specialize=BATCH_SHAPED_ARGS)
+"""``@triton.jit`` for a kernel launched at every key, with :data:`BATCH_SHAPED_ARGS` unspecialized: its
+variants then differ only by their ``tl.constexpr`` arguments (power-of-two sizes such as ``NS_P2``)."""
+
 EXACT_ROUNDING = {"enable_fp_fusion": False}
 """Launch options of the kernels that scale logits (``x * inv_t - m``): no multiply-add contraction, so each
 product rounds as in the torch reference. Contracted, the product's rounding error (half an ulp of

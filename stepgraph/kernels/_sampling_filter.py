@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
+from ._common import jit_any_batch
 
 INF_KEY_C: tl.constexpr = tl.constexpr(0x7F800000)  # sortable_key(+inf); NaN keys are larger
 NEG_INF_KEY_C: tl.constexpr = tl.constexpr(-2139095041)  # sortable_key(-inf)
@@ -57,7 +58,7 @@ def row_key(x, SHIFT: tl.constexpr):
     return (sortable_key(x) >> SHIFT).to(tl.int64)
 
 
-@triton.jit
+@jit_any_batch
 def _stats_kernel(
     logits_ptr,
     stride_b,
@@ -71,7 +72,7 @@ def _stats_kernel(
     V,
     K1,
     n_splits,
-    SPLIT: tl.constexpr,
+    SPLIT,
     BLOCK: tl.constexpr,
     SHIFT: tl.constexpr,
 ):
@@ -184,7 +185,7 @@ def row_state(
     return lo, hi, g_hi, target, phase, m, k_max, top_p
 
 
-@triton.jit
+@jit_any_batch
 def _round_kernel(
     logits_ptr,
     stride_b,
@@ -203,7 +204,7 @@ def _round_kernel(
     K1,
     n_splits,
     n_rows,
-    SPLIT: tl.constexpr,
+    SPLIT,
     BLOCK: tl.constexpr,
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,

@@ -12,13 +12,13 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, track_argmax
-from ._common import EXACT_ROUNDING, next_pow2
+from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
 from ._sampling_filter import BLOCK, _round_kernel, _stats_kernel, key_shift, num_rounds, row_key, row_state
 
 NUM_WARPS = 4
 
 
-@triton.jit
+@jit_any_batch
 def _temperature_kernel(
     logits_ptr,
     stride_b,
@@ -34,7 +34,7 @@ def _temperature_kernel(
     K,
     K1,
     n_splits,
-    SPLIT: tl.constexpr,
+    SPLIT,
     BLOCK: tl.constexpr,
 ):
     """Temperature class, per (row, split): argmax, ``m_split = max z`` and ``sum exp(z - m_split)`` over
@@ -57,7 +57,7 @@ def _temperature_kernel(
 
 
 @triton.jit
-def split_softmax(base, start, V, excl, inv_t, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+def split_softmax(base, start, V, excl, inv_t, SPLIT, BLOCK: tl.constexpr):
     """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, m = max z, sum exp(z - m))``
     with ``z = x * inv_t``; the mass leaves out entry ``excl``."""
     g_best = tl.full([BLOCK], -2147483648, tl.int32)
@@ -79,7 +79,7 @@ def split_softmax(base, start, V, excl, inv_t, SPLIT: tl.constexpr, BLOCK: tl.co
     return gk, gi, m, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
 
 
-@triton.jit
+@jit_any_batch
 def _kept_mass_kernel(
     logits_ptr,
     stride_b,
@@ -105,7 +105,7 @@ def _kept_mass_kernel(
     K1,
     n_splits,
     n_rows,
-    SPLIT: tl.constexpr,
+    SPLIT,
     BLOCK: tl.constexpr,
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
-from ._common import EXACT_ROUNDING, next_pow2
+from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
 from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import split_softmax
 
@@ -86,9 +86,9 @@ def _list_selected(out, n, offs, sel, GCAP: tl.constexpr):
     return n
 
 
-@triton.jit
+@jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, gkey_ptr, gidx_ptr,
-                  m_ptr, s_ptr, maxima_ptr, V, K, K1, n_splits, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+                  m_ptr, s_ptr, maxima_ptr, V, K, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
                   M: tl.constexpr):  # fmt: skip
     """Launch 1, per (row, split): argmax; the ``M`` subset maxima (candidate rows) or the split's softmax
     partials ``m = max z``, ``sum exp(z - m)`` without the draft token (other rows)."""
@@ -123,7 +123,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
         tl.store(s_ptr + out, s)
 
 
-@triton.jit
+@jit_any_batch
 def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M: tl.constexpr,
                   MAXIMA: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
     """Launch 2, one program per candidate row: the bound ``T``, the k-th largest of its subset maxima."""
@@ -138,9 +138,9 @@ def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M:
         tl.store(bound_ptr + row, _kth_largest(mx, has, k, least, top + 1).to(tl.int32))
 
 
-@triton.jit
+@jit_any_batch
 def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr, list_ptr, count_ptr, ninf_ptr, V,
-                   K1, n_splits, SPLIT: tl.constexpr, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
+                   K1, n_splits, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
                    GCAP: tl.constexpr):  # fmt: skip
     """Launch 3, per (row, split) of a candidate row: the split's entries ``>= T`` (``-inf`` ones aside)
     listed in vocabulary order (the first ``GCAP``), their count, and the split's count of ``-inf`` entries
@@ -187,7 +187,7 @@ def _descend(h, k_rem, DIGIT: tl.constexpr):
 
 
 @triton.jit
-def _row_radix_list(base, V, k, out, NS_P2: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+def _row_radix_list(base, V, k, out, NS_P2: tl.constexpr, SPLIT, BLOCK: tl.constexpr,
                     SHIFT: tl.constexpr, BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
     """The slow path, in one program: the k-th key ``cut`` of the row by a radix select over all its
     entries (8-bit digits), then the entries ``>= cut`` listed in ``out`` in vocabulary order, or only
@@ -234,10 +234,10 @@ def _key_value(key, SHIFT: tl.constexpr):
     return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
-@triton.jit
+@jit_any_batch
 def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, minp_ptr,
                 bound_ptr, list_ptr, count_ptr, ninf_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
-                SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
+                SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
                 BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
     """Launch 4, one program per row: the k-th key, the top-p cut, then the kept mass of every split
     without the draft token (min-p applied), and ``m``, for the last launch. Other rows: the cut lets all

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import reduce_keys
-from ._common import EXACT_ROUNDING, check, next_pow2, use_triton
+from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
 from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
@@ -73,7 +73,7 @@ def split_layout(rows: int, vocab: int) -> tuple[int, int]:
     return triton.cdiv(vocab, split), split
 
 
-@triton.jit
+@jit_any_batch
 def _finalize_kernel(
     logits_ptr,
     stride_b,
@@ -100,7 +100,7 @@ def _finalize_kernel(
     V,
     K,
     n_splits,
-    SPLIT: tl.constexpr,
+    SPLIT,
     BLOCK: tl.constexpr,
     K1_P2: tl.constexpr,
     NS_P2: tl.constexpr,

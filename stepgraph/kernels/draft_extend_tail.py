@@ -28,7 +28,7 @@ from ._argmax import (
     split_argmax,
     split_plan,
 )
-from ._common import check, next_pow2, use_triton, written_into
+from ._common import check, jit_any_batch, next_pow2, use_triton, written_into
 from .greedy_verify import INDEX_DTYPES, LOGIT_DTYPES
 
 BLOCK_D = 1024
@@ -70,7 +70,7 @@ def _tail_finalize(
             tl.store(out_hidden_ptr + b * stride_out + d, h, mask=d < D)
 
 
-@triton.jit
+@jit_any_batch
 def _tail_finalize_kernel(
     val_ptr, idx_ptr, nan_ptr, n_splits, select_ptr, tokens_ptr, hidden_ptr, stride_hidden,
     out_hidden_ptr, stride_out, N, D,
@@ -85,12 +85,12 @@ def _tail_finalize_kernel(
     )  # fmt: skip
 
 
-@triton.jit
+@jit_any_batch
 def _tail_one_launch_kernel(
     logits_ptr, stride_n, V, counter_ptr,
     val_ptr, idx_ptr, nan_ptr, n_splits, select_ptr, tokens_ptr, hidden_ptr, stride_hidden,
     out_hidden_ptr, stride_out, N, D,
-    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+    SPLIT, BLOCK: tl.constexpr,
     NS_P2: tl.constexpr, BLOCK_D: tl.constexpr, D_CHUNKS: tl.constexpr, HAS_HIDDEN: tl.constexpr,
     HAS_SELECT: tl.constexpr,
 ):  # fmt: skip

@@ -29,7 +29,7 @@ from ._argmax import (
     split_argmax,
     split_plan,
 )
-from ._common import check, next_pow2, use_triton, written_into
+from ._common import check, jit_any_batch, next_pow2, use_triton, written_into
 
 LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -103,7 +103,7 @@ def _finalize_request(
         tl.store(emitted_ptr + b * (K + 1) + j, tl.where(j <= n, predict, -1), mask=j <= K)
 
 
-@triton.jit
+@jit_any_batch
 def _greedy_verify_finalize_kernel(
     val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
     predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
@@ -119,12 +119,12 @@ def _greedy_verify_finalize_kernel(
     )  # fmt: skip
 
 
-@triton.jit
+@jit_any_batch
 def _greedy_verify_one_launch_kernel(
     logits_ptr, stride_b, stride_j, V, counter_ptr,
     val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
     predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
-    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
+    SPLIT, BLOCK: tl.constexpr,
     K1_P2: tl.constexpr, NS_P2: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_ACCEPT_LEN: tl.constexpr,
     HAS_SELECT: tl.constexpr, HAS_EMITTED: tl.constexpr,
 ):  # fmt: skip

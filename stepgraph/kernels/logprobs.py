@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import sortable_key
-from ._common import check, next_pow2, use_triton
+from ._common import check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import NEG_INF_KEY_C
 from ._sampling_topk import (
     GATHER_CAP,
@@ -88,8 +88,8 @@ def token_logprobs_ref(logits: torch.Tensor, tokens: torch.Tensor, top_n: int) -
     return LogprobsOutput(chosen, ids, top)
 
 
-@triton.jit
-def _maxima_kernel(logits_ptr, stride_b, stride_r, key_ptr, maxima_ptr, V, R, n_splits, SPLIT: tl.constexpr,
+@jit_any_batch
+def _maxima_kernel(logits_ptr, stride_b, stride_r, key_ptr, maxima_ptr, V, R, n_splits, SPLIT,
                    BLOCK: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr):  # fmt: skip
     """Launch 1, per (row, split): the split's largest key and (``TOP``) its ``M`` subset maxima."""
     row = tl.program_id(0).to(tl.int64)
@@ -108,7 +108,7 @@ def _maxima_kernel(logits_ptr, stride_b, stride_r, key_ptr, maxima_ptr, V, R, n_
         tl.store(maxima_ptr + out * M + tl.arange(0, M), tl.max(tl.reshape(best, [M, BLOCK // M]), axis=1))
 
 
-@triton.jit(do_not_specialize=["top_n"])
+@jit_any_batch
 def _bound_kernel(maxima_ptr, bound_ptr, top_n, n_splits, MAXIMA: tl.constexpr, M: tl.constexpr):
     """Launch 2, one program per row: ``T``, the ``top_n``-th largest of the row's subset maxima."""
     row = tl.program_id(0).to(tl.int64)
@@ -129,9 +129,9 @@ def _row_shift(key_ptr, row, n_splits, NS_P2: tl.constexpr):
     return tl.where(infinite, 0.0, m)
 
 
-@triton.jit
+@jit_any_batch
 def _sum_list_kernel(logits_ptr, stride_b, stride_r, key_ptr, bound_ptr, sum_ptr, list_ptr, count_ptr, V, R,
-                     n_splits, SPLIT: tl.constexpr, BLOCK: tl.constexpr, NS_P2: tl.constexpr, TOP: tl.constexpr,
+                     n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, TOP: tl.constexpr,
                      GCAP: tl.constexpr):  # fmt: skip
     """Launch 3, per (row, split): ``sum exp(x - s)`` in float64, and (``TOP``) the entries ``>= T`` listed."""
     row = tl.program_id(0).to(tl.int64)
@@ -157,9 +157,9 @@ def _sum_list_kernel(logits_ptr, stride_b, stride_r, key_ptr, bound_ptr, sum_ptr
         tl.store(count_ptr + row * n_splits + sp, n)
 
 
-@triton.jit(do_not_specialize=["top_n"])
+@jit_any_batch
 def _finish_kernel(logits_ptr, stride_b, stride_r, tokens_ptr, stride_tb, stride_tr, key_ptr, bound_ptr, sum_ptr,
-                   list_ptr, count_ptr, lp_ptr, ids_ptr, top_ptr, V, R, n_splits, top_n, SPLIT: tl.constexpr,
+                   list_ptr, count_ptr, lp_ptr, ids_ptr, top_ptr, V, R, n_splits, top_n, SPLIT,
                    BLOCK: tl.constexpr, NS_P2: tl.constexpr, N_P2: tl.constexpr, TOP: tl.constexpr,
                    GCAP: tl.constexpr):  # fmt: skip
     """Launch 4, one program per row: ``lse``, the chosen token's score, then the ``top_n`` best entries."""

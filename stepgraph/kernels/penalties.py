@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import EXACT_ROUNDING, next_pow2, use_triton
+from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2, use_triton
 
 HISTORY_BLOCK = 256
 
@@ -140,7 +140,7 @@ def _banned(tok, ids, banning):
     return tl.sum(((tok[:, None] == ids[None, :]) & banning[None, :]).to(tl.int32), 1) > 0
 
 
-@triton.jit
+@jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
     banned_ptr, no_repeat_ptr, R, K, V, L, history_stride, scratch,
@@ -255,7 +255,7 @@ def record_tokens(tokens, slots, seq_len, history, counts, scratch: int) -> None
     return None
 
 
-@triton.jit
+@jit_any_batch
 def _record_tokens_kernel(tokens_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, R, V, L, history_stride,
                           RB: tl.constexpr):  # fmt: skip
     b = tl.program_id(0)

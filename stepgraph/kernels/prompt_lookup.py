@@ -15,10 +15,9 @@ comparisons (``O(T * L * max_ngram)`` per request).
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
-from ._common import use_triton
+from ._common import jit_any_batch, use_triton
 
 ROW_BLOCK = 256
 VOCAB_BLOCK = 2048
@@ -74,7 +73,7 @@ def propose(rows, row_ids, at, tokens, min_ngram: int, max_ngram: int, vocab_siz
     return out
 
 
-@triton.jit
+@jit_any_batch
 def _propose_kernel(
     rows_ptr, row_ids_ptr, at_ptr, tokens_ptr, out_ptr, T, L, row_stride, V,
     MIN_N: tl.constexpr, MAX_N: tl.constexpr, BLOCK: tl.constexpr, VBLOCK: tl.constexpr,

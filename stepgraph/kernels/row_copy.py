@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check, next_pow2, use_triton
+from ._common import check, jit_any_batch, next_pow2, use_triton
 
 COLS = 8
 SRC, DST, ROW_WORDS, SRC_STRIDE, DST_STRIDE, FILL, HAS_FILL, LIMIT = range(COLS)
@@ -42,7 +42,7 @@ def _word_ptr(addr, WORD_BYTES: tl.constexpr):
     return p
 
 
-@triton.jit
+@jit_any_batch
 def _row_copy_kernel(
     table_ptr,
     index_ptr,
