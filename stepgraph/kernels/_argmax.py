@@ -86,11 +86,13 @@ def lanes_argmax(g_best, g_idx):
 
 
 @triton.jit
-def split_argmax(base, V, start, SPLIT, BLOCK: tl.constexpr):
+def split_argmax(base, V, start, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     """``(max, lowest index of max, first NaN index or INT32_MAX)`` over ``[start, start + SPLIT) ∩ [0, V)``.
 
     Per element and lane: a compare and two selects (value, iteration number) and an OR for NaN presence.
     The first NaN's exact index is found by a second pass over the split, only when a NaN was seen.
+    ``SPLIT`` is a constexpr here, unlike in the sampling kernels: with its trip count known, this
+    memory-bound loop runs measurably faster, which is worth a compile per split size.
     """
     lanes = tl.arange(0, BLOCK)
     x = tl.load(base + start + lanes, mask=start + lanes < V, other=float("-inf")).to(tl.float32)
@@ -167,7 +169,7 @@ def _argmax_partial_kernel(
     stride_j,
     num_rows,
     n_splits,
-    SPLIT,
+    SPLIT: tl.constexpr,
     BLOCK: tl.constexpr,
     ROW_INDEXED: tl.constexpr,
 ):

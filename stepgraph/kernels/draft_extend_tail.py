@@ -90,7 +90,7 @@ def _tail_one_launch_kernel(
     logits_ptr, stride_n, V, counter_ptr,
     val_ptr, idx_ptr, nan_ptr, n_splits, select_ptr, tokens_ptr, hidden_ptr, stride_hidden,
     out_hidden_ptr, stride_out, N, D,
-    SPLIT, BLOCK: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
     NS_P2: tl.constexpr, BLOCK_D: tl.constexpr, D_CHUNKS: tl.constexpr, HAS_HIDDEN: tl.constexpr,
     HAS_SELECT: tl.constexpr,
 ):  # fmt: skip

@@ -124,7 +124,7 @@ def _greedy_verify_one_launch_kernel(
     logits_ptr, stride_b, stride_j, V, counter_ptr,
     val_ptr, idx_ptr, nan_ptr, n_splits, draft_ptr, stride_draft_b, seq_lens_ptr,
     predict_ptr, num_acc_ptr, bonus_ptr, accept_len_ptr, new_seq_ptr, select_ptr, emitted_ptr, K,
-    SPLIT, BLOCK: tl.constexpr,
+    SPLIT: tl.constexpr, BLOCK: tl.constexpr,
     K1_P2: tl.constexpr, NS_P2: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_ACCEPT_LEN: tl.constexpr,
     HAS_SELECT: tl.constexpr, HAS_EMITTED: tl.constexpr,
 ):  # fmt: skip
