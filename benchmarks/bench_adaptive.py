@@ -69,6 +69,7 @@ def warmup_of_a_realistic_set(target, draft, compile: bool = False) -> dict:
         "capture_ms_max": max(k["capture_ms"] for k in keys),
         "capture_s_sum": sum(k["capture_ms"] for k in keys) / 1e3,
         "warmup_runs_s_sum": sum(k["warmup_ms"] for k in keys) / 1e3,
+        "warmup_ms_by_key": {name: k["warmup_ms"] for name, k in info["keys"].items()},
         "shared_pool_bytes": shared,
         "largest_key_alone_bytes": largest,
         "ratio": shared / largest if largest else float("nan"),
