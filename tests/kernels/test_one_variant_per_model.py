@@ -5,7 +5,9 @@ Triton compiles a variant for each distinct set of constexprs and, for every spe
 for its class: equal to 1, a multiple of 16, or neither. The launches are recorded in the interpreter and
 classed the same way."""
 
+import importlib
 import inspect
+import pkgutil
 
 import pytest
 import torch
@@ -53,9 +55,6 @@ def launches(monkeypatch):
 
 
 def test_batch_shaped_arguments_are_unspecialized_in_every_kernel():
-    import importlib
-    import pkgutil
-
     checked = 0
     for info in pkgutil.iter_modules(kernels_pkg.__path__):
         module = importlib.import_module(f"{kernels_pkg.__name__}.{info.name}")
