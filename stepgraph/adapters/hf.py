@@ -49,6 +49,7 @@ from stepgraph.kv import KVCache, RowKV, make_kv
 
 ATTENTIONS = ("auto", "rows", "gather")
 ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers
+PREFILL_CHUNK = 256  # hf_spec_decoder's default: a batch's prompts prefilled together, as generate() does
 _ACTIVE: contextvars.ContextVar[HFKVCache | None] = contextvars.ContextVar("stepgraph_hf_cache", default=None)
 
 
@@ -444,7 +445,7 @@ def hf_spec_decoder(
     num_pages: int | None = None,
     kv_schedule: str = "fixed",
     penalties: bool | None = None,
-    prefill_chunk: int | None = None,
+    prefill_chunk: int | None = PREFILL_CHUNK,
     logprobs_mode: str = "raw",
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over an HF causal LM (e.g.
@@ -498,7 +499,10 @@ def hf_spec_decoder(
         (:class:`SpecDecoder`);
         ``None``: on when the generation config sets one.
     prefill_chunk:
-        Prompt positions prefilled between two steps, in chunks of several requests (:class:`SpecDecoder`).
+        Prompt positions prefilled between two steps, in chunks of up to 8 requests, each chunk forward one
+        graph (:class:`SpecDecoder`). By default 256, so that a batch's prompts go through together as in
+        ``model.generate()``; ``None`` prefills each prompt whole, eagerly and alone, which costs a
+        batch one eager forward of each model per prompt (at B = 8 on the GPU, more than the decoding).
     max_requests, max_seq_len, num_draft_tokens, max_batch, config, seed:
         As :class:`SpecDecoder` takes them.
 

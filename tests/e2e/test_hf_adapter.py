@@ -169,7 +169,7 @@ def test_an_eagle_head_gets_the_targets_hidden_states(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     target = llama(64, 2, 2, 1, seed=0)
     head = EagleHead(target)
-    dec = hf_spec_decoder(target, head, max_requests=3, max_seq_len=64, attention="gather")
+    dec = hf_spec_decoder(target, head, max_requests=3, max_seq_len=64, attention="gather", prefill_chunk=None)
     assert dec.generate(PROMPTS, max_new_tokens=8) == [hf_greedy(target, p, 8) for p in PROMPTS]
     with torch.no_grad():
         want = target.model(torch.tensor([PROMPTS[0]])).last_hidden_state  # the LM head's input
@@ -177,3 +177,20 @@ def test_an_eagle_head_gets_the_targets_hidden_states(monkeypatch):
     assert torch.equal(head.seen[0][:, 0], torch.zeros_like(want[:, 0]))
     with pytest.raises(TypeError, match="an EAGLE-style head: a callable"):
         hf_spec_decoder(target, object(), max_requests=3, max_seq_len=64)
+
+
+@pytest.mark.parametrize("prefill_chunk, forwards", [("default", 1), (None, 4)])
+def test_a_batchs_prompts_are_prefilled_together_by_default(prefill_chunk, forwards):
+    """As ``model.generate()`` does: one forward of each model for the batch's prompts, not one per prompt
+    (each an eager forward), unless ``prefill_chunk=None`` asks for that; the tokens are the same."""
+    target, draft = llama(64, 2, 4, 2, seed=0), llama(32, 1, 2, 1, seed=1)
+    kw = {} if prefill_chunk == "default" else {"prefill_chunk": prefill_chunk}
+    dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=64, config=RunnerConfig(progress=False), **kw)
+    prompts = [*PROMPTS, [9, 9, 3]]  # four: one chunk forward's size
+    want = [hf_greedy(target, p, 1) for p in prompts]
+    dec.warmup()
+    calls = []
+    for name, model in (("target", target), ("draft", draft)):
+        model.register_forward_pre_hook(lambda module, args, name=name: calls.append(name))
+    assert dec.generate(prompts, max_new_tokens=1) == want
+    assert calls.count("target") == forwards and calls.count("draft") == forwards, calls
