@@ -22,6 +22,7 @@ Reported: tokens/s, stepgraph's mean accepted length, agreement of every greedy 
 
     python benchmarks/bench_hf.py --out benchmarks/results/<dir> [--batches 1,8] [--tokens 128]
         [--attention gather,rows] [--drafts self,cheap] [--baselines static,default,assisted] [--upper-scale 0.05]
+        [--prefill-chunk 0]
 
 The static compiled path recompiles for a new batch size; after another size in the same process it
 hit dynamo's recompile limit and ran 5-7x slower, so torch's compile caches are reset before each batch
@@ -39,7 +40,7 @@ import torch
 from _timing import CUDA, DEVICE, add_smoke_flag, env_record, save, smoke, sync
 
 from stepgraph import RunnerConfig
-from stepgraph.adapters.hf import hf_spec_decoder
+from stepgraph.adapters.hf import PREFILL_CHUNK, hf_spec_decoder
 
 SHAPE = {
     "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
@@ -119,6 +120,12 @@ def main() -> None:
     ap.add_argument("--drafts", default="self,cheap", help="stepgraph drafts: self (the target), cheap (2 layers)")
     ap.add_argument("--baselines", default="static,default,assisted", help="HF paths to run (static is the base)")
     ap.add_argument("--compile", default="off", help="stepgraph runs without and/or with compile=True: off,on")
+    ap.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=PREFILL_CHUNK,
+        help="stepgraph's prefill_chunk (0: each prompt whole, eagerly)",
+    )
     ap.add_argument("--upper-scale", type=float, default=1.0, help="scale of the target's layers above the draft's two")
     ap.add_argument("--plot", nargs="+", metavar="JSON", help="only draw the plot of saved hf*.json files")
     add_smoke_flag(ap)
@@ -134,6 +141,7 @@ def main() -> None:
     scale_upper_layers(target, args.upper_scale)
     draft = cheap_draft(target)
     record = {**env_record(), "tokens": args.tokens, "upper_scale": args.upper_scale, "results": {}}
+    record["prefill_chunk"] = args.prefill_chunk or None
     g = torch.Generator().manual_seed(0)
     for B in [int(b) for b in args.batches.split(",")]:
         prompts = [torch.randint(0, SHAPE["vocab_size"], (args.prompt,), generator=g).tolist() for _ in range(B)]
@@ -168,10 +176,19 @@ def main() -> None:
         for attention, compile, name, d in runs:
             tag = f"stepgraph, {name}" + (f", attention={attention}" if attention != "gather" else "")
             tag += ", compile=True" if compile else ""
+            tag += f", prefill_chunk={args.prefill_chunk or None}" if args.prefill_chunk != PREFILL_CHUNK else ""
             cfg = RunnerConfig(progress=False)
             size = {"max_requests": B, "max_seq_len": args.prompt + args.tokens + 16}
             compile = ("eager" if smoke(args) else True) if compile else False  # eager backend: no compile on a CPU
-            dec = hf_spec_decoder(target, d, **size, config=cfg, attention=attention, compile=compile)
+            dec = hf_spec_decoder(
+                target,
+                d,
+                **size,
+                config=cfg,
+                attention=attention,
+                compile=compile,
+                prefill_chunk=args.prefill_chunk or None,
+            )
             _, warm_s = timed(lambda: dec.warmup(B))
             dec.generate(prompts, max_new_tokens=args.tokens)  # untimed: first-use costs
             dec.stats = type(dec.stats)()
@@ -186,16 +203,22 @@ def main() -> None:
                 "compile": dec.info().get("compile"),
             }
             dec.release()
-        base = res.get("HF generate(static cache, compiled)", next(iter(res.values())))["tokens_per_s"]
-        for r in res.values():
-            r["vs_static_compiled"] = r["tokens_per_s"] / base
-        record["results"][f"B={B}"] = res
+            publish(record, B, res, args)  # after each path: a run cut by a time limit keeps its rows
+        publish(record, B, res, args)
         print(f"B={B}: " + ", ".join(f"{k}: {v['tokens_per_s']:.0f} tok/s" for k, v in res.items()), flush=True)
-        save(args.out, "hf", record, table(record, args))  # after each batch size: a partial run keeps its rows
     try:
         plot([Path(args.out) / "hf.json"], Path(args.out) / "hf.png")
     except ImportError:
         print("matplotlib is not installed here: draw the plot with --plot elsewhere")
+
+
+def publish(record: dict, B: int, res: dict, args) -> None:
+    """Each path's ratio to the batch's base (HF's static compiled path, else the first path), saved."""
+    base = res.get("HF generate(static cache, compiled)", next(iter(res.values())))["tokens_per_s"]
+    for r in res.values():
+        r["vs_static_compiled"] = r["tokens_per_s"] / base
+    record["results"][f"B={B}"] = res
+    save(args.out, "hf", record, table(record, args))
 
 
 def plot(paths: list[Path], out: Path) -> None:
@@ -235,7 +258,8 @@ def table(record: dict, args) -> str:
             if args.upper_scale != 1
             else ""
         )
-        + f"), greedy, {args.tokens} new tokens, prompts of {args.prompt} tokens.",
+        + f"), greedy, {args.tokens} new tokens, prompts of {args.prompt} tokens; stepgraph's "
+        + f"prefill_chunk {args.prefill_chunk or None} unless a row says otherwise.",
         "",
         "| B | path | tokens/s | vs static compiled | mean accepted | agreement with static generate() | notes |",
         "| --- | --- | --- | --- | --- | --- | --- |",
