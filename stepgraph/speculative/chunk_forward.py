@@ -53,6 +53,9 @@ class ChunkForward:
         The models (:class:`~stepgraph.speculative.step.Target`, :class:`~stepgraph.speculative.step.Draft`).
     chunk:
         Positions per forward (C): ``n`` rows of ``C // n``.
+    max_chunks:
+        The most requests that can be prefilled at once (the decoder's ``max_batch``): no forward of more
+        chunks is made, captured or warmed up.
     hidden_size, hidden_dtype:
         The target's hidden state (its width, and its dtype as the draft takes it): what a chunk carries to
         the next one's first draft position.
@@ -75,6 +78,7 @@ class ChunkForward:
         draft: Draft,
         *,
         chunk: int,
+        max_chunks: int = MAX_CHUNKS,
         hidden_size: int,
         hidden_dtype: torch.dtype,
         scratch_row: int,
@@ -89,7 +93,7 @@ class ChunkForward:
         self.penalties = penalties
         self.device, self.hidden_size, self.hidden_dtype, self.kernels = device, hidden_size, hidden_dtype, kernels
         self._offsets = torch.arange(chunk + 1, device=device)
-        self.sizes = tuple(n for n in (1, 2, 4, 8, 16) if n <= min(MAX_CHUNKS, chunk))
+        self.sizes = tuple(n for n in (1, 2, 4, 8, 16) if n <= min(MAX_CHUNKS, max_chunks, chunk))
         max_batch = self.sizes[-1]
         config = dataclasses.replace(config or RunnerConfig(), buckets=self.sizes)
         if not config.toggles.prefill_graph:  # STEPGRAPH_PREFILL_GRAPH=0: the same forward, eagerly

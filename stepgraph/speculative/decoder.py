@@ -212,6 +212,7 @@ class SpecDecoder:
                 target,
                 draft,
                 chunk=prefill_chunk,
+                max_chunks=self.max_batch,
                 hidden_size=draft_hidden_size if target_hidden_size is None else target_hidden_size,
                 hidden_dtype=hidden_dtype,
                 scratch_row=scratch_cache_row,

@@ -79,6 +79,17 @@ def test_prompts_arriving_together_share_one_forward_of_the_budget():
     assert [dec.chunk_forward.width(n) for n in dec.chunk_forward.sizes] == [16, 8, 4, 2]
 
 
+def test_no_forward_of_more_chunks_than_the_batch_can_prefill_is_made():
+    """A decoder of at most 3 requests at once has chunk forwards of 1 and 2 (a forward of 4 or 8 could
+    never fill); 3 prompts arriving together take one of each."""
+    target, draft = build("tiny", max_seq_len=128, max_requests=4)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=2, max_batch=3, prefill_chunk=16)
+    assert dec.chunk_forward.sizes == (1, 2)
+    prompts = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8]]
+    assert dec.generate(prompts, max_new_tokens=4) == [greedy_reference(target, p, 4) for p in prompts]
+    assert dec.chunk_forward.runner.counters.histogram == {2: 1, 1: 1}
+
+
 def test_the_first_tokens_logprobs_are_the_same_whole_or_in_chunks():
     target, draft = build("tiny", max_seq_len=128)
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [2, 7, 1, 8]]
