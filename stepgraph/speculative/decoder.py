@@ -102,7 +102,8 @@ class SpecDecoder:
         Positions of prompt prefilled between two steps (``None``: each arriving prompt whole and eagerly,
         before the next step). Prompts then go through in chunks while the requests already decoding keep
         stepping: one forward of this many positions between two steps, shared by up to 8 requests'
-        chunks (``n`` of ``prefill_chunk // n`` positions each), captured as one graph per ``n``
+        chunks (``n`` of ``prefill_chunk // n`` positions each, ``n`` a power of two up to ``max_batch``),
+        captured as one graph per ``n``
         (:mod:`stepgraph.speculative.chunk_forward`; ``STEPGRAPH_PREFILL_GRAPH=0`` runs it eagerly). A
         request joins the batch after its last chunk. The forwards differ from a whole prompt's only in
         how they split and batch the work (greedy output can differ in the last bits, as with another
