@@ -198,9 +198,12 @@ def per_instance_us(fn, copies: int = 20, rep: int = 200) -> float:
     return do_bench(g.replay, warmup=25, rep=rep, return_mode="median") * 1e3 / copies
 
 
-def save(out_dir: str | Path, name: str, record: dict, table: str) -> None:
+def save(out_dir: str | Path, name: str, record: dict, table: str, echo: bool = True) -> None:
+    """``name.json`` (the record) and ``name.md`` (the table) under ``out_dir``; the table printed too
+    unless ``echo`` is off."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(record, indent=2, default=str))
     (out / f"{name}.md").write_text(table)
-    print(table)
+    if echo:
+        print(table)

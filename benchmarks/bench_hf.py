@@ -203,7 +203,7 @@ def main() -> None:
                 "compile": dec.info().get("compile"),
             }
             dec.release()
-            publish(record, B, res, args)  # after each path: a run cut by a time limit keeps its rows
+            publish(record, B, res, args, echo=False)  # after each path: a run cut by a time limit keeps its rows
         publish(record, B, res, args)
         print(f"B={B}: " + ", ".join(f"{k}: {v['tokens_per_s']:.0f} tok/s" for k, v in res.items()), flush=True)
     try:
@@ -212,13 +212,13 @@ def main() -> None:
         print("matplotlib is not installed here: draw the plot with --plot elsewhere")
 
 
-def publish(record: dict, B: int, res: dict, args) -> None:
+def publish(record: dict, B: int, res: dict, args, echo: bool = True) -> None:
     """Each path's ratio to the batch's base (HF's static compiled path, else the first path), saved."""
     base = res.get("HF generate(static cache, compiled)", next(iter(res.values())))["tokens_per_s"]
     for r in res.values():
         r["vs_static_compiled"] = r["tokens_per_s"] / base
     record["results"][f"B={B}"] = res
-    save(args.out, "hf", record, table(record, args))
+    save(args.out, "hf", record, table(record, args), echo)
 
 
 def plot(paths: list[Path], out: Path) -> None:
