@@ -40,7 +40,7 @@ import torch
 from _timing import CUDA, DEVICE, add_smoke_flag, env_record, save, smoke, sync
 
 from stepgraph import RunnerConfig
-from stepgraph.adapters.hf import PREFILL_CHUNK, hf_spec_decoder
+from stepgraph.adapters.hf import hf_spec_decoder
 
 SHAPE = {
     "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
@@ -123,8 +123,7 @@ def main() -> None:
     ap.add_argument(
         "--prefill-chunk",
         type=int,
-        default=PREFILL_CHUNK,
-        help="stepgraph's prefill_chunk (0: each prompt whole, eagerly)",
+        help="stepgraph's prefill_chunk (default: the adapter's 'auto', 256 on a GPU; 0: each prompt whole, eagerly)",
     )
     ap.add_argument("--upper-scale", type=float, default=1.0, help="scale of the target's layers above the draft's two")
     ap.add_argument("--plot", nargs="+", metavar="JSON", help="only draw the plot of saved hf*.json files")
@@ -141,7 +140,8 @@ def main() -> None:
     scale_upper_layers(target, args.upper_scale)
     draft = cheap_draft(target)
     record = {**env_record(), "tokens": args.tokens, "upper_scale": args.upper_scale, "results": {}}
-    record["prefill_chunk"] = args.prefill_chunk or None
+    args.prefill_chunk = "auto" if args.prefill_chunk is None else (args.prefill_chunk or None)
+    record["prefill_chunk"] = args.prefill_chunk
     g = torch.Generator().manual_seed(0)
     for B in [int(b) for b in args.batches.split(",")]:
         prompts = [torch.randint(0, SHAPE["vocab_size"], (args.prompt,), generator=g).tolist() for _ in range(B)]
@@ -176,7 +176,7 @@ def main() -> None:
         for attention, compile, name, d in runs:
             tag = f"stepgraph, {name}" + (f", attention={attention}" if attention != "gather" else "")
             tag += ", compile=True" if compile else ""
-            tag += f", prefill_chunk={args.prefill_chunk or None}" if args.prefill_chunk != PREFILL_CHUNK else ""
+            tag += f", prefill_chunk={args.prefill_chunk}" if args.prefill_chunk != "auto" else ""
             cfg = RunnerConfig(progress=False)
             size = {"max_requests": B, "max_seq_len": args.prompt + args.tokens + 16}
             compile = ("eager" if smoke(args) else True) if compile else False  # eager backend: no compile on a CPU
@@ -187,7 +187,7 @@ def main() -> None:
                 config=cfg,
                 attention=attention,
                 compile=compile,
-                prefill_chunk=args.prefill_chunk or None,
+                prefill_chunk=args.prefill_chunk,
             )
             _, warm_s = timed(lambda: dec.warmup(B))
             dec.generate(prompts, max_new_tokens=args.tokens)  # untimed: first-use costs
@@ -258,8 +258,7 @@ def table(record: dict, args) -> str:
             if args.upper_scale != 1
             else ""
         )
-        + f"), greedy, {args.tokens} new tokens, prompts of {args.prompt} tokens; stepgraph's "
-        + f"prefill_chunk {args.prefill_chunk or None} unless a row says otherwise.",
+        + f"), greedy, {args.tokens} new tokens, prompts of {args.prompt} tokens.",
         "",
         "| B | path | tokens/s | vs static compiled | mean accepted | agreement with static generate() | notes |",
         "| --- | --- | --- | --- | --- | --- | --- |",

@@ -49,7 +49,7 @@ from stepgraph.kv import KVCache, RowKV, make_kv
 
 ATTENTIONS = ("auto", "rows", "gather")
 ROWS_ATTENTION = "stepgraph_rows"  # the name the in-place attention is registered under in transformers
-PREFILL_CHUNK = 256  # hf_spec_decoder's default: a batch's prompts prefilled together, as generate() does
+PREFILL_CHUNK = 256  # prefill_chunk="auto" on a GPU: a batch's prompts prefilled together, as generate() does
 _ACTIVE: contextvars.ContextVar[HFKVCache | None] = contextvars.ContextVar("stepgraph_hf_cache", default=None)
 
 
@@ -424,6 +424,13 @@ def _check_vocabularies(tv: int, dv: int, tokenizer) -> None:
         )
 
 
+def default_prefill_chunk(device: torch.device) -> int | None:
+    """``hf_spec_decoder``'s ``prefill_chunk="auto"`` on ``device``: :data:`PREFILL_CHUNK` on a CUDA device
+    (one captured forward for a batch's prompts), else ``None`` (each prompt whole: without graphs a chunk
+    forward's padding is computed, not saved)."""
+    return PREFILL_CHUNK if torch.device(device).type == "cuda" else None
+
+
 def hf_spec_decoder(
     target_model,
     draft_model,
@@ -445,7 +452,7 @@ def hf_spec_decoder(
     num_pages: int | None = None,
     kv_schedule: str = "fixed",
     penalties: bool | None = None,
-    prefill_chunk: int | None = PREFILL_CHUNK,
+    prefill_chunk: int | None | str = "auto",
     logprobs_mode: str = "raw",
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over an HF causal LM (e.g.
@@ -500,9 +507,11 @@ def hf_spec_decoder(
         ``None``: on when the generation config sets one.
     prefill_chunk:
         Prompt positions prefilled between two steps, in chunks of up to 8 requests, each chunk forward one
-        graph (:class:`SpecDecoder`). By default 256, so that a batch's prompts go through together as in
-        ``model.generate()``; ``None`` prefills each prompt whole, eagerly and alone, which costs a
-        batch one eager forward of each model per prompt (at B = 8 on the GPU, more than the decoding).
+        graph (:class:`SpecDecoder`); ``None`` prefills each prompt whole, eagerly and alone. ``"auto"``
+        (the default) is :func:`default_prefill_chunk` of the target's device: 256 on a GPU, so that a
+        batch's prompts go through together as in ``model.generate()`` (one eager forward of each model
+        per prompt cost more than the decoding at B = 8); ``None`` elsewhere, where no graph is captured
+        and a chunk forward computes all its positions however short the prompt.
     max_requests, max_seq_len, num_draft_tokens, max_batch, config, seed:
         As :class:`SpecDecoder` takes them.
 
@@ -543,6 +552,10 @@ def hf_spec_decoder(
                     f"[0, {tv}); pass eos_token_id=... (an id, a list, or None) to hf_spec_decoder"
                 )
     device = next(target_model.parameters()).device
+    if isinstance(prefill_chunk, str):
+        if prefill_chunk != "auto":
+            raise ValueError(f"prefill_chunk={prefill_chunk!r}: give positions per chunk (an int), None or 'auto'")
+        prefill_chunk = default_prefill_chunk(device)
     layout = make_kv(
         kv, max_requests, max_seq_len, device, page_size=page_size, num_pages=num_pages, schedule=kv_schedule
     )

@@ -6,7 +6,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from stepgraph import RunnerConfig, Toggles  # noqa: E402
-from stepgraph.adapters.hf import HFCausalLM, hf_spec_decoder  # noqa: E402
+from stepgraph.adapters.hf import PREFILL_CHUNK, HFCausalLM, default_prefill_chunk, hf_spec_decoder  # noqa: E402
 from stepgraph.kv import rows as kv_rows  # noqa: E402
 from tests.helpers import hf_greedy  # noqa: E402
 
@@ -179,12 +179,12 @@ def test_an_eagle_head_gets_the_targets_hidden_states(monkeypatch):
         hf_spec_decoder(target, object(), max_requests=3, max_seq_len=64)
 
 
-@pytest.mark.parametrize("prefill_chunk, forwards", [("default", 1), (None, 4)])
-def test_a_batchs_prompts_are_prefilled_together_by_default(prefill_chunk, forwards):
+@pytest.mark.parametrize("prefill_chunk, forwards", [(PREFILL_CHUNK, 1), (None, 4), ("auto", 4)])
+def test_a_batchs_prompts_are_prefilled_together_in_chunks(prefill_chunk, forwards):
     """As ``model.generate()`` does: one forward of each model for the batch's prompts, not one per prompt
-    (each an eager forward), unless ``prefill_chunk=None`` asks for that; the tokens are the same."""
+    (each an eager forward) as ``prefill_chunk=None`` asks, and ``"auto"`` on a CPU; the same tokens."""
     target, draft = llama(64, 2, 4, 2, seed=0), llama(32, 1, 2, 1, seed=1)
-    kw = {} if prefill_chunk == "default" else {"prefill_chunk": prefill_chunk}
+    kw = {"prefill_chunk": prefill_chunk}
     dec = hf_spec_decoder(target, draft, max_requests=4, max_seq_len=64, config=RunnerConfig(progress=False), **kw)
     prompts = [*PROMPTS, [9, 9, 3]]  # four: one chunk forward's size
     want = [hf_greedy(target, p, 1) for p in prompts]
@@ -194,3 +194,10 @@ def test_a_batchs_prompts_are_prefilled_together_by_default(prefill_chunk, forwa
         model.register_forward_pre_hook(lambda module, args, name=name: calls.append(name))
     assert dec.generate(prompts, max_new_tokens=1) == want
     assert calls.count("target") == forwards and calls.count("draft") == forwards, calls
+
+
+def test_auto_prefill_chunks_where_graphs_are_captured():
+    assert default_prefill_chunk(torch.device("cuda", 0)) == PREFILL_CHUNK
+    assert default_prefill_chunk(torch.device("cpu")) is None
+    with pytest.raises(ValueError, match="prefill_chunk='whole'"):
+        hf_spec_decoder(llama(64, 2, 4, 2, seed=0), "prompt_lookup", prefill_chunk="whole")
