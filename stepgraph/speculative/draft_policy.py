@@ -8,14 +8,16 @@ key, captured ahead like any other):
 * :class:`FixedDraftLength`: the same K every step;
 * :class:`DraftSchedule`: ``{batch size: K}``, the K of the largest scheduled size at or below the batch;
 * :class:`AutoDraftLength`: the K that maximises the batch's expected tokens per second, from each
-  request's acceptance so far and the measured step time of every (batch bucket, K) key.
+  request's acceptance so far and the measured step time of every (batch bucket, K) key (a longer K only
+  when it promises a margin more than a shorter one).
 
 For a chain of K drafts whose tokens are each accepted with probability ``a`` (given the ones before),
 a step emits ``1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a)`` tokens on average (the accepted drafts and
 one more), of which a request near its ``max_new_tokens`` keeps only what it still wants (the policy counts
 no more). A request's ``a`` is estimated from what its steps accepted: ``accepted / (accepted +
 rejections)``, a step with ``n < K`` accepted counting one rejection, with older steps weighing less,
-shrunk towards the decoder's pooled estimate (a request with no steps yet takes the pool's). A step of
+shrunk towards the decoder's pooled estimate (a request with no steps yet takes the pool's). The pool
+learns once a step from the whole batch, so its memory is counted in steps at any batch size. A step of
 plain decoding says nothing about the draft, so it only fades the evidence (each request's, and the
 pool's once): after an unlucky start that made ``K = 0`` look best, the estimates drift back towards
 the prior and drafting is tried again, instead of plain decoding holding for good.
@@ -45,6 +47,12 @@ def expected_tokens(draft_len: int, acceptance: float) -> float:
     return (1.0 - a ** (draft_len + 1)) / (1.0 - a)
 
 
+def trials_of(accepted: int, draft_len: int) -> int:
+    """The draws a step of ``draft_len`` drafts that accepted ``accepted`` tells of: each accepted draft,
+    and the rejection that ended the chain early (none for plain decoding)."""
+    return accepted + (1 if accepted < draft_len else 0) if draft_len > 0 else 0
+
+
 @dataclass
 class Acceptance:
     """A running estimate of one request's (or the pool's) per-token acceptance, recent steps weighing
@@ -56,11 +64,12 @@ class Acceptance:
 
     def observe(self, accepted: int, draft_len: int) -> None:
         """A step of ``draft_len`` drafts accepted ``accepted``; plain decoding (0) only fades the evidence."""
-        self.accepted *= self.decay
-        self.trials *= self.decay
-        if draft_len > 0:
-            self.accepted += accepted
-            self.trials += accepted + (1 if accepted < draft_len else 0)
+        self.add(accepted, trials_of(accepted, draft_len))
+
+    def add(self, accepted: float, trials: float) -> None:
+        """One step's evidence, however many requests it sums: what came before weighs ``decay`` less."""
+        self.accepted = self.accepted * self.decay + accepted
+        self.trials = self.trials * self.decay + trials
 
     def estimate(self, prior: float, weight: float = 2.0) -> float:
         """The estimate, shrunk towards ``prior`` with ``weight`` trials' worth of evidence."""
@@ -132,18 +141,25 @@ class AutoDraftLength:
     pooled over all requests, which is what a new request starts from (``prior`` before any evidence).
     ``decay``: the weight of a step's evidence one step later. ``pool_weight``: the trials' worth of
     evidence the pooled estimate counts for in a request's own, so that a few unlucky steps do not decide
-    a request's K.
+    a request's K. ``margin``: how much more a longer draft must promise than a shorter one, as a fraction
+    of its tokens per second. The expectation leaves out what a longer chain costs beyond its mean: the
+    drafts a request's last step throws away, the spread that sets when a batch's slowest request ends,
+    and the noise in the measured step times and the acceptance estimate. Near a tie the shorter draft
+    wins, and its rejected drafts waste less target work.
     """
 
     draft_lens: tuple[int, ...] = AUTO_DRAFT_LENS
     prior: float = 0.6
     decay: float = 0.97
     pool_weight: float = 20.0
+    margin: float = 0.02
     step_ms: Callable[[int, int], float] | None = None
     pool: Acceptance | None = None  # default: an empty one with ``decay``
     _requests: dict[int, Acceptance] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"margin is a fraction of tokens per second in [0, 1), got {self.margin!r}")
         if self.pool is None:
             self.pool = Acceptance(self.decay)
 
@@ -170,9 +186,9 @@ class AutoDraftLength:
                 sums[j] += power
         tokens = list(itertools.accumulate(sums, initial=float(len(batch))))[1:]  # tokens[K] = sum_i E(K, a_i)
         best, best_rate = None, -1.0
-        for k in lens:  # a tie keeps the shorter draft
+        for k in lens:  # a longer draft must beat the best shorter one by the margin
             rate = tokens[k] / self.step_ms(bucket, k)
-            if rate > best_rate * (1 + 1e-9):
+            if rate > best_rate * (1 + self.margin + 1e-9):
                 best, best_rate = k, rate
         return best
 
@@ -183,10 +199,9 @@ class AutoDraftLength:
             if own is None:
                 own = requests[r.id] = Acceptance(self.decay)
             own.observe(n, draft_len)
-            if draft_len > 0:
-                pool.observe(n, draft_len)
-        if draft_len == 0:  # the pool fades too, once a step: drafting is tried again before long
-            pool.observe(0, 0)
+        # the pool learns once a step, from the whole batch: its memory counts steps, not requests (a plain
+        # step fades it, so drafting is tried again before long)
+        pool.add(sum(accepted), sum(trials_of(n, draft_len) for n in accepted))
 
     def forget(self, request) -> None:
         """A finished request's estimate goes (the pool keeps what it learnt)."""

@@ -58,6 +58,34 @@ def test_auto_takes_the_k_of_most_tokens_per_second():
     assert low.acceptance(R(7)) == low.acceptance(R(8))
 
 
+def test_a_longer_draft_must_beat_a_shorter_one_by_the_margin():
+    """At acceptance 0.9 one draft emits 1.9 tokens a step, two 2.71: with steps of 1.4 and 1.96 ms, two
+    drafts promise 1.9% more tokens per second. The default margin (2%) keeps one; no margin takes two, and
+    so does the default once two promise 4% more (a step of 1.92 ms)."""
+    batch = [R(i) for i in range(4)]
+
+    def auto(k2_ms, **kw):
+        return AutoDraftLength(draft_lens=(1, 2), step_ms=lambda b, k: (1.4, k2_ms)[k - 1], prior=0.9, **kw)
+
+    assert auto(1.96).choose(batch, 4) == 1
+    assert auto(1.96, margin=0.0).choose(batch, 4) == 2
+    assert auto(1.92).choose(batch, 4) == 2
+    with pytest.raises(ValueError, match="margin"):
+        AutoDraftLength(margin=-0.1)
+
+
+def test_the_pool_remembers_steps_not_requests():
+    """With decay 0.5, a step of 32 accepted drafts then a step of 32 rejected ones leave the pool at about
+    16 accepted in 48 trials: the first step weighs half, however many requests each step held."""
+    auto = AutoDraftLength(draft_lens=(0, 1), decay=0.5, step_ms=lambda bucket, k: 1.0)
+    batch = [R(i) for i in range(32)]
+    auto.observe(batch, [1] * 32, 1)
+    auto.observe(batch, [0] * 32, 1)
+    assert auto.pool.accepted == pytest.approx(16) and auto.pool.trials == pytest.approx(48)
+    auto.observe(batch, [0] * 32, 0)  # plain decoding fades the pool once, not 32 times
+    assert auto.pool.trials == pytest.approx(24)
+
+
 def test_num_draft_tokens_forms():
     assert draft_policy(3) == ((3,), FixedDraftLength(3))
     lens, policy = draft_policy([2, 0, 4])
