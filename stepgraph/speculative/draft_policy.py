@@ -200,7 +200,7 @@ class AutoDraftLength:
                 own = requests[r.id] = Acceptance(self.decay)
             own.observe(n, draft_len)
         # the pool learns once a step, from the whole batch: its memory counts steps, not requests (a plain
-        # step fades it, so drafting is tried again before long)
+        # step fades it, so drafting is tried again)
         pool.add(sum(accepted), sum(trials_of(n, draft_len) for n in accepted))
 
     def forget(self, request) -> None:
