@@ -193,15 +193,18 @@ class AutoDraftLength:
         return best
 
     def observe(self, batch: Sequence, accepted: Sequence[int], draft_len: int) -> None:
-        requests, pool = self._requests, self.pool
+        requests, step_accepted, step_trials = self._requests, 0, 0
         for r, n in zip(batch, accepted, strict=True):
             own = requests.get(r.id)
             if own is None:
                 own = requests[r.id] = Acceptance(self.decay)
-            own.observe(n, draft_len)
+            trials = trials_of(n, draft_len)
+            own.add(n, trials)
+            step_accepted += n
+            step_trials += trials
         # the pool learns once a step, from the whole batch: its memory counts steps, not requests (a plain
         # step fades it, so drafting is tried again)
-        pool.add(sum(accepted), sum(trials_of(n, draft_len) for n in accepted))
+        self.pool.add(step_accepted, step_trials)
 
     def forget(self, request) -> None:
         """A finished request's estimate goes (the pool keeps what it learnt)."""
