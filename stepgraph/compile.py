@@ -9,11 +9,12 @@ the key's one graph. A :class:`CompiledForward` keeps that safe:
   the runner's eager warm-up runs each key before capturing it, so the capture meets only compiled
   signatures. Inside a capture the forward runs under ``torch.compiler.set_stance("fail_on_recompile")``:
   a compile there (which would sync the device) fails the capture, and the key runs eagerly.
-* **One compiled variant per shape class, not per key.** The batch dimension (dim 0 of every tensor
-  argument) and the token dimension (dim 1 of the Target and Draft signatures) are marked dynamic, so
-  size 1 and one variant for every larger size serve all keys of a call site (torch specialises size 1):
-  every batch size and every draft length share at most four variants (batch 1 or more, one token or
-  more); other dimensions stay static. Warm-up of many keys compiles a few times.
+* **One compiled variant for every key.** The batch dimension (dim 0 of every tensor argument) and the
+  token dimension (dim 1 of the Target and Draft signatures) are dynamic, sizes of one included (torch
+  would otherwise specialise them): every batch size and draft length share one variant; other
+  dimensions stay static. A forward whose code branches on such a size (SDPA picks its kernel by whether
+  a size is 1: keep it in a custom op, as the example model does) compiles again, and that compile is
+  counted. Warm-up of many keys compiles once per forward.
 * **A compile that fails is not fatal.** It is logged once and counted, and that signature runs the
   forward as written: a key never holds a half-compiled graph.
 * **Compile time is counted apart from capture time.** Per forward (:meth:`CompiledForward.info`) and
@@ -61,8 +62,8 @@ def backend_name(compile: bool | str) -> str | None:
 
 
 def _signature(args: tuple) -> tuple:
-    """What decides a compiled variant: per tensor, whether its batch (dim 0) and token (dim 1) sizes are 1,
-    its shape past them, dtype and device; other arguments by value."""
+    """A call this forward has seen before needs no compile: per tensor, whether its batch (dim 0) and token
+    (dim 1) sizes are 1, its shape past them, dtype and device; other arguments by value."""
     return tuple(
         (tuple(a.shape[2:]), tuple(n == 1 for n in a.shape[:2]), a.dim(), a.dtype, a.device)
         if isinstance(a, torch.Tensor)
@@ -123,9 +124,8 @@ class CompiledForward:
         for a in args:
             if isinstance(a, torch.Tensor):
                 for dim in range(min(a.dim(), 2)):  # the batch, and the tokens of a [B, T, ...] argument
-                    if a.shape[dim] > 1:
-                        torch._dynamo.maybe_mark_dynamic(a, dim)
-        t0 = time.perf_counter()
+                    torch._dynamo.maybe_mark_dynamic(a, dim)
+        t0, graphs = time.perf_counter(), _graphs_compiled()
         try:
             with _compile_settings():
                 out = self._compiled(*args)
@@ -137,9 +137,11 @@ class CompiledForward:
                 self.error = f"{type(e).__name__}: {e}"[:500]
                 log.warning("%s: torch.compile failed, running it uncompiled: %s", self.name, self.error)
             return self.forward(*args)
+        self._ready.add(sig)
+        if graphs is not None and _graphs_compiled() == graphs:  # a variant compiled before serves it
+            return out
         spent = self._spent(t0)
         self.compiles += 1
-        self._ready.add(sig)
         log.info("%s: compiled for %s in %.1f s (%s)", self.name, _describe(args), spent, self.backend)
         return out
 
@@ -163,21 +165,34 @@ class CompiledForward:
         }
 
 
+def _graphs_compiled() -> int | None:
+    """Graphs torch.compile has compiled in this process; ``None`` where torch does not count them (then
+    every new signature counts as a compile)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return counters["stats"]["unique_graphs"]
+
+
 def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 @contextlib.contextmanager
 def _compile_settings():
-    """While compiling: the batch dimension is the only dynamic one (no automatic dynamic shapes), room
-    for a variant per call site and key, and the sync check off (compiling may read the device; with the
-    default two warm-up runs per key, the runner's last one runs the compiled key under the check)."""
+    """While compiling: the batch and token dimensions are the only dynamic ones (no automatic dynamic
+    shapes), sizes of one among them not specialised; room for a variant per call site and key; and the
+    sync check off (compiling may read the device; with the default two warm-up runs per key, the
+    runner's last one runs the compiled key under the check)."""
     sync_mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
     if sync_mode:
         torch.cuda.set_sync_debug_mode(0)
+    shapes = torch.fx.experimental._config
+    oblivious = {"backed_size_oblivious": True} if hasattr(shapes, "backed_size_oblivious") else {}
     try:
         limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, **{limit: 64}):
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False, **{limit: 64}), shapes.patch(**oblivious):
             yield
     finally:
         if sync_mode:

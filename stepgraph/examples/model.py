@@ -112,11 +112,24 @@ def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tens
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
+@torch.library.custom_op("stepgraph::masked_attention", mutates_args=())
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked SDPA with grouped KV heads: q ``[B, H, T, hd]``, k and v ``[B, KVH, S, hd]``, mask ``[B, 1, T, S]``
+    -> ``[B, T, H, hd]`` contiguous. One opaque op to torch.compile: SDPA's choice of kernel looks at whether a
+    size is 1, so written inline it would compile a batch (or a token) of one apart from the rest."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2).contiguous()
+
+
+@masked_attention.register_fake
+def _(q, k, v, mask):
+    B, H, T, _ = q.shape
+    return q.new_empty((B, T, H, v.shape[-1]))
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding over interleaved pairs, in float32 (real arithmetic, which torch.compile fuses).
     x ``[B, T, H, hd]``, cos/sin ``[B, T, 1, hd/2]``."""
-    pairs = x.float().unflatten(-1, (-1, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
+    even, odd = x[..., 0::2].float(), x[..., 1::2].float()  # strided slices: no view of a strided x
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2).to(x.dtype)
 
 
@@ -177,9 +190,7 @@ class _Layer:
             attn = kv.attend(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
         else:
             cached = kv.gather(kv_cache, rows)  # [B, 2, KVH, S, hd]
-            q = qk[:, :, :H].transpose(1, 2)
-            attn = F.scaled_dot_product_attention(q, cached[:, 0], cached[:, 1], attn_mask=mask, enable_gqa=True)
-            attn = attn.transpose(1, 2).reshape(B * T, -1)
+            attn = masked_attention(qk[:, :, :H].transpose(1, 2), cached[:, 0], cached[:, 1], mask).view(B * T, -1)
         x = _project(attn, self.wo, x).view(B, T, -1)
         gate, up = _project(_rms_norm(x, self.ln2), self.w_gate_up).chunk(2, dim=-1)
         return _project(F.silu(gate) * up, self.w_down, x, skinny=cfg.matmul == "triton")

@@ -30,6 +30,7 @@ import torch
 
 from stepgraph.buffers import Buffer
 from stepgraph.kernels.decode_attention import gather_pages, paged_attention, planned_paged_attention
+from stepgraph.kv.seam import scatter_kv
 from stepgraph.kv.split_plan import SplitPlan
 
 NO_UPDATE = -1
@@ -319,7 +320,7 @@ class PagedKV:
 
     def write(self, cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None:
         """kv ``[B, T, 2, KVH, hd]`` into one layer's pages at ``where`` (:meth:`locate`)."""
-        cache[where[0], :, :, where[1]] = kv
+        scatter_kv(cache, kv, where)
 
     def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The rows' pages laid out as rows ``[B, 2, KVH, max_pages * page_size, hd]`` (for SDPA)."""

@@ -8,6 +8,7 @@ import torch
 
 from stepgraph.buffers import Buffer
 from stepgraph.kernels.decode_attention import decode_attention
+from stepgraph.kv.seam import scatter_kv
 
 
 class RowKV:
@@ -78,7 +79,7 @@ class RowKV:
 
     def write(self, cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None:
         """kv ``[B, T, 2, KVH, hd]`` into one layer's cache at ``where`` (:meth:`locate`)."""
-        cache[where[0], :, :, where[1]] = kv
+        scatter_kv(cache, kv, where)
 
     def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The rows ``[B]`` as ``[B, 2, KVH, max_seq_len, hd]``."""

@@ -41,3 +41,11 @@ class KVCache(Protocol):
     def write(self, cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None: ...
     def gather(self, cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
     def attend(self, q, cache, rows, positions, scale: float) -> torch.Tensor: ...
+
+
+def scatter_kv(cache: torch.Tensor, kv: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """``cache[where[0][b, t], :, :, where[1][b, t]] = kv[b, t]`` for kv ``[B, T, 2, KVH, hd]`` and a layer's
+    cache ``[N, 2, KVH, L, hd]`` (a layout's rows or pages), as one ``index_put_`` with the two index
+    tensors apart from the slices. Written as ``cache[i, :, :, j] = kv``, torch.compile specialises a
+    batch (or a token count) of one; written this way, one compiled forward serves every size."""
+    torch.ops.aten.index_put_(cache, (where[0], None, None, where[1]), kv)

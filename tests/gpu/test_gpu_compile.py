@@ -54,6 +54,7 @@ def test_compile_off_by_the_toggle_runs_the_forwards_as_written():
 
 
 def test_a_new_signature_inside_a_capture_is_refused_not_compiled():
+    torch._dynamo.reset()  # the tests before compiled this model: the one compile below is then this forward's
     target, _ = build("tiny", device="cuda", dtype=torch.bfloat16)
     fwd = CompiledForward(target, name="target")
     args = lambda b: (  # noqa: E731

@@ -1,4 +1,4 @@
-"""compile=True on the CPU: compiled forwards in the decoder, variants per batch class, compile time per key,
+"""compile=True on the CPU: compiled forwards in the decoder, one variant for every key, compile time per key,
 a failing compile falling back, the toggle, and bad arguments. (Capture with compile: tests/gpu.)"""
 
 import logging
@@ -19,8 +19,8 @@ PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [1, 2, 3, 4]]
 COMPILE_ONLY = Toggles.all(False).with_piece("compile_forwards", True)  # torch pieces: no interpreter needed
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fresh_dynamo():
+@pytest.fixture(autouse=True)
+def fresh_dynamo():  # each test counts its own compiles: none reused from the one before
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -38,13 +38,13 @@ def test_compiled_decoder_equals_the_targets_greedy_and_compiles_per_batch_class
     out = dec.generate(PROMPTS, max_new_tokens=lengths)
     assert out == [greedy_reference(target, p, n) for p, n in zip(PROMPTS, lengths)]
     info = dec.info()["compile"]
-    # the target runs at T = K + 1, the draft at T = 1 and K + 1; each once for a batch of 1 and once for
-    # every larger batch (the batch dimension is dynamic): requests finishing shrink the batch to 1
-    assert info["target"]["compiles"] == 2 and info["draft"]["compiles"] == 4
+    # the target runs at T = K + 1, the draft at T = 1 and K + 1, at batches of 3, 2 and 1 (requests
+    # finishing shrink the batch): batch and token dimensions are dynamic, sizes of one too
+    assert info["target"]["compiles"] == 1 and info["draft"]["compiles"] == 1
     assert info["target"]["failures"] == info["draft"]["failures"] == 0
     assert info["target"]["seconds"] > 0
     dec.generate(PROMPTS[:2], max_new_tokens=6)  # another batch size: nothing new to compile
-    assert dec.info()["compile"]["target"]["compiles"] == 2
+    assert dec.info()["compile"]["target"]["compiles"] == 1
     console = Console(record=True, width=200)
     print_report(dec.info(), console=console)
     assert "torch.compile target" in console.export_text()
@@ -67,7 +67,7 @@ def test_several_draft_lengths_share_the_compiled_variants():
             dec.finish(reqs)
     assert out == [greedy_reference(target, p, 6) for p in PROMPTS]
     info = dec.info()["compile"]
-    assert info["target"]["compiles"] == 2 and info["draft"]["compiles"] == 4  # as for one draft length
+    assert info["target"]["compiles"] == 1 and info["draft"]["compiles"] == 1  # as for one draft length
 
 
 def test_inductor_on_the_cpu_matches_the_uncompiled_target():
@@ -87,7 +87,7 @@ def test_the_skinny_matmul_compiles_as_one_opaque_operator():
     out = dec.generate(PROMPTS, max_new_tokens=[6, 3, 4])
     assert out == [greedy_reference(target, p, n) for p, n in zip(PROMPTS, [6, 3, 4])]
     info = dec.info()["compile"]
-    assert info["target"]["compiles"] == 2 and info["target"]["failures"] == 0
+    assert info["target"]["compiles"] == 1 and info["target"]["failures"] == 0
 
 
 @torch._dynamo.register_backend(name="stepgraph_test_broken")
@@ -129,11 +129,11 @@ def test_compile_time_is_counted_in_the_warm_up_of_the_key_that_compiled():
         config=RunnerConfig(toggles=Toggles(), buckets=(1, 4, 8), progress=False),
         backend=SimulatedBackend(),
     )
-    report = runner.warmup(2, make_inputs=lambda k: {"x": torch.ones(k)})  # keys 1 and 4: both compile
+    report = runner.warmup(2, make_inputs=lambda k: {"x": torch.ones(k)})  # keys 1 and 4: one variant
     assert report.compile_seconds > 0 and report.as_dict()["compile_seconds"] > 0
     for n in (1, 3, 8):
         assert torch.equal(runner.run({"x": torch.ones(n)})["y"], torch.full((n,), 3.0))
     keys = runner.info()["keys"]
-    assert keys["bs=1/greedy"]["compile_s"] > 0 and keys["bs=4/greedy"]["compile_s"] > 0
-    assert keys["bs=8/greedy"]["compile_s"] == 0  # the batch-of-many variant already compiled
-    assert fwd.compiles == 2
+    compiled = sorted(name for name, k in keys.items() if k["compile_s"] > 0)
+    assert len(compiled) == 1 and compiled[0] in ("bs=1/greedy", "bs=4/greedy"), keys
+    assert fwd.compiles == 1  # a batch of one and of many share it
