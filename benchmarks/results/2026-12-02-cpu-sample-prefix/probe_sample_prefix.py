@@ -40,7 +40,7 @@ def pivot_sample(x, temp, top_p, gen):
 def check_coupling(samples=60000):
     """Distribution of (accepted, final token) of the reference chain and of the per-row draws."""
     g = torch.Generator().manual_seed(0)
-    B, K, V = 1, 2, 12
+    K, V = 2, 12
     x = (torch.randn(1, K + 1, V, generator=g) * 1.5).round(decimals=0)  # ties
     d = torch.tensor([[int(x[0, 0].argmax()), int(x[0, 1].argsort()[-2])]])
     T, tk, tp, mp = torch.tensor([0.9]), torch.tensor([0]), torch.tensor([0.8]), torch.tensor([0.0])
@@ -74,8 +74,10 @@ def check_pivot_distribution(samples=40000):
     tv = 0.5 * sum(abs(got[i] / samples - float(q[i])) for i in range(40))
     kept = int(kept_mask(x.view(1, 1, -1), torch.tensor([1.0]), torch.tensor([0]), torch.tensor([0.7])).sum())
     outside = sum(c for i, c in got.items() if q[i] == 0)
-    print(f"pivot sampler, 40 logits with ties, top-p 0.7: {kept} kept, total variation to q {tv:.4f}, "
-          f"draws outside the kept set {outside}")
+    print(
+        f"pivot sampler, 40 logits with ties, top-p 0.7: {kept} kept, total variation to q {tv:.4f}, "
+        f"draws outside the kept set {outside}"
+    )
 
 
 def count_rounds(rows=200):
@@ -86,8 +88,10 @@ def count_rounds(rows=200):
             x = (torch.randn(151936, generator=g) * scale).bfloat16()
             rounds[pivot_sample(x, temp, 0.9, g)[1]] += 1
         mean = sum(r * c for r, c in rounds.items()) / rows
-        print(f"rows {scale} * randn, temperature {temp}, top-p 0.9: rounds {dict(sorted(rounds.items()))}, "
-              f"mean {mean:.2f}")
+        print(
+            f"rows {scale} * randn, temperature {temp}, top-p 0.9: rounds {dict(sorted(rounds.items()))}, "
+            f"mean {mean:.2f}"
+        )
 
 
 if __name__ == "__main__":
