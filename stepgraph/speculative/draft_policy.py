@@ -47,10 +47,12 @@ def expected_tokens(draft_len: int, acceptance: float) -> float:
     return (1.0 - a ** (draft_len + 1)) / (1.0 - a)
 
 
-def trials_of(accepted: int, draft_len: int) -> int:
-    """The draws a step of ``draft_len`` drafts that accepted ``accepted`` tells of: each accepted draft,
-    and the rejection that ended the chain early (none for plain decoding)."""
-    return accepted + (1 if accepted < draft_len else 0) if draft_len > 0 else 0
+def step_evidence(accepted: int, draft_len: int) -> tuple[int, int]:
+    """``(accepted, trials)`` that a step of ``draft_len`` drafts which accepted ``accepted`` tells of: each
+    accepted draft, and the rejection that ended the chain early. Plain decoding tells of none."""
+    if draft_len <= 0:
+        return 0, 0
+    return accepted, accepted + (1 if accepted < draft_len else 0)
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Acceptance:
 
     def observe(self, accepted: int, draft_len: int) -> None:
         """A step of ``draft_len`` drafts accepted ``accepted``; plain decoding (0) only fades the evidence."""
-        self.add(accepted, trials_of(accepted, draft_len))
+        self.add(*step_evidence(accepted, draft_len))
 
     def add(self, accepted: float, trials: float) -> None:
         """One step's evidence, however many requests it sums: what came before weighs ``decay`` less."""
@@ -198,7 +200,7 @@ class AutoDraftLength:
             own = requests.get(r.id)
             if own is None:
                 own = requests[r.id] = Acceptance(self.decay)
-            trials = trials_of(n, draft_len)
+            n, trials = step_evidence(n, draft_len)
             own.add(n, trials)
             step_accepted += n
             step_trials += trials
