@@ -105,6 +105,13 @@ def _stats_kernel(
 
 
 @triton.jit
+def pivot_request(t, k, top_p, V):
+    """A request whose rows draw by a rising pivot (:mod:`._sampling_pivot`) and skip the cut-off search:
+    sampled, top-p on, top-k off (``chain_sampling_ref.pivot_requests``)."""
+    return (t > 0) & ((k <= 0) | (k >= V)) & (top_p > 0) & (top_p < 1.0)
+
+
+@triton.jit
 def bucket_log2(lo, hi):
     """log2 of the bucket width of ``[lo, hi)``: the least power of two with 16 buckets covering it."""
     s = lo * 0
@@ -143,11 +150,11 @@ def _settle(lo, hi, g_hi, phase, k_max, top_p):
 @triton.jit
 def row_state(
     r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, state_ptr,
-    part_ptr, n_rows, NS_P2: tl.constexpr,
+    part_ptr, n_rows, NS_P2: tl.constexpr, PIVOT: tl.constexpr,
 ):  # fmt: skip
     """The row's search state before round ``r``: from the stats (``r == 0``) or from the state before
-    round ``r - 1`` and that round's bucket sums. Returns ``(lo, hi, g_hi, target, phase, m, k_max,
-    top_p)``."""
+    round ``r - 1`` and that round's bucket sums (``PIVOT``: pivot requests' rows are done at once).
+    Returns ``(lo, hi, g_hi, target, phase, m, k_max, top_p)``."""
     sp = tl.arange(0, NS_P2)
     if r == 0:
         b = row // K1
@@ -160,6 +167,8 @@ def row_state(
         k = tl.load(topk_ptr + b).to(tl.int64)
         top_p = tl.load(topp_ptr + b).to(tl.float64)
         regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
+        if PIVOT:  # pivot requests draw without the cut
+            regular = regular & ~pivot_request(t, k, top_p, V)
         k_on = (k > 0) & (k < V)
         phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
         hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)
@@ -208,13 +217,14 @@ def _round_kernel(
     BLOCK: tl.constexpr,
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
+    PIVOT: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
-        state_ptr, part_ptr, n_rows, NS_P2,
+        state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
     )  # fmt: skip
     if sp == 0:
         s = state_ptr + (r * n_rows + row) * STATE

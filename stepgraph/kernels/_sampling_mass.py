@@ -13,7 +13,16 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, track_argmax
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
-from ._sampling_filter import BLOCK, _round_kernel, _stats_kernel, key_shift, num_rounds, row_key, row_state
+from ._sampling_filter import (
+    BLOCK,
+    _round_kernel,
+    _stats_kernel,
+    key_shift,
+    num_rounds,
+    pivot_request,
+    row_key,
+    row_state,
+)
 
 NUM_WARPS = 4
 
@@ -109,6 +118,7 @@ def _kept_mass_kernel(
     BLOCK: tl.constexpr,
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
+    PIVOT: tl.constexpr,
 ):
     """Filtered class, per (row, split): the final cut-off (``r`` = number of rounds), then the kept mass
     ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut."""
@@ -116,7 +126,7 @@ def _kept_mass_kernel(
     sp = tl.program_id(1)
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
-        state_ptr, part_ptr, n_rows, NS_P2,
+        state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
     )  # fmt: skip
     b = row // K1
     j = row % K1
@@ -130,20 +140,26 @@ def _kept_mass_kernel(
     base = logits_ptr + b * stride_b + j * stride_j
     s_lane = tl.zeros([BLOCK], tl.float32)
     start = sp.to(tl.int64) * SPLIT
-    for i in range(0, SPLIT, BLOCK):
-        offs = start + i + tl.arange(0, BLOCK)
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        w = tl.exp(x * inv_t - m)
-        kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)
-        s_lane += tl.where(kept, w, 0.0)
+    skip = PIVOT and pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), top_p, V)  # pivot rows draw without it
+    if not skip:
+        for i in range(0, SPLIT, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            w = tl.exp(x * inv_t - m)
+            kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)
+            s_lane += tl.where(kept, w, 0.0)
     tl.store(m_ptr + row * n_splits + sp, m)
     tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
 
 
-def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
+def filtered_mass(
+    logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot: bool = True
+):
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
-    ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
+    ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
+    the rows of pivot requests skip the rounds and the kept mass (they draw by :mod:`._sampling_pivot`);
+    off, every row gets its cut."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -162,10 +178,10 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     ns_p2 = next_pow2(n_splits)
     for r in range(rounds):
         _round_kernel[grid](*head, *search, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-                            SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+                            SHIFT=shift, PIVOT=pivot, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
         m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-        SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING,
+        SHIFT=shift, PIVOT=pivot, num_warps=NUM_WARPS, **EXACT_ROUNDING,
     )  # fmt: skip
     return cut

@@ -9,6 +9,12 @@ min-p set (probability ``>= min_p`` times the largest), renormalised. Then:
 * at ``n < K`` emit a correction sampled from ``q_n`` with ``d_{n+1}`` removed (renormalised);
   if all ``K`` are accepted, emit a bonus sampled from ``q_K``.
 
+A pivot request (top-p on, top-k off: :func:`.chain_sampling_ref.pivot_requests`; the filtered class)
+follows the same law another way: every row ``j`` draws ``y_j ~ q_j`` (by a rising pivot, which never finds
+the top-p cut: :mod:`._sampling_pivot`), the drafts are accepted while ``y_j == d_{j+1}`` and the first
+``y_j`` that differs (or ``y_K``) is emitted. ``P(y = d) = q(d)``, and given ``y != d``, ``y`` follows
+``q`` without ``d``: the two rules give one distribution, and this one needs no kept mass.
+
 The emitted tokens follow the target distribution exactly. Rows with ``T == 0`` are greedy and give
 exactly :func:`greedy_chain_verify`'s tokens; so do rows whose logits contain NaN or ``+inf`` or are all
 ``-inf`` (a defined fallback), and rows whose temperature is so small that the largest logit over it is
@@ -23,7 +29,9 @@ Launches, each over (row, vocabulary split) except the last:
 * temperature class: 1. per split, the argmax, the max of ``x / T`` and the mass ``sum exp(z - m_split)``
   without the row's draft token;
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
-  of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split;
+  of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split; then
+  the pivot requests' draws (6 launches, :mod:`._sampling_pivot`; the rounds and the kept mass skip
+  their rows);
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
@@ -40,6 +48,7 @@ from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
+from ._sampling_pivot import pivot_draws
 from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
@@ -89,6 +98,7 @@ def _finalize_kernel(
     m_ptr,
     s_ptr,
     cut_ptr,
+    pivot_ptr,
     tokens_ptr,
     ext_ptr,
     num_acc_ptr,
@@ -106,6 +116,7 @@ def _finalize_kernel(
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
     FILTERED: tl.constexpr,
+    PIVOT: tl.constexpr,
     HAS_SEQ: tl.constexpr,
     HAS_ACCEPT_LEN: tl.constexpr,
     HAS_SELECT: tl.constexpr,
@@ -151,6 +162,13 @@ def _finalize_kernel(
     stream = (off * (K1 + 1) + K1) << 32
     coin = tl.rand(seed, stream | j.to(tl.int64))
     accept = d_ok & tl.where(greedy, d == predict, coin < q_d)
+    pivot = b < 0
+    y = predict
+    if PIVOT:  # a pivot request's rows drew their tokens: the drafts while they match them, then the first miss
+        drawn = tl.load(pivot_ptr + rows, mask=j <= K, other=-2)
+        pivot = tl.max(drawn, axis=0) > -2
+        y = tl.where(drawn >= 0, drawn, predict)
+        accept = tl.where(pivot, d_ok & (d == y), accept)
     n = tl.min(tl.where((j < K) & ~accept, j, K), axis=0).to(tl.int64)
 
     # the sample of row n: the split that holds u * mass, then the token inside it
@@ -169,7 +187,7 @@ def _finalize_kernel(
     if FILTERED:
         cut_n = tl.sum(tl.where(on_n, cut, 0), axis=0)
     base = logits_ptr + b * stride_b + n * stride_j
-    token = n * 0 - 1
+    token = tl.where(pivot, 0, n * 0 - 1)  # a pivot request has its token: no scan
     last = n * 0 - 1
     run = total * 0.0
     start = chosen.to(tl.int64) * SPLIT
@@ -192,6 +210,7 @@ def _finalize_kernel(
     pred_n = tl.sum(tl.where(on_n, predict, 0), axis=0)
     greedy_n = tl.sum(tl.where(on_n & greedy, 1, 0), axis=0) > 0
     final = tl.where(greedy_n | (total <= 0) | (sample < 0), pred_n, sample)
+    final = tl.where(pivot, tl.sum(tl.where(on_n, y, 0), axis=0), final)
     tokens = tl.where(j < n, d, tl.where(j == n, final, -1))
     tl.store(tokens_ptr + b * K1 + j, tokens, mask=j <= K)
     tl.store(ext_ptr + b * K1 + j, tl.where(j < n, d, final), mask=j <= K)
@@ -258,8 +277,9 @@ def filter_cut_keys(
     gk = [torch.empty((rows, layout[0]), dtype=torch.int32, device=dev) for _ in range(2)]
     drafts = torch.zeros((B, max(K1 - 1, 1)), dtype=torch.int64, device=dev)
     min_p = torch.zeros(B, dtype=torch.float32, device=dev)
-    mass = topk_mass if small_top_k else filtered_mass
-    return mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
+    if small_top_k:
+        return topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
+    return filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk, pivot=False).view(B, K1)
 
 
 def chain_verify_sampling(
@@ -304,8 +324,8 @@ def chain_verify_sampling(
 
     Notes
     -----
-    Launches: 2 (temperature class); 5 (small top-k class); filtered: 3 + 8 rounds for bfloat16 logits,
-    3 + 16 otherwise. CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
+    Launches: 2 (temperature class); 5 (small top-k class); filtered: 9 + 8 rounds for bfloat16 logits,
+    9 + 16 otherwise. CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
     if min_p is None:
@@ -348,9 +368,12 @@ def chain_verify_sampling(
     m_part, s_part = (torch.empty((rows, n_splits), dtype=torch.float32, device=dev) for _ in range(2))
     gkey, gidx = (torch.empty((rows, n_splits), dtype=torch.int32, device=dev) for _ in range(2))
     head = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
+    pivot = None
     if filtered:
         mass = topk_mass if small_top_k else filtered_mass
         cut = mass(logits, drafts, temperature, top_k, top_p, min_p, (n_splits, split), m_part, s_part, gkey, gidx)
+        if not small_top_k:
+            pivot = pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, (n_splits, split), gkey, m_part)
     else:
         cut = gkey  # unused
         _temperature_kernel[(rows, n_splits)](
@@ -369,6 +392,7 @@ def chain_verify_sampling(
         m_part,
         s_part,
         cut,
+        pivot if pivot is not None else cut,
         res.tokens,
         res.extend_tokens,
         res.num_accepted,
@@ -386,6 +410,7 @@ def chain_verify_sampling(
         NS_P2=ns_p2,
         SHIFT=key_shift(logits.dtype),
         FILTERED=filtered,
+        PIVOT=pivot is not None,
         HAS_SEQ=seq_lens is not None,
         HAS_ACCEPT_LEN=with_accept_len,
         HAS_SELECT=with_select,

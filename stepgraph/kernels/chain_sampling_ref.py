@@ -13,6 +13,9 @@ The kept set of a sampled row, with ``z = x * (1 / T)`` (float32), ``m = max z``
 
 ``q`` is ``w`` over the kept set, renormalised. Greedy rows (``T == 0``) and degenerate rows (a NaN or
 ``+inf``, or every entry ``-inf``) are one-hot at the argmax.
+
+The chain rule, and its second form for pivot requests (a draw per row), are in
+:mod:`.chain_sampling`; :func:`pivot_draws` defines the draws.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from typing import NamedTuple
 import torch
 
 from ._common import written_into
-from .philox import verify_uniforms
+from .philox import philox_uniform, pivot_counter, verify_stream, verify_uniforms
+
+#: Draws a pivot row takes at most; past them (never seen: each draw raises the pivot past a rejected key,
+#: and about one row in ten needs a second) it takes its argmax, which every top-p set keeps.
+PIVOT_ROUNDS = 64
 
 
 class SampledVerifyOutput(NamedTuple):
@@ -184,7 +191,8 @@ def chain_verify_sampling_ref(
 
     Randomness is the kernel's: each request's Philox stream at ``(seed, offset)``
     (:func:`stepgraph.kernels.philox.verify_uniforms`), one coin per draft and one number for the sample,
-    drawn by inverse CDF in vocabulary order as the kernel draws it; ``offset`` advances by one. So a
+    drawn by inverse CDF in vocabulary order as the kernel draws it; a pivot request's rows draw by
+    :func:`pivot_draws` instead (``filtered`` only); ``offset`` advances by one. So a
     seeded request gets the kernel's tokens, except where a number falls within float rounding of a
     boundary (the two sum their masses in different orders).
     Cost: ``sampling_probs`` (a sort per row when filtered) + O(B*(K+1)*V) elementwise work.
@@ -209,7 +217,63 @@ def chain_verify_sampling_ref(
     pred_n = predict.gather(1, n.view(B, 1)).squeeze(1)
     use_greedy = greedy.gather(1, n.view(B, 1)).squeeze(1) | ~(row > 0).any(-1)
     final = torch.where(use_greedy, pred_n, sample)
+    if filtered:  # pivot requests: a draw per row; the drafts while they match it, then the first that differs
+        pivot = pivot_requests(temperature, top_k, top_p, V)
+        mp = min_p if min_p is not None else torch.zeros(B, device=dev)
+        y = torch.where(greedy, predict, pivot_draws(logits, temperature, top_p, mp, seed, offset))
+        match = d_ok & (d == y[:, :K])
+        n_p = match.long().cumprod(1).sum(1) if K > 0 else torch.zeros(B, dtype=torch.long, device=dev)
+        n = torch.where(pivot, n_p, n)
+        final = torch.where(pivot, y.gather(1, n_p.view(B, 1)).squeeze(1), final)
     return written_into(assemble_output(d, n, final, offset, seq_lens), out)
+
+
+def pivot_requests(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``[B]`` bool: the sampled requests of the filtered class whose rows draw by a rising pivot: top-p on
+    (``0 < top_p < 1``), top-k off (``0`` or ``>= V``); min-p may be on."""
+    k = top_k.long()
+    return (temperature > 0) & ((k <= 0) | (k >= vocab)) & (top_p > 0) & (top_p < 1)
+
+
+def pivot_draws(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+) -> torch.Tensor:
+    """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p (with min-p):
+    ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter` and draws by
+    inverse CDF (float64, vocabulary order) from the weights of the keys ``>= lo`` (``lo`` starts below
+    every key). The token is kept when the float64 mass of strictly larger keys is ``< top_p *`` the total
+    and its weight ``>= min_p``; else no key ``<= `` its key is kept, ``lo`` rises past it and the row draws
+    again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs every round (no host sync); on
+    the CPU it stops once every row has kept its draw."""
+    B, K1, V = logits.shape
+    w32 = _weights(logits, temperature)
+    w = w32.double()
+    key = sortable_keys(logits)
+    goal_p = top_p.double().view(B, 1) * w.sum(-1)
+    mp = min_p.float().view(B, 1, 1)
+    stream = verify_stream(offset, K1)[:, None]
+    rows = torch.arange(K1, device=logits.device)[None, :]
+    lo = torch.full((B, K1, 1), -(2**62), dtype=torch.long, device=logits.device)
+    y = torch.zeros((B, K1), dtype=torch.long, device=logits.device)
+    done = torch.zeros((B, K1), dtype=torch.bool, device=logits.device)
+    for rnd in range(PIVOT_ROUNDS):
+        u = philox_uniform(seed.long()[:, None], stream | pivot_counter(K1, rnd, rows))
+        cdf = torch.cumsum(torch.where(key >= lo, w, 0.0), -1)
+        pick = torch.searchsorted(cdf, (u.double() * cdf[..., -1])[..., None], right=True).clamp(max=V - 1)
+        y = torch.where(done, y, pick.squeeze(-1))
+        k_y = key.gather(-1, pick)
+        above = torch.where(key > k_y, w, 0.0).sum(-1)
+        kept = (above < goal_p) & ((w32.gather(-1, pick) >= mp) | (mp <= 0)).squeeze(-1)
+        lo = torch.where((done | kept)[..., None], lo, k_y + 1)
+        done = done | kept
+        if not logits.is_cuda and bool(done.all()):
+            break
+    return torch.where(done, y, torch.argmax(logits, -1))
 
 
 def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

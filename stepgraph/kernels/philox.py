@@ -49,12 +49,23 @@ def philox_uniform(seed: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32) * _SCALE
 
 
+def pivot_counter(K1: int, rnd, row):
+    """The counter of the number that draw ``rnd`` (0, 1, ...) of verify row ``row`` takes in a request's
+    stream, past the coins and the sample of :func:`verify_uniforms` (ints or tensors)."""
+    return K1 + 1 + rnd * K1 + row
+
+
+def verify_stream(offset: torch.Tensor, K1: int) -> torch.Tensor:
+    """A request's stream at ``offset`` (``[B]`` int64), shifted into the counter's high word."""
+    return (offset.long() * (K1 + 1) + K1) << 32
+
+
 def verify_uniforms(seed: torch.Tensor, offset: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The numbers a chain verify of ``K`` drafts draws for each request (``seed``, ``offset`` ``[B]``):
     ``(coins [B, K], final [B])``, the acceptance coin of each draft and the sample's number, from the
     request's stream at this offset (the streams :func:`stepgraph.kernels.chain_verify_sampling` uses)."""
     K1 = K + 1
-    stream = (offset.long() * (K1 + 1) + K1) << 32  # [B]
+    stream = verify_stream(offset, K1)  # [B]
     counters = torch.arange(K1 + 1, device=seed.device)  # draft coins 0..K-1, then the sample at K1
     numbers = philox_uniform(seed.long()[:, None], stream[:, None] | counters[None, :])
     return numbers[:, :K], numbers[:, K1]

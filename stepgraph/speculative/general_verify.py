@@ -14,7 +14,15 @@ from __future__ import annotations
 import torch
 
 from stepgraph.kernels import written_into
-from stepgraph.kernels.chain_sampling_ref import SampledVerifyOutput, assemble_output, inverse_cdf, sampling_probs
+from stepgraph.kernels.chain_sampling_ref import (
+    SampledVerifyOutput,
+    assemble_output,
+    greedy_rows,
+    inverse_cdf,
+    pivot_draws,
+    pivot_requests,
+    sampling_probs,
+)
 from stepgraph.kernels.philox import verify_uniforms
 
 
@@ -80,12 +88,18 @@ def tree_verify_sampling(
     ``top_p``/``seed``/``offset`` ``[B]`` (and ``min_p``, ``None`` for off). Returns tokens along the
     accepted path (then the sampled token, then -1). Node ``c``'s coin and the sample's number come from
     the request's stream at ``(seed, offset)`` as the chain kernel draws them (a chain gets its tokens).
+    A pivot request (:func:`~stepgraph.kernels.chain_sampling_ref.pivot_requests`) draws a token from each
+    node instead and moves to the child that holds it, else emits it: the same law, as in the chain.
     """
     B, N, V = logits.shape
     dev = logits.device
     probs = sampling_probs(logits, temperature, top_k, top_p, filtered=True, min_p=min_p)  # [B, N, V]
     node_coins, final_coin = verify_uniforms(seed, offset, N - 1)  # nodes 1..N-1, then the sample
     coins = torch.cat([torch.zeros_like(final_coin)[:, None], node_coins], 1)  # [B, N]: node c's at c
+    mp = min_p if min_p is not None else torch.zeros(B, device=dev)
+    pivot = pivot_requests(temperature, top_k, top_p, V)
+    draws = pivot_draws(logits, temperature, top_p, mp, seed, offset)  # [B, N]: pivot requests' tokens
+    drawn = torch.where(greedy_rows(logits, temperature), torch.argmax(logits, -1), draws)
     rows = torch.arange(B, device=dev)
     cur = torch.zeros(B, dtype=torch.long, device=dev)
     n = torch.zeros(B, dtype=torch.long, device=dev)
@@ -100,7 +114,7 @@ def tree_verify_sampling(
             c = child.clamp(min=0)
             tok = candidates[rows, c]
             q = probs[rows, cur, tok]
-            acc = valid & (coins[rows, c] < q)
+            acc = valid & torch.where(pivot, tok == drawn[rows, cur], coins[rows, c] < q)
             rej = valid & ~acc
             removed = torch.where(acc[:, None], torch.zeros_like(removed), removed)
             removed[rows, tok] |= rej
@@ -113,5 +127,5 @@ def tree_verify_sampling(
     row = probs[rows, cur] * ~removed
     pick = inverse_cdf(row, final_coin)
     fallback = torch.argmax(probs[rows, cur], -1)
-    final = torch.where(pick >= 0, pick, fallback)
+    final = torch.where(pivot, drawn[rows, cur], torch.where(pick >= 0, pick, fallback))
     return assemble_output(path, n, final, offset, seq_lens)

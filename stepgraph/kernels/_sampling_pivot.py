@@ -1,0 +1,197 @@
+"""A draw from the top-p distribution of every pivot row (:func:`.chain_sampling_ref.pivot_draws`), without
+the cut-off: rejection by a rising pivot.
+
+Top-p keeps an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in the kept
+set is a draw from it; one that does not proves every key up to its own outside, and the next draw starts
+past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the total.
+About nine rows in ten keep their first draw. Launches, each over (row, vocabulary split) or one program
+per row:
+
+1. ``mass``: the float64 mass of the split's keys ``>= lo`` (first the whole row: the total);
+2. ``draw`` (per row): the draw, by inverse CDF: the split from the split masses, the entry from a scan
+   of that split;
+3. ``mass`` (the mass above the draw), ``draw`` (keeps it, or draws again), ``mass``;
+4. ``draw`` in its last form: keeps the draw, or goes on alone, a pass over the row per draw, up to
+   :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
+
+Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
+the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._argmax import sortable_key
+from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
+from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, pivot_request
+from .chain_sampling_ref import PIVOT_ROUNDS
+
+NUM_WARPS = 4
+NOT_PIVOT: tl.constexpr = tl.constexpr(-2)
+ARGMAX: tl.constexpr = tl.constexpr(-1)
+LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
+LAST_LAUNCH: tl.constexpr = tl.constexpr(2)  # draws 0 and 1 in launches of their own, then the rest in one
+
+
+@triton.jit
+def _row_facts(row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2: tl.constexpr):
+    """``(pivot request, row takes part, inv_t, m)``: a row takes part when its request is a pivot request and
+    its logits are regular (no NaN or +inf, not all -inf) and ``max x / T`` is finite."""
+    b = row // K1
+    sp = tl.arange(0, NS_P2)
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b), V)
+    gk = tl.max(tl.load(gkey_ptr + row * n_splits + sp, mask=sp < n_splits, other=-2147483648), axis=0)
+    m = tl.max(tl.load(zmax_ptr + row * n_splits + sp, mask=sp < n_splits, other=float("-inf")), axis=0)
+    finite = (m.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
+    active = pivot & (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & finite
+    return pivot, active, 1.0 / tl.where(t > 0, t, 1.0), m
+
+
+@triton.jit
+def _split_mass(base, start, V, lo, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr):
+    """The float64 mass ``exp(x / T - m)`` of the keys ``>= lo`` in ``[start, start + SPLIT) ∩ [0, V)``."""
+    acc = tl.zeros([BLOCK], tl.float64)
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        live = inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo)
+        acc += tl.where(live, tl.exp(x * inv_t - m), 0.0).to(tl.float64)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _draw(base, V, part, n_splits, u, lo, inv_t, m, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+          SHIFT: tl.constexpr):  # fmt: skip
+    """The entry that number ``u`` picks among the keys ``>= lo`` by inverse CDF, given ``part [NS_P2]``,
+    their float64 mass per split: the split where the cumulative mass passes ``u`` times the total, then
+    the entry in it (the last one of positive weight if float sums leave none)."""
+    sp = tl.arange(0, NS_P2)
+    goal = u.to(tl.float64) * tl.sum(part, axis=0)
+    last = tl.max(tl.where(part > 0, sp, 0), axis=0)
+    chosen = tl.minimum(tl.min(tl.where(tl.cumsum(part, axis=0) > goal, sp, NS_P2), axis=0), last)
+    local = goal - tl.sum(tl.where(sp < chosen, part, 0.0), axis=0)
+    start = chosen.to(tl.int64) * SPLIT
+    token = start * 0 - 1
+    latest = start * 0 - 1
+    run = goal * 0.0
+    for i in range(0, SPLIT, BLOCK):
+        if token < 0:
+            offs = start + i + tl.arange(0, BLOCK)
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            w = tl.where(inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo), tl.exp(x * inv_t - m), 0.0)
+            w = w.to(tl.float64)
+            c = tl.cumsum(w, axis=0) + run
+            hit = tl.min(tl.where((w > 0) & (c > local), offs, V), axis=0)
+            token = tl.where(hit < V, hit, token)
+            latest = tl.maximum(latest, tl.max(tl.where(w > 0, offs, -1), axis=0))
+            run += tl.sum(w, axis=0)
+    return tl.where(token >= 0, token, latest)
+
+
+@triton.jit
+def _kept(base, token, mass_above, total, top_p, min_p, inv_t, m):
+    """Whether the drawn ``token`` is in the kept set: the mass of strictly larger keys ``< top_p *`` the
+    total, and its weight ``>= min_p``."""
+    w = tl.exp(tl.load(base + token).to(tl.float32) * inv_t - m)
+    return (mass_above < top_p.to(tl.float64) * total) & ((w >= min_p) | (min_p <= 0))
+
+
+@jit_any_batch
+def _mass_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr, part_ptr,
+                 r, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+                 SHIFT: tl.constexpr):  # fmt: skip
+    """Per (row, split) of a row still drawing: the mass of the split's keys ``>= lo`` (before draw ``r ==
+    0``: all of them, the total)."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    _, active, inv_t, m = _row_facts(row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+    lo = tl.where(r == 0, LOWEST, tl.load(lo_ptr + row))
+    if active & ((r == 0) | (lo > LOWEST)):  # a row that kept its draw has lo back at LOWEST
+        base = logits_ptr + (row // K1) * stride_b + (row % K1) * stride_j
+        mass = _split_mass(base, sp.to(tl.int64) * SPLIT, V, lo, inv_t, m, SPLIT, BLOCK, SHIFT)
+        tl.store(part_ptr + row * n_splits + sp, mass)
+
+
+@jit_any_batch
+def _draw_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                 gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, r, V, K1, n_splits, SPLIT,
+                 BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+    """One program per row. ``r == 0``: the row's first draw. Else the check of draw ``r - 1`` (the split
+    masses hold the mass above it), then, if it failed, draw ``r``; in the last launch (``r ==
+    LAST_LAUNCH``) then on alone, a check and a draw at a time, up to ``ROUNDS`` draws; past them the
+    row's argmax. A row that keeps its draw sets ``lo`` to the lowest key, which the passes after it skip."""
+    last = r == LAST_LAUNCH
+    row = tl.program_id(0).to(tl.int64)
+    b = row // K1
+    pivot, active, inv_t, m = _row_facts(row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr,
+                                         NS_P2)  # fmt: skip
+    sp = tl.arange(0, NS_P2)
+    if r == 0:
+        tl.store(y_ptr + row, tl.where(pivot, ARGMAX, NOT_PIVOT).to(tl.int64))
+        tl.store(lo_ptr + row, LOWEST)
+        going = active
+    else:
+        going = active & (tl.load(lo_ptr + row) > LOWEST)
+    if going:
+        base = logits_ptr + b * stride_b + (row % K1) * stride_j
+        top_p = tl.load(topp_ptr + b)
+        min_p = tl.load(minp_ptr + b).to(tl.float32)
+        part = tl.load(part_ptr + row * n_splits + sp, mask=sp < n_splits, other=0.0)
+        stream = (tl.load(offset_ptr + b) * (K1 + 1) + K1) << 32  # verify_stream
+        seed = tl.load(seed_ptr + b)
+        if r == 0:
+            total = tl.sum(part, axis=0)
+            tl.store(total_ptr + row, total)
+            kept = total < 0.0  # nothing drawn yet
+        else:
+            total = tl.load(total_ptr + row)
+            kept = _kept(base, tl.load(y_ptr + row), tl.sum(part, axis=0), total, top_p, min_p, inv_t, m)
+        lo = tl.load(lo_ptr + row)
+        token = tl.load(y_ptr + row)
+        draw_no = r + 0 * row
+        drawing = ~kept
+        while drawing:
+            counter = K1 + 1 + draw_no * K1 + row % K1  # pivot_counter
+            token = _draw(base, V, part, n_splits, tl.rand(seed, stream | counter), lo, inv_t, m, SPLIT, BLOCK,
+                          NS_P2, SHIFT)  # fmt: skip
+            lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+            draw_no += 1
+            if last:  # its check, here: the mass above it, split by split
+                part = tl.zeros([NS_P2], tl.float64)
+                for s in range(0, n_splits):
+                    part += tl.where(sp == s, _split_mass(base, s * SPLIT, V, lo, inv_t, m, SPLIT, BLOCK, SHIFT), 0.0)
+                kept = _kept(base, token, tl.sum(part, axis=0), total, top_p, min_p, inv_t, m)
+                drawing = ~kept & (draw_no < ROUNDS)
+            else:
+                drawing = draw_no < 0  # the launches after this one check it
+        token = tl.where(kept | ~last, token, ARGMAX)
+        tl.store(y_ptr + row, token)
+        tl.store(lo_ptr + row, tl.where(kept, LOWEST, lo))
+
+
+def pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, layout, gkey, zmax):
+    """:func:`.chain_sampling_ref.pivot_draws` for the pivot requests of the filtered class, from the
+    statistics pass's per-split argmax keys and maxima ``gkey``, ``zmax`` ``[rows, n_splits]``: ``y [rows]``
+    int64 (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
+    B, K1, V = logits.shape
+    rows, dev = B * K1, logits.device
+    n_splits, split = layout
+    part = torch.empty((rows, n_splits), dtype=torch.float64, device=dev)
+    total = torch.empty(rows, dtype=torch.float64, device=dev)
+    lo = torch.empty(rows, dtype=torch.int64, device=dev)
+    y = torch.empty(rows, dtype=torch.int64, device=dev)
+    head = (logits, logits.stride(0), logits.stride(1), temperature, top_k, top_p)
+    sizes = dict(SPLIT=split, BLOCK=BLOCK, NS_P2=next_pow2(n_splits), SHIFT=key_shift(logits.dtype),
+                 num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+
+    for r in range(LAST_LAUNCH + 1):  # mass and draw, three times; the last draw goes on alone
+        _mass_kernel[(rows, n_splits)](*head, gkey, zmax, lo, part, r, V, K1, n_splits, **sizes)
+        _draw_kernel[(rows,)](*head, min_p, seed, offset, gkey, zmax, lo, y, total, part, r, V, K1, n_splits,
+                              ROUNDS=PIVOT_ROUNDS, **sizes)  # fmt: skip
+    return y

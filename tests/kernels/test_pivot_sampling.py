@@ -1,0 +1,88 @@
+"""Pivot requests (top-p on, top-k off): a draw per row by a rising pivot, kernels against the reference."""
+
+import pytest
+import torch
+
+from stepgraph.kernels import _sampling_pivot, chain_sampling_ref
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
+from stepgraph.kernels.chain_sampling_ref import kept_mask, pivot_draws, pivot_requests
+from tests.conftest import HAS_CUDA
+
+DEV = "cuda" if HAS_CUDA else "cpu"
+
+
+def verify_both(logits, drafts, T, k, p, mp, seed, offset):
+    got = chain_verify_sampling(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp)
+    ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp)
+    return got.tokens, ref.tokens
+
+
+@pytest.mark.parametrize("dtype,V", [(torch.bfloat16, 3001), (torch.float16, 777), (torch.float32, 1031)])
+def test_pivot_rows_draw_the_references_tokens(dtype, V):
+    """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, a top-k of
+    V (off), drafts that match and drafts that do not; three offsets."""
+    g = torch.Generator().manual_seed(0)
+    B, K = 6, 3
+    x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
+    x[1, 2] = float("nan")  # a degenerate row in a pivot request: its argmax
+    x[2, :, : V // 3] = float("-inf")
+    x = x.to(dtype).to(DEV)
+    drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
+    drafts[3, 0] = (drafts[3, 0] + 1) % V
+    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.0, 1.3], device=DEV)
+    k = torch.tensor([0, 0, V, 0, 0, 50], device=DEV)
+    p = torch.tensor([0.9, 0.5, 0.95, 0.3, 0.9, 0.9], device=DEV)
+    mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0], device=DEV)
+    assert pivot_requests(T, k, p, V).tolist() == [True, True, True, True, False, False]
+    seed = torch.arange(B, dtype=torch.int64, device=DEV) + 3
+    for step in range(3):
+        got, ref = verify_both(x, drafts, T, k, p, mp, seed, torch.full((B,), step, dtype=torch.int64, device=DEV))
+        assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
+
+
+def test_many_rounds_and_the_bound_on_them(monkeypatch):
+    """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws): the rows that go
+    on alone in the last launch agree with the reference, and past the bound on draws both take the row's
+    argmax."""
+    g = torch.Generator().manual_seed(1)
+    B, K, V = 8, 1, 2500
+    x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
+    drafts = torch.zeros(B, K, dtype=torch.int64, device=DEV)
+    T = torch.ones(B, device=DEV)
+    k = torch.zeros(B, dtype=torch.int64, device=DEV)
+    p = torch.full((B,), 0.1, device=DEV)
+    mp = torch.zeros(B, device=DEV)
+    seed = torch.arange(B, dtype=torch.int64, device=DEV)
+    off = torch.zeros(B, dtype=torch.int64, device=DEV)
+    got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+    assert torch.equal(got, ref)
+    y = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
+    assert kept_mask(x.cpu(), T.cpu(), k.cpu(), p.cpu()).gather(-1, y[..., None]).all()  # every draw is kept
+    for module in (_sampling_pivot, chain_sampling_ref):
+        monkeypatch.setattr(module, "PIVOT_ROUNDS", 4)
+    got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+    assert torch.equal(got, ref)
+    short = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
+    ran_out = short != y
+    assert ran_out.any() and (short == torch.argmax(x.cpu().float(), -1))[ran_out].all()
+
+
+def test_one_draw_per_row_gives_the_chain_law():
+    """The second form of the chain rule: over many seeds, the (accepted, token) outcomes of a pivot request
+    follow the exact law of the coin rule (draft accepted with probability q(d), else q without d)."""
+    B, K, V = 20000, 1, 6
+    g = torch.Generator().manual_seed(2)
+    logits1 = torch.randn(1, K + 1, V, generator=g) * 1.5
+    drafts1 = torch.tensor([[int(torch.argmax(logits1[0, 0]))]])
+    T, k, p = torch.full((B,), 0.9), torch.zeros(B, dtype=torch.long), torch.full((B,), 0.8)
+    out = chain_verify_sampling_ref(
+        logits1.expand(B, -1, -1), drafts1.expand(B, -1), T, k, p, torch.arange(B), torch.zeros(B, dtype=torch.long)
+    )
+    q = chain_sampling_ref.sampling_probs(logits1, T[:1], k[:1], p[:1])[0].double()
+    law = {(0, x): q[0, x].item() for x in range(V) if x != drafts1[0, 0]}
+    law |= {(1, x): q[0, drafts1[0, 0]].item() * q[1, x].item() for x in range(V)}
+    counts = {}
+    for n, x in zip(out.num_accepted.tolist(), out.bonus.tolist()):
+        counts[(n, x)] = counts.get((n, x), 0) + 1
+    tv = 0.5 * sum(abs(counts.get(o, 0) / B - law.get(o, 0.0)) for o in set(law) | set(counts))
+    assert tv < 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5
