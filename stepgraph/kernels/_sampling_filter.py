@@ -105,10 +105,10 @@ def _stats_kernel(
 
 
 @triton.jit
-def pivot_request(t, k, top_p, V):
+def pivot_request(t, k, top_p):
     """A request whose rows draw by a rising pivot (:mod:`._sampling_pivot`) and skip the cut-off search:
     sampled, top-p on, top-k off (``chain_sampling_ref.pivot_requests``)."""
-    return (t > 0) & ((k <= 0) | (k >= V)) & (top_p > 0) & (top_p < 1.0)
+    return (t > 0) & (k <= 0) & (top_p > 0) & (top_p < 1.0)
 
 
 @triton.jit
@@ -168,7 +168,7 @@ def row_state(
         top_p = tl.load(topp_ptr + b).to(tl.float64)
         regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
         if PIVOT:  # pivot requests draw without the cut
-            regular = regular & ~pivot_request(t, k, top_p, V)
+            regular = regular & ~pivot_request(t, k, top_p)
         k_on = (k > 0) & (k < V)
         phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
         hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)

@@ -140,7 +140,7 @@ def _kept_mass_kernel(
     base = logits_ptr + b * stride_b + j * stride_j
     s_lane = tl.zeros([BLOCK], tl.float32)
     start = sp.to(tl.int64) * SPLIT
-    skip = PIVOT and pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), top_p, V)  # pivot rows draw without it
+    skip = PIVOT and pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), top_p)  # pivot rows draw without it
     if not skip:
         for i in range(0, SPLIT, BLOCK):
             offs = start + i + tl.arange(0, BLOCK)
@@ -154,7 +154,7 @@ def _kept_mass_kernel(
 
 
 def filtered_mass(
-    logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot: bool = True
+    logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot: bool = False
 ):
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:

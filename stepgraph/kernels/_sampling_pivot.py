@@ -37,13 +37,13 @@ LAST_LAUNCH: tl.constexpr = tl.constexpr(2)  # draws 0 and 1 in launches of thei
 
 
 @triton.jit
-def _row_facts(row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2: tl.constexpr):
+def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2: tl.constexpr):
     """``(pivot request, row takes part, inv_t, m)``: a row takes part when its request is a pivot request and
     its logits are regular (no NaN or +inf, not all -inf) and ``max x / T`` is finite."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
     t = tl.load(temp_ptr + b).to(tl.float32)
-    pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b), V)
+    pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
     gk = tl.max(tl.load(gkey_ptr + row * n_splits + sp, mask=sp < n_splits, other=-2147483648), axis=0)
     m = tl.max(tl.load(zmax_ptr + row * n_splits + sp, mask=sp < n_splits, other=float("-inf")), axis=0)
     finite = (m.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
@@ -110,7 +110,7 @@ def _mass_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, g
     0``: all of them, the total)."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
-    _, active, inv_t, m = _row_facts(row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+    _, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
     lo = tl.where(r == 0, LOWEST, tl.load(lo_ptr + row))
     if active & ((r == 0) | (lo > LOWEST)):  # a row that kept its draw has lo back at LOWEST
         base = logits_ptr + (row // K1) * stride_b + (row % K1) * stride_j
@@ -129,7 +129,7 @@ def _draw_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, m
     last = r == LAST_LAUNCH
     row = tl.program_id(0).to(tl.int64)
     b = row // K1
-    pivot, active, inv_t, m = _row_facts(row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr,
+    pivot, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr,
                                          NS_P2)  # fmt: skip
     sp = tl.arange(0, NS_P2)
     if r == 0:

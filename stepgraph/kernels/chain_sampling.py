@@ -9,11 +9,12 @@ min-p set (probability ``>= min_p`` times the largest), renormalised. Then:
 * at ``n < K`` emit a correction sampled from ``q_n`` with ``d_{n+1}`` removed (renormalised);
   if all ``K`` are accepted, emit a bonus sampled from ``q_K``.
 
-A pivot request (top-p on, top-k off: :func:`.chain_sampling_ref.pivot_requests`; the filtered class)
-follows the same law another way: every row ``j`` draws ``y_j ~ q_j`` (by a rising pivot, which never finds
-the top-p cut: :mod:`._sampling_pivot`), the drafts are accepted while ``y_j == d_{j+1}`` and the first
-``y_j`` that differs (or ``y_K``) is emitted. ``P(y = d) = q(d)``, and given ``y != d``, ``y`` follows
-``q`` without ``d``: the two rules give one distribution, and this one needs no kept mass.
+A pivot request (top-p on, top-k off: :func:`.chain_sampling_ref.pivot_requests`), in the filtered class
+with ``pivot`` on, follows the same law another way: every row ``j`` draws ``y_j ~ q_j`` (by a rising
+pivot, which never finds the top-p cut: :mod:`._sampling_pivot`), the drafts are accepted while
+``y_j == d_{j+1}`` and the first ``y_j`` that differs (or ``y_K``) is emitted. ``P(y = d) = q(d)``, and
+given ``y != d``, ``y`` follows ``q`` without ``d``: the two rules give one distribution, and this one needs
+no kept mass.
 
 The emitted tokens follow the target distribution exactly. Rows with ``T == 0`` are greedy and give
 exactly :func:`greedy_chain_verify`'s tokens; so do rows whose logits contain NaN or ``+inf`` or are all
@@ -30,8 +31,8 @@ Launches, each over (row, vocabulary split) except the last:
   without the row's draft token;
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split; then
-  the pivot requests' draws (6 launches, :mod:`._sampling_pivot`; the rounds and the kept mass skip
-  their rows);
+  with ``pivot``, the pivot requests' draws (6 launches, :mod:`._sampling_pivot`; the rounds and the kept
+  mass skip their rows);
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
@@ -279,7 +280,7 @@ def filter_cut_keys(
     min_p = torch.zeros(B, dtype=torch.float32, device=dev)
     if small_top_k:
         return topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
-    return filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk, pivot=False).view(B, K1)
+    return filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
 
 
 def chain_verify_sampling(
@@ -294,6 +295,7 @@ def chain_verify_sampling(
     min_p: torch.Tensor | None = None,
     filtered: bool = True,
     small_top_k: bool = False,
+    pivot: bool = False,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = False,
     with_select: bool = False,
@@ -321,11 +323,16 @@ def chain_verify_sampling(
         With ``filtered``: every sampled row either has ``1 <= top_k <= TOP_K_MAX`` (any top-p and
         min-p) or no filter at all (the small top-k class, :class:`stepgraph.Sampling`). A row with top-p
         or min-p but no such top-k breaks this promise and is sampled without its filters.
+    pivot:
+        With ``filtered`` and not ``small_top_k``: pivot requests (top-p on, top-k off) draw a token per
+        row by a rising pivot instead of finding their cut (the ``top_p`` class). Either way the tokens
+        follow the same distribution; for a given seed they differ.
 
     Notes
     -----
     Launches: 2 (temperature class); 5 (small top-k class); filtered: 9 + 8 rounds for bfloat16 logits,
-    9 + 16 otherwise. CUDA graph: safe to capture; randomness changes on every replay through ``offset``.
+    9 + 16 otherwise, and 6 more with ``pivot``. CUDA graph: safe to capture; randomness changes on every
+    replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
     if min_p is None:
@@ -359,7 +366,7 @@ def chain_verify_sampling(
         placed = {name: t for name, t in res._asdict().items() if t is not None}
         return chain_verify_sampling_ref(
             logits, draft_tokens, temperature, top_k, top_p, seed, offset, min_p=min_p, filtered=filtered,
-            seq_lens=seq_lens, out=placed,
+            pivot=pivot, seq_lens=seq_lens, out=placed,
         )._replace(**{n: None for n, t in res._asdict().items() if t is None})  # fmt: skip
     K = K1 - 1
     rows = B * K1
@@ -368,12 +375,15 @@ def chain_verify_sampling(
     m_part, s_part = (torch.empty((rows, n_splits), dtype=torch.float32, device=dev) for _ in range(2))
     gkey, gidx = (torch.empty((rows, n_splits), dtype=torch.int32, device=dev) for _ in range(2))
     head = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
-    pivot = None
+    drawn = None
     if filtered:
-        mass = topk_mass if small_top_k else filtered_mass
-        cut = mass(logits, drafts, temperature, top_k, top_p, min_p, (n_splits, split), m_part, s_part, gkey, gidx)
-        if not small_top_k:
-            pivot = pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, (n_splits, split), gkey, m_part)
+        parts = (logits, drafts, temperature, top_k, top_p, min_p, (n_splits, split), m_part, s_part, gkey, gidx)
+        if small_top_k:
+            cut = topk_mass(*parts)
+        else:
+            cut = filtered_mass(*parts, pivot=pivot)
+        if pivot and not small_top_k:
+            drawn = pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, (n_splits, split), gkey, m_part)
     else:
         cut = gkey  # unused
         _temperature_kernel[(rows, n_splits)](
@@ -392,7 +402,7 @@ def chain_verify_sampling(
         m_part,
         s_part,
         cut,
-        pivot if pivot is not None else cut,
+        drawn if drawn is not None else cut,
         res.tokens,
         res.extend_tokens,
         res.num_accepted,
@@ -410,7 +420,7 @@ def chain_verify_sampling(
         NS_P2=ns_p2,
         SHIFT=key_shift(logits.dtype),
         FILTERED=filtered,
-        PIVOT=pivot is not None,
+        PIVOT=drawn is not None,
         HAS_SEQ=seq_lens is not None,
         HAS_ACCEPT_LEN=with_accept_len,
         HAS_SELECT=with_select,

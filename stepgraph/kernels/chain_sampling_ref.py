@@ -180,6 +180,7 @@ def chain_verify_sampling_ref(
     min_p: torch.Tensor | None = None,
     filtered: bool = True,
     small_top_k: bool = False,
+    pivot: bool = False,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = True,
     with_select: bool = True,
@@ -191,8 +192,8 @@ def chain_verify_sampling_ref(
 
     Randomness is the kernel's: each request's Philox stream at ``(seed, offset)``
     (:func:`stepgraph.kernels.philox.verify_uniforms`), one coin per draft and one number for the sample,
-    drawn by inverse CDF in vocabulary order as the kernel draws it; a pivot request's rows draw by
-    :func:`pivot_draws` instead (``filtered`` only); ``offset`` advances by one. So a
+    drawn by inverse CDF in vocabulary order as the kernel draws it; with ``pivot`` (and ``filtered``), a
+    pivot request's rows draw by :func:`pivot_draws` instead; ``offset`` advances by one. So a
     seeded request gets the kernel's tokens, except where a number falls within float rounding of a
     boundary (the two sum their masses in different orders).
     Cost: ``sampling_probs`` (a sort per row when filtered) + O(B*(K+1)*V) elementwise work.
@@ -217,8 +218,8 @@ def chain_verify_sampling_ref(
     pred_n = predict.gather(1, n.view(B, 1)).squeeze(1)
     use_greedy = greedy.gather(1, n.view(B, 1)).squeeze(1) | ~(row > 0).any(-1)
     final = torch.where(use_greedy, pred_n, sample)
-    if filtered:  # pivot requests: a draw per row; the drafts while they match it, then the first that differs
-        pivot = pivot_requests(temperature, top_k, top_p, V)
+    if filtered and pivot:  # pivot requests: a draw per row; the drafts while they match it, then the first miss
+        pivot = pivot_requests(temperature, top_k, top_p)
         mp = min_p if min_p is not None else torch.zeros(B, device=dev)
         y = torch.where(greedy, predict, pivot_draws(logits, temperature, top_p, mp, seed, offset))
         match = d_ok & (d == y[:, :K])
@@ -228,11 +229,11 @@ def chain_verify_sampling_ref(
     return written_into(assemble_output(d, n, final, offset, seq_lens), out)
 
 
-def pivot_requests(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``[B]`` bool: the sampled requests of the filtered class whose rows draw by a rising pivot: top-p on
-    (``0 < top_p < 1``), top-k off (``0`` or ``>= V``); min-p may be on."""
-    k = top_k.long()
-    return (temperature > 0) & ((k <= 0) | (k >= vocab)) & (top_p > 0) & (top_p < 1)
+def pivot_requests(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: the sampled requests whose rows draw by a rising pivot in the filtered class with
+    ``pivot`` on: top-p on (``0 < top_p < 1``), top-k off (``0``; a top-k of ``V`` or more is not off here,
+    so that a request is a pivot request exactly when its class is ``top_p``); min-p may be on."""
+    return (temperature > 0) & (top_k.long() <= 0) & (top_p > 0) & (top_p < 1)
 
 
 def pivot_draws(

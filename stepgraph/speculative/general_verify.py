@@ -38,6 +38,7 @@ def chain_verify_sampling_tree(
     min_p: torch.Tensor | None = None,
     filtered: bool = True,
     small_top_k: bool = False,
+    pivot: bool = False,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = True,
     with_select: bool = True,
@@ -45,14 +46,15 @@ def chain_verify_sampling_tree(
 ) -> SampledVerifyOutput:
     """A chain's sampled verify through the general tree path, in the signature of
     :func:`stepgraph.kernels.chain_verify_sampling` (``filtered``, ``small_top_k`` and the ``with_*`` flags
-    are taken for parity: every filter applies, every field is computed). Shapes as there."""
+    are taken for parity: every filter applies, every field is computed; ``pivot`` as there). Shapes as
+    there."""
     B, K1, _ = logits.shape
     nxt, sib = chain_tree(K1 - 1, logits.device)
     root = torch.zeros((B, 1), dtype=torch.long, device=logits.device)  # the root's token is never read
     candidates = torch.cat([root, draft_tokens.long()], 1)
     r = tree_verify_sampling(
         logits, candidates, nxt, sib, temperature, top_k, top_p, seed, offset, max_depth=K1 - 1, seq_lens=seq_lens,
-        min_p=min_p,
+        min_p=min_p, pivot=pivot,
     )  # fmt: skip
     return written_into(r, out)
 
@@ -80,6 +82,7 @@ def tree_verify_sampling(
     max_siblings: int = 1,
     seq_lens: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
+    pivot: bool = False,
 ) -> SampledVerifyOutput:
     """Target-only tree verification.
 
@@ -88,18 +91,22 @@ def tree_verify_sampling(
     ``top_p``/``seed``/``offset`` ``[B]`` (and ``min_p``, ``None`` for off). Returns tokens along the
     accepted path (then the sampled token, then -1). Node ``c``'s coin and the sample's number come from
     the request's stream at ``(seed, offset)`` as the chain kernel draws them (a chain gets its tokens).
-    A pivot request (:func:`~stepgraph.kernels.chain_sampling_ref.pivot_requests`) draws a token from each
-    node instead and moves to the child that holds it, else emits it: the same law, as in the chain.
+    With ``pivot``, a pivot request (:func:`~stepgraph.kernels.chain_sampling_ref.pivot_requests`) draws a
+    token from each node instead and moves to the child that holds it, else emits it: the same law, as in the chain.
     """
     B, N, V = logits.shape
     dev = logits.device
     probs = sampling_probs(logits, temperature, top_k, top_p, filtered=True, min_p=min_p)  # [B, N, V]
     node_coins, final_coin = verify_uniforms(seed, offset, N - 1)  # nodes 1..N-1, then the sample
     coins = torch.cat([torch.zeros_like(final_coin)[:, None], node_coins], 1)  # [B, N]: node c's at c
-    mp = min_p if min_p is not None else torch.zeros(B, device=dev)
-    pivot = pivot_requests(temperature, top_k, top_p, V)
-    draws = pivot_draws(logits, temperature, top_p, mp, seed, offset)  # [B, N]: pivot requests' tokens
-    drawn = torch.where(greedy_rows(logits, temperature), torch.argmax(logits, -1), draws)
+    if pivot:
+        mp = min_p if min_p is not None else torch.zeros(B, device=dev)
+        is_pivot = pivot_requests(temperature, top_k, top_p)
+        draws = pivot_draws(logits, temperature, top_p, mp, seed, offset)  # [B, N]: pivot requests' tokens
+        drawn = torch.where(greedy_rows(logits, temperature), torch.argmax(logits, -1), draws)
+    else:
+        is_pivot = torch.zeros(B, dtype=torch.bool, device=dev)
+        drawn = torch.zeros((B, N), dtype=torch.long, device=dev)
     rows = torch.arange(B, device=dev)
     cur = torch.zeros(B, dtype=torch.long, device=dev)
     n = torch.zeros(B, dtype=torch.long, device=dev)
@@ -114,7 +121,7 @@ def tree_verify_sampling(
             c = child.clamp(min=0)
             tok = candidates[rows, c]
             q = probs[rows, cur, tok]
-            acc = valid & torch.where(pivot, tok == drawn[rows, cur], coins[rows, c] < q)
+            acc = valid & torch.where(is_pivot, tok == drawn[rows, cur], coins[rows, c] < q)
             rej = valid & ~acc
             removed = torch.where(acc[:, None], torch.zeros_like(removed), removed)
             removed[rows, tok] |= rej
@@ -127,5 +134,5 @@ def tree_verify_sampling(
     row = probs[rows, cur] * ~removed
     pick = inverse_cdf(row, final_coin)
     fallback = torch.argmax(probs[rows, cur], -1)
-    final = torch.where(pivot, drawn[rows, cur], torch.where(pick >= 0, pick, fallback))
+    final = torch.where(is_pivot, drawn[rows, cur], torch.where(pick >= 0, pick, fallback))
     return assemble_output(path, n, final, offset, seq_lens)

@@ -132,12 +132,13 @@ def _sampling_inputs(B, K, V, T=1.0, k=0, p=1.0, seed0=0):
 
 
 @pytest.mark.parametrize(
-    "filtered,k,p,small", [(False, 0, 1.0, False), (True, 3, 1.0, False), (True, 0, 0.7, False), (True, 4, 0.8, False),
-                           (True, 3, 1.0, True), (True, 4, 0.8, True)],
+    "filtered,k,p,small,pivot", [(False, 0, 1.0, False, False), (True, 3, 1.0, False, False),
+                                 (True, 0, 0.7, False, False), (True, 4, 0.8, False, False), (True, 3, 1.0, True, False),
+                                 (True, 4, 0.8, True, False), (True, 0, 0.7, False, True)],
 )  # fmt: skip
-def test_sampling_distribution_matches_target(filtered, k, p, small):
+def test_sampling_distribution_matches_target(filtered, k, p, small, pivot):
     """First emitted token ~ q_0 and the chain outcomes ~ the exact target-only law (TV distance); the
-    general filtered class and the small top-k class."""
+    general filtered class, the small top-k class and top-p alone drawn by the pivot."""
     torch.manual_seed(1)
     V, K, B = 6, 2, 200_000
     logits1 = torch.randn(1, K + 1, V, device="cuda") * 1.5
@@ -145,7 +146,7 @@ def test_sampling_distribution_matches_target(filtered, k, p, small):
     logits = logits1.expand(B, K + 1, V).contiguous()
     drafts = drafts1.expand(B, K).contiguous()
     T, tk, tp, seed, off = _sampling_inputs(B, K, V, 1.0, k, p)
-    out = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered, small_top_k=small)
+    out = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, filtered=filtered, small_top_k=small, pivot=pivot)
     q = sampling_probs(logits1, T[:1], tk[:1], tp[:1], filtered=filtered)[0].double()  # [K+1, V]
     d = drafts1[0].tolist()
     exact = {}
@@ -249,21 +250,23 @@ def test_min_p_distribution_matches_target(min_p):
     assert 0.5 * (counts.cpu() / B - law).abs().sum().item() < 0.01
 
 
-@pytest.mark.parametrize("small", [False, True])
-def test_sampling_graph_replay_draws_fresh_and_seeds_reproduce(small):
+@pytest.mark.parametrize(
+    "mode,top_k", [({"small_top_k": False}, 50), ({"small_top_k": True}, 50), ({"pivot": True}, 0)], ids=str
+)
+def test_sampling_graph_replay_draws_fresh_and_seeds_reproduce(mode, top_k):
     B, K, V = 64, 3, 32000
     logits = torch.randn(B, K + 1, V, device="cuda", dtype=torch.bfloat16)
     drafts = torch.argmax(logits, -1)[:, :K].contiguous()
-    T, tk, tp, seed, off = _sampling_inputs(B, K, V, 1.5, 50, 0.95)
-    g, out = _graph(lambda: chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, small_top_k=small))
+    T, tk, tp, seed, off = _sampling_inputs(B, K, V, 1.5, top_k, 0.95)
+    g, out = _graph(lambda: chain_verify_sampling(logits, drafts, T, tk, tp, seed, off, **mode))
     seen = []
     for _ in range(3):
         g.replay()
         seen.append(out.tokens.clone())
     assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
     off.zero_()
-    a = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), small_top_k=small).tokens
-    b = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), small_top_k=small).tokens
+    a = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), **mode).tokens
+    b = chain_verify_sampling(logits, drafts, T, tk, tp, seed, off.clone(), **mode).tokens
     assert torch.equal(a, b)
 
 

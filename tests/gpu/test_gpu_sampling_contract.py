@@ -31,7 +31,15 @@ def test_torch_philox_equals_tl_rand_on_cuda():
 
 
 @pytest.mark.parametrize("temperature", [1e-39, 1e-37, 1e-36])
-@pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True}])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {"filtered": False},
+        {"filtered": True, "small_top_k": True},
+        {"filtered": True},
+        {"filtered": True, "pivot": True},
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_tiny_temperatures_sample_the_argmax_at_a_real_vocabulary(temperature, mode, dtype):
     B, K, V = 4, 3, 151936
@@ -64,8 +72,9 @@ def test_seeded_tokens_are_the_same_from_the_kernels_and_their_references(sp):
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True}],
-                         ids=["temperature", "top_k", "top_k_top_p"])  # fmt: skip
+@pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True},
+                                  {"filtered": True, "pivot": True}],
+                         ids=["temperature", "top_k", "top_k_top_p", "top_p"])  # fmt: skip
 def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(mode):
     from stepgraph.kernels.chain_sampling_ref import chain_verify_sampling_ref
 

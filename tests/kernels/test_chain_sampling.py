@@ -261,13 +261,14 @@ def test_small_top_k_class_emits_the_target_distribution():
 
 
 KERNEL_MODES = {"temperature": {"filtered": False}, "top_k": {"filtered": True, "small_top_k": True},
-                "top_k_top_p": {"filtered": True}}  # fmt: skip
+                "top_k_top_p": {"filtered": True}, "top_p": {"filtered": True, "pivot": True}}  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "name,dtype",
     [("temperature", torch.float32), ("temperature", torch.bfloat16), ("top_k", torch.float32),
-     ("top_k", torch.bfloat16), ("top_k_top_p", torch.bfloat16)],  # float32 cut-offs: 16 rounds, slow here
+     ("top_k", torch.bfloat16), ("top_k_top_p", torch.bfloat16),  # float32 cut-offs: 16 rounds, slow here
+     ("top_p", torch.bfloat16)],
     ids=str,
 )  # fmt: skip
 def test_the_kernel_draws_the_references_tokens(name, dtype):
