@@ -50,14 +50,17 @@ class Sampling(enum.IntEnum):
     request exactly (a temperature-0 row inside a TEMPERATURE batch gives the greedy result).
 
     ``TOP_K``: a top-k of 1 to :data:`SMALL_TOP_K_MAX`, with or without top-p and min-p (its kernels look
-    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: any other filter (top-p or min-p
-    without such a top-k, or a larger top-k).
+    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: a larger top-k, min-p without a
+    top-k, and top-p with any top-k (the kernels search the vocabulary for each row's cut). ``TOP_P``:
+    top-p without a top-k (min-p allowed), and everything before: these rows draw their token by a rising
+    pivot and never look for their cut, so top-p alone costs a fraction of a cut-off search.
     """
 
     GREEDY = 0
     TEMPERATURE = 1
     TOP_K = 2
     TOP_K_TOP_P = 3
+    TOP_P = 4
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -98,7 +101,7 @@ class SamplingParams:
     ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
     ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
     probable one). A top-k of 1 to 256 puts the request in the ``TOP_K`` class (top-p and min-p may come
-    with it); any other filter in the ``TOP_K_TOP_P`` class.
+    with it); top-p without a top-k in the ``TOP_P`` class; any other filter in the ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
 
     Penalties (:mod:`stepgraph.speculative.penalties`; a decoder built with ``penalties=True``):
@@ -204,6 +207,12 @@ def _filtered(p: SamplingParams) -> bool:
     return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
 
 
+def _pivot(p: SamplingParams) -> bool:
+    """Sampled top-p without a top-k: the kernels' pivot requests
+    (:func:`stepgraph.kernels.chain_sampling_ref.pivot_requests`)."""
+    return p.temperature > 0.0 and p.top_k == 0 and p.top_p < 1.0
+
+
 #: Every sampling class, least general first (the order of :class:`Sampling`).
 CLASSES: tuple[SamplingClass, ...] = (
     SamplingClass(Sampling.GREEDY, "argmax (temperature 0)", lambda p: p.temperature == 0.0, None),
@@ -221,9 +230,15 @@ CLASSES: tuple[SamplingClass, ...] = (
     ),
     SamplingClass(
         Sampling.TOP_K_TOP_P,
-        "temperature with any top-k, top-p and min-p (top-p or min-p alone, a larger top-k)",
+        "temperature with a larger top-k, min-p alone, or top-p with any top-k",
+        lambda p: not _pivot(p),
+        {"filtered": True, "small_top_k": False, "pivot": False},
+    ),
+    SamplingClass(
+        Sampling.TOP_P,
+        "temperature with top-p and no top-k (min-p allowed), drawn without finding the top-p cut",
         lambda p: True,
-        {"filtered": True, "small_top_k": False},
+        {"filtered": True, "small_top_k": False, "pivot": True},
     ),
 )
 assert [c.sampling for c in CLASSES] == list(Sampling), "one declaration per class, in the enum's order"

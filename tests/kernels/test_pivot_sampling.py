@@ -11,16 +11,17 @@ from tests.conftest import HAS_CUDA
 DEV = "cuda" if HAS_CUDA else "cpu"
 
 
-def verify_both(logits, drafts, T, k, p, mp, seed, offset):
-    got = chain_verify_sampling(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp)
-    ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp)
+def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
+    got = chain_verify_sampling(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot)
+    ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot)
     return got.tokens, ref.tokens
 
 
 @pytest.mark.parametrize("dtype,V", [(torch.bfloat16, 3001), (torch.float16, 777), (torch.float32, 1031)])
 def test_pivot_rows_draw_the_references_tokens(dtype, V):
-    """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, a top-k of
-    V (off), drafts that match and drafts that do not; three offsets."""
+    """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, drafts that
+    match and drafts that do not; three offsets. A top-k of V (off in the cut search) is no pivot request.
+    Without ``pivot`` every row takes its cut, and the other requests' tokens are the same either way."""
     g = torch.Generator().manual_seed(0)
     B, K = 6, 3
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
@@ -29,15 +30,19 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
     x = x.to(dtype).to(DEV)
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
     drafts[3, 0] = (drafts[3, 0] + 1) % V
-    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.0, 1.3], device=DEV)
-    k = torch.tensor([0, 0, V, 0, 0, 50], device=DEV)
+    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.7, 0.0], device=DEV)
+    k = torch.tensor([0, 0, 0, 0, V, 50], device=DEV)
     p = torch.tensor([0.9, 0.5, 0.95, 0.3, 0.9, 0.9], device=DEV)
     mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0], device=DEV)
-    assert pivot_requests(T, k, p, V).tolist() == [True, True, True, True, False, False]
+    assert pivot_requests(T, k, p).tolist() == [True, True, True, True, False, False]
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 3
     for step in range(3):
-        got, ref = verify_both(x, drafts, T, k, p, mp, seed, torch.full((B,), step, dtype=torch.int64, device=DEV))
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
+        cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
+        assert torch.equal(cut, cut_ref), (step, cut.tolist(), cut_ref.tolist())
+        assert torch.equal(cut[4:], got[4:])
 
 
 def test_many_rounds_and_the_bound_on_them(monkeypatch):
@@ -76,7 +81,14 @@ def test_one_draw_per_row_gives_the_chain_law():
     drafts1 = torch.tensor([[int(torch.argmax(logits1[0, 0]))]])
     T, k, p = torch.full((B,), 0.9), torch.zeros(B, dtype=torch.long), torch.full((B,), 0.8)
     out = chain_verify_sampling_ref(
-        logits1.expand(B, -1, -1), drafts1.expand(B, -1), T, k, p, torch.arange(B), torch.zeros(B, dtype=torch.long)
+        logits1.expand(B, -1, -1),
+        drafts1.expand(B, -1),
+        T,
+        k,
+        p,
+        torch.arange(B),
+        torch.zeros(B, dtype=torch.long),
+        pivot=True,
     )
     q = chain_sampling_ref.sampling_probs(logits1, T[:1], k[:1], p[:1])[0].double()
     law = {(0, x): q[0, x].item() for x in range(V) if x != drafts1[0, 0]}
@@ -86,3 +98,32 @@ def test_one_draw_per_row_gives_the_chain_law():
         counts[(n, x)] = counts.get((n, x), 0) + 1
     tv = 0.5 * sum(abs(counts.get(o, 0) / B - law.get(o, 0.0)) for o in set(law) | set(counts))
     assert tv < 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5
+
+
+def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
+    """The class a request runs in and the kernels' per-row choice agree, so a request's seeded tokens do
+    not depend on its batch mates: pivot requests are the ``top_p`` class's own, every other class's
+    kernels take no pivot, and the ``top_p`` class's do."""
+    from stepgraph.sampling import CLASSES, Sampling, SamplingParams, class_of
+
+    settings = [
+        SamplingParams(**kw)
+        for kw in (
+            {},
+            {"temperature": 0.7},
+            {"temperature": 0.7, "top_p": 0.9},
+            {"temperature": 0.7, "top_p": 0.9, "min_p": 0.1},
+            {"temperature": 0.0, "top_p": 0.9},
+            {"temperature": 0.7, "top_k": 20, "top_p": 0.9},
+            {"temperature": 0.7, "top_k": 300, "top_p": 0.9},
+            {"temperature": 0.7, "top_k": 300},
+            {"temperature": 0.7, "min_p": 0.1},
+            {"temperature": 0.7, "top_p": 1.0},
+        )
+    ]
+    values = {f: torch.tensor([getattr(s, f) for s in settings]) for f in ("temperature", "top_k", "top_p")}
+    pivot = pivot_requests(values["temperature"], values["top_k"], values["top_p"]).tolist()
+    assert pivot == [class_of(s) is Sampling.TOP_P for s in settings]
+    assert [bool(c.kernel and c.kernel.get("pivot")) for c in CLASSES] == [
+        c.sampling is Sampling.TOP_P for c in CLASSES
+    ]

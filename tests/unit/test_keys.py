@@ -11,6 +11,7 @@ def test_sampling_order_and_most_general():
     assert Sampling.most_general([Sampling.GREEDY, Sampling.TEMPERATURE]) is Sampling.TEMPERATURE
     assert Sampling.most_general([Sampling.TOP_K, Sampling.TEMPERATURE]) is Sampling.TOP_K
     assert Sampling.most_general([Sampling.TOP_K, Sampling.TOP_K_TOP_P]) is Sampling.TOP_K_TOP_P
+    assert Sampling.most_general([Sampling.TOP_P, Sampling.TOP_K_TOP_P]) is Sampling.TOP_P
     assert Sampling.most_general([]) is Sampling.GREEDY
 
 
@@ -21,6 +22,8 @@ def test_sampling_order_and_most_general():
         ("top-k-top-p", Sampling.TOP_K_TOP_P),
         ("top-k", Sampling.TOP_K),
         (3, Sampling.TOP_K_TOP_P),
+        ("top-p", Sampling.TOP_P),
+        (4, Sampling.TOP_P),
         ("TEMPERATURE", Sampling.TEMPERATURE),
         (1, Sampling.TEMPERATURE),
     ],
@@ -30,7 +33,7 @@ def test_sampling_parse(text, expected):
 
 
 def test_sampling_parse_error_lists_choices():
-    with pytest.raises(ValueError, match="greedy, temperature, top_k, top_k_top_p"):
+    with pytest.raises(ValueError, match="greedy, temperature, top_k, top_k_top_p, top_p"):
         Sampling.parse("nucleus")
 
 
@@ -42,7 +45,10 @@ def test_sampling_parse_error_lists_choices():
         (SamplingParams(temperature=0.7, top_k=20), Sampling.TOP_K),
         (SamplingParams(temperature=0.7, top_k=256, top_p=0.9, min_p=0.1), Sampling.TOP_K),
         (SamplingParams(temperature=0.7, top_k=257), Sampling.TOP_K_TOP_P),
-        (SamplingParams(temperature=1.0, top_p=0.9), Sampling.TOP_K_TOP_P),
+        (SamplingParams(temperature=1.0, top_p=0.9), Sampling.TOP_P),
+        (SamplingParams(temperature=1.0, top_p=0.9, min_p=0.05), Sampling.TOP_P),
+        (SamplingParams(temperature=1.0, top_k=257, top_p=0.9), Sampling.TOP_K_TOP_P),
+        (SamplingParams(temperature=0.0, top_p=0.9), Sampling.GREEDY),
         (SamplingParams(temperature=0.0, top_k=20), Sampling.GREEDY),
         (SamplingParams(temperature=0.7, min_p=0.05), Sampling.TOP_K_TOP_P),
         (SamplingParams(temperature=0.7, min_p=0.0), Sampling.TEMPERATURE),
@@ -132,7 +138,8 @@ def test_each_request_runs_in_the_least_general_class_that_serves_it():
         SamplingParams(temperature=0.7): Sampling.TEMPERATURE,
         SamplingParams(temperature=0.7, top_k=256, top_p=0.5): Sampling.TOP_K,
         SamplingParams(temperature=0.7, top_k=257): Sampling.TOP_K_TOP_P,
-        SamplingParams(temperature=0.7, top_p=0.9): Sampling.TOP_K_TOP_P,
+        SamplingParams(temperature=0.7, top_p=0.9): Sampling.TOP_P,
+        SamplingParams(temperature=0.7, top_k=300, top_p=0.9): Sampling.TOP_K_TOP_P,
         SamplingParams(temperature=0.7, min_p=0.1): Sampling.TOP_K_TOP_P,
     }
     for params, want in cases.items():
