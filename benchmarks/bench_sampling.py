@@ -78,6 +78,7 @@ def main() -> None:
         ms, dev = in_turns(SETTINGS, args.rounds, lambda name, B=B: step_ms(dec, B, SETTINGS[name], args.tokens, 1))
         record["ms_per_step"][f"B={B}"] = {"wall": ms, "device": dev}
         rows.append(f"| {B} | " + " | ".join(ratio_cells(ms, dev, "greedy")) + " |")
+        print(rows[-1], flush=True)  # a run cut short still shows the batches it finished
     keys = dec.info()["keys"]
     record["keys"], record["captured_while_timed"] = keys, CAPTURED_WHILE_TIMED
     eager = {k: v.get("eager_runs") for k, v in (keys.items() if isinstance(keys, dict) else []) if v.get("eager_runs")}
