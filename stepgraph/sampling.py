@@ -191,12 +191,14 @@ class SamplingClass:
     ``fits(params)``: this class's step serves requests with these settings exactly. ``kernel``: the
     options of :func:`stepgraph.kernels.chain_verify_sampling` for a batch of this class (``None``: no
     sampling kernel, greedy verify). ``summary``: one line for the documentation and ``--help``.
+    ``example``: settings whose own class this is (the demo's defaults for ``--sampling`` of this class).
     """
 
     sampling: Sampling
     summary: str
     fits: Callable[[SamplingParams], bool]
     kernel: Mapping[str, bool] | None
+    example: SamplingParams
 
     @property
     def name(self) -> str:
@@ -215,30 +217,34 @@ def _pivot(p: SamplingParams) -> bool:
 
 #: Every sampling class, least general first (the order of :class:`Sampling`).
 CLASSES: tuple[SamplingClass, ...] = (
-    SamplingClass(Sampling.GREEDY, "argmax (temperature 0)", lambda p: p.temperature == 0.0, None),
+    SamplingClass(Sampling.GREEDY, "argmax (temperature 0)", lambda p: p.temperature == 0.0, None, SamplingParams()),
     SamplingClass(
         Sampling.TEMPERATURE,
         "temperature, no filter",
         lambda p: p.temperature == 0.0 or not _filtered(p),
         {"filtered": False, "small_top_k": False},
+        SamplingParams(temperature=0.8),
     ),
     SamplingClass(
         Sampling.TOP_K,
         f"temperature with a top-k of 1 to {SMALL_TOP_K_MAX}, with or without top-p and min-p",
         lambda p: p.temperature == 0.0 or not _filtered(p) or 1 <= p.top_k <= SMALL_TOP_K_MAX,
         {"filtered": True, "small_top_k": True},
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.9),
     ),
     SamplingClass(
         Sampling.TOP_K_TOP_P,
         "temperature with a larger top-k, min-p alone, or top-p with any top-k",
         lambda p: not _pivot(p),
         {"filtered": True, "small_top_k": False, "pivot": False},
+        SamplingParams(temperature=0.8, top_k=1000, top_p=0.9),
     ),
     SamplingClass(
         Sampling.TOP_P,
         "temperature with top-p and no top-k (min-p allowed), drawn without finding the top-p cut",
         lambda p: True,
         {"filtered": True, "small_top_k": False, "pivot": True},
+        SamplingParams(temperature=0.8, top_p=0.9),
     ),
 )
 assert [c.sampling for c in CLASSES] == list(Sampling), "one declaration per class, in the enum's order"

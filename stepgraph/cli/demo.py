@@ -27,7 +27,8 @@ from stepgraph.sampling import CLASSES, PENALTY_FIELDS, SamplingParams, sampling
 #: The most requests the demo decodes at once (a serving batch is at most 64 here; memory is checked too).
 MAX_BATCH = 1024
 #: Defaults of the sampling flags (``None`` in the parser, so that a flag given for nothing is refused).
-SAMPLING_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0}
+#: The sampling flags; their defaults are the chosen class's example settings (``SamplingClass.example``).
+SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p")
 
 
 def bounded_int(low: int, high: int):
@@ -149,19 +150,19 @@ def add_parser(sub) -> None:
 
 
 def _sampling_flags(args) -> dict:
-    """The sampling flags' values, each default filled in; a flag given that the class does not read is an
-    error naming it."""
+    """The sampling flags' values, each default filled in from the class's example settings; a flag given
+    that the class does not read is an error naming it."""
     chosen = sampling_class(args.sampling)
     reads = (
         set()
         if chosen.kernel is None
         else {"temperature"} | ({"top_k", "top_p", "min_p"} if chosen.kernel["filtered"] else set())
     )
-    given = [name for name in SAMPLING_DEFAULTS if getattr(args, name) is not None and name not in reads]
+    given = [name for name in SAMPLING_FLAGS if getattr(args, name) is not None and name not in reads]
     if given:
         flags = ", ".join("--" + n.replace("_", "-") for n in given)
         raise ValueError(f"{flags}: --sampling {chosen.name} does not use it; choose a class that does, or drop it")
-    return {n: SAMPLING_DEFAULTS[n] if getattr(args, n) is None else getattr(args, n) for n in SAMPLING_DEFAULTS}
+    return {n: getattr(chosen.example, n) if getattr(args, n) is None else getattr(args, n) for n in SAMPLING_FLAGS}
 
 
 def _params(args) -> SamplingParams:
@@ -173,8 +174,14 @@ def _params(args) -> SamplingParams:
     if not chosen.kernel["filtered"]:
         return SamplingParams(temperature=flags["temperature"], **penalties)
     params = SamplingParams(**flags, **penalties)
-    if not chosen.fits(params):
-        raise ValueError(f"--sampling {chosen.name} serves {chosen.summary}; --top-k {flags['top_k']} is outside it")
+    if params.sampling is not chosen.sampling:
+        given = " ".join(
+            f"--{n.replace('_', '-')} {flags[n]}" for n in SAMPLING_FLAGS if flags[n] != getattr(chosen.example, n)
+        )
+        raise ValueError(
+            f"--sampling {chosen.name} serves {chosen.summary}; with {given} the request's class is "
+            f"{params.sampling}: pass --sampling {params.sampling}, or change them"
+        )
     return params
 
 

@@ -146,3 +146,11 @@ def test_each_request_runs_in_the_least_general_class_that_serves_it():
         assert class_of(params) is want and params.sampling is want
         # every more general class serves it too (a batch runs in its most general request's class)
         assert all(c.fits(params) for c in CLASSES[want:])
+
+
+def test_each_class_example_is_a_request_of_that_class():
+    """The demo's defaults for ``--sampling C`` (the class's example settings) run in class C itself."""
+    from stepgraph.sampling import CLASSES
+
+    for c in CLASSES:
+        assert c.example.sampling is c.sampling, c.name
