@@ -176,7 +176,7 @@ def _draw_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, m
 
 
 def pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, layout, gkey, zmax):
-    """:func:`.chain_sampling_ref.pivot_draws` for the pivot requests of the filtered class, from the
+    """:func:`.chain_sampling_ref.pivot_draws` for the pivot requests (the filtered class with ``pivot``), from the
     statistics pass's per-split argmax keys and maxima ``gkey``, ``zmax`` ``[rows, n_splits]``: ``y [rows]``
     int64 (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
     B, K1, V = logits.shape
