@@ -330,8 +330,8 @@ def chain_verify_sampling(
 
     Notes
     -----
-    Launches: 2 (temperature class); 5 (small top-k class); filtered: 9 + 8 rounds for bfloat16 logits,
-    9 + 16 otherwise, and 6 more with ``pivot``. CUDA graph: safe to capture; randomness changes on every
+    Launches: 2 (temperature class); 5 (small top-k class); filtered: 11 for bfloat16 logits (8 cut-off
+    rounds), 19 otherwise, and 6 more with ``pivot``. CUDA graph: safe to capture; randomness changes on every
     replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
