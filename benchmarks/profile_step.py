@@ -11,7 +11,7 @@ are profiled with CPU and CUDA activity. Reported per mode:
 * the ten longest device gaps, with the kernels either side.
 
     python benchmarks/profile_step.py --out benchmarks/results/<dir> [--layers 28] [--batch 1]
-        [--sampling greedy|temperature|top_k_top_p] [--attention sdpa|triton] [--compile] [--no-eager]
+        [--sampling greedy|temperature|top_k|top_k_top_p|top_p] [--attention sdpa|triton] [--compile] [--no-eager]
 """
 
 from __future__ import annotations
@@ -24,19 +24,16 @@ from bench_step import Setup, restore
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from stepgraph import SamplingParams, Toggles
+from stepgraph import CLASSES, SamplingParams, Toggles
 
-SAMPLINGS = {  # --sampling: the requests' settings (the key's class follows them)
-    "greedy": SamplingParams(),
-    "temperature": SamplingParams(temperature=0.8),
-    "top_k_top_p": SamplingParams(temperature=0.8, top_k=50, top_p=0.9),
-}
+SAMPLINGS = {c.name: c.example for c in CLASSES}  # --sampling: a class, and settings of that class
 
 CATEGORIES = (  # first match wins; lower-case substrings of kernel names
     (
         "stepgraph triton",
         ("_greedy_verify", "_argmax_partial", "_tail_", "_row_copy", "_stats_kernel", "_round_kernel")
-        + ("_kept_mass", "_finalize_kernel", "_temperature_kernel", "_relay", "_copy_in"),
+        + ("_kept_mass", "_finalize_kernel", "_temperature_kernel", "_relay", "_copy_in", "_mass_kernel")
+        + ("_draw_kernel", "_bound_kernel", "_gather_kernel", "_cut_kernel"),
     ),
     ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "efficient", "softmax")),
     ("inductor fused (compile=True)", ("triton_poi", "triton_red", "triton_per", "triton_tem")),
