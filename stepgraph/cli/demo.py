@@ -26,8 +26,8 @@ from stepgraph.sampling import CLASSES, PENALTY_FIELDS, SamplingParams, sampling
 
 #: The most requests the demo decodes at once (a serving batch is at most 64 here; memory is checked too).
 MAX_BATCH = 1024
-#: Defaults of the sampling flags (``None`` in the parser, so that a flag given for nothing is refused).
-#: The sampling flags; their defaults are the chosen class's example settings (``SamplingClass.example``).
+#: The sampling flags: ``None`` in the parser, so that a flag given for nothing is refused; their defaults are
+#: the chosen class's example settings (``SamplingClass.example``).
 SAMPLING_FLAGS = ("temperature", "top_k", "top_p", "min_p")
 
 
