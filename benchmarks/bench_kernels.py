@@ -144,9 +144,8 @@ def bench_sampling(rows: list, record: dict) -> None:
         seed = torch.arange(B, device=dev, dtype=torch.int64)
         off = torch.zeros(B, device=dev, dtype=torch.int64)
         kw = {**mode, "min_p": mp}
-        ref_kw = {"filtered": mode.get("filtered", True), "pivot": mode.get("pivot", False), "min_p": mp}
         res = {
-            "torch": per_instance_us(lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, **ref_kw), copies=5),
+            "torch": per_instance_us(lambda: chain_verify_sampling_ref(x, d, T, tk, tp, seed, off, **kw), copies=5),
             "kernel": per_instance_us(lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, **kw), copies=5),
             "floor": floor_us(x.numel() * 2),
             "target": SAMPLING_TARGETS_US.get((name, B)),

@@ -278,9 +278,8 @@ def filter_cut_keys(
     gk = [torch.empty((rows, layout[0]), dtype=torch.int32, device=dev) for _ in range(2)]
     drafts = torch.zeros((B, max(K1 - 1, 1)), dtype=torch.int64, device=dev)
     min_p = torch.zeros(B, dtype=torch.float32, device=dev)
-    if small_top_k:
-        return topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
-    return filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
+    mass = topk_mass if small_top_k else filtered_mass
+    return mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
 
 
 def chain_verify_sampling(
@@ -382,8 +381,10 @@ def chain_verify_sampling(
             cut = topk_mass(*parts)
         else:
             cut = filtered_mass(*parts, pivot=pivot)
-        if pivot and not small_top_k:
-            drawn = pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, (n_splits, split), gkey, m_part)
+            if pivot:
+                drawn = pivot_draws(
+                    logits, temperature, top_k, top_p, min_p, seed, offset, (n_splits, split), gkey, m_part
+                )
     else:
         cut = gkey  # unused
         _temperature_kernel[(rows, n_splits)](

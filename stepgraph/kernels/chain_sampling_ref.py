@@ -219,13 +219,13 @@ def chain_verify_sampling_ref(
     use_greedy = greedy.gather(1, n.view(B, 1)).squeeze(1) | ~(row > 0).any(-1)
     final = torch.where(use_greedy, pred_n, sample)
     if filtered and pivot:  # pivot requests: a draw per row; the drafts while they match it, then the first miss
-        pivot = pivot_requests(temperature, top_k, top_p)
+        drawing = pivot_requests(temperature, top_k, top_p)
         mp = min_p if min_p is not None else torch.zeros(B, device=dev)
         y = torch.where(greedy, predict, pivot_draws(logits, temperature, top_p, mp, seed, offset))
         match = d_ok & (d == y[:, :K])
         n_p = match.long().cumprod(1).sum(1) if K > 0 else torch.zeros(B, dtype=torch.long, device=dev)
-        n = torch.where(pivot, n_p, n)
-        final = torch.where(pivot, y.gather(1, n_p.view(B, 1)).squeeze(1), final)
+        n = torch.where(drawing, n_p, n)
+        final = torch.where(drawing, y.gather(1, n_p.view(B, 1)).squeeze(1), final)
     return written_into(assemble_output(d, n, final, offset, seq_lens), out)
 
 
