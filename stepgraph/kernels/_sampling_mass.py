@@ -11,18 +11,24 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import lanes_argmax, track_argmax
+from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
 from ._sampling_filter import (
     BLOCK,
-    _round_kernel,
+    DONE,
+    MASS_BLOCK,
+    NBINS,
+    STATE,
+    TOPK,
     _stats_kernel,
+    bucket_log2,
     key_shift,
     num_rounds,
     pivot_request,
     row_key,
     row_state,
 )
+from ._sampling_pivot import STEPS, pivot_rounds, pivot_step
 
 NUM_WARPS = 4
 
@@ -86,6 +92,111 @@ def split_softmax(base, start, V, excl, inv_t, SPLIT, BLOCK: tl.constexpr):
     m = tl.max(m_lane, axis=0)
     gk, gi = lanes_argmax(g_best, g_idx)
     return gk, gi, m, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
+
+
+@jit_any_batch
+def _round_kernel(
+    logits_ptr,
+    stride_b,
+    stride_j,
+    temp_ptr,
+    topk_ptr,
+    topp_ptr,
+    kmin_ptr,
+    kmax_ptr,
+    gkey_ptr,
+    zmax_ptr,
+    state_ptr,
+    part_ptr,
+    minp_ptr,
+    seed_ptr,
+    offset_ptr,
+    pivot_lo_ptr,
+    pivot_y_ptr,
+    pivot_total_ptr,
+    pivot_part_ptr,
+    r,
+    V,
+    K1,
+    n_splits,
+    n_rows,
+    SPLIT,
+    BLOCK: tl.constexpr,
+    NS_P2: tl.constexpr,
+    SHIFT: tl.constexpr,
+    PIVOT: tl.constexpr,
+    PIVOT_ROUNDS: tl.constexpr,
+):
+    """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
+    ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`: their rows
+    have no round work)."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    if PIVOT:
+        pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                   gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, r, row, sp, V, K1,
+                   n_splits, SPLIT, BLOCK, NS_P2, SHIFT, PIVOT_ROUNDS)  # fmt: skip
+    lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
+        r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
+        state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
+    )  # fmt: skip
+    if sp == 0:
+        s = state_ptr + (r * n_rows + row) * STATE
+        tl.store(s, lo.to(tl.float64))
+        tl.store(s + 1, hi.to(tl.float64))
+        tl.store(s + 2, g_hi)
+        tl.store(s + 3, target)
+        tl.store(s + 4, phase.to(tl.float64))
+        tl.store(s + 5, m.to(tl.float64))
+        tl.store(s + 6, k_max.to(tl.float64))
+        tl.store(s + 7, top_p)
+    if phase != DONE:
+        b = row // K1
+        t = tl.load(temp_ptr + b).to(tl.float32)
+        inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+        base = logits_ptr + b * stride_b + (row % K1) * stride_j
+        shift = bucket_log2(lo, hi).to(tl.uint32)
+        lo32 = lo.to(tl.int32)
+        hi32 = hi.to(tl.int32)  # hi <= sortable_key(+inf) + 1 for a regular row
+        bins = tl.arange(0, NBINS)
+        # counts: one byte per bucket and lane (a lane sees < 256 entries), four buckets per int32
+        c0 = tl.zeros([BLOCK], tl.int32)
+        c1 = tl.zeros([BLOCK], tl.int32)
+        c2 = tl.zeros([BLOCK], tl.int32)
+        c3 = tl.zeros([BLOCK], tl.int32)
+        mass = tl.zeros([NBINS, MASS_BLOCK], tl.float64)  # per bucket and lane; reduced once
+        start = sp.to(tl.int64) * SPLIT
+        for i in range(0, SPLIT, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            inb = offs < V
+            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            key = sortable_key(x) >> SHIFT
+            live = inb & (key >= lo32) & (key < hi32)
+            if phase == TOPK:
+                bucket = ((key - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32)
+                field = tl.where(live, 1 << ((bucket & 3) * 8), 0)
+                word = bucket >> 2
+                c0 += tl.where(word == 0, field, 0)
+                c1 += tl.where(word == 1, field, 0)
+                c2 += tl.where(word == 2, field, 0)
+                c3 += tl.where(word == 3, field, 0)
+            elif tl.max(live.to(tl.int32), axis=0) > 0:  # top-p: few live entries once top-k has cut
+                for q in range(0, BLOCK, MASS_BLOCK):
+                    o = start + i + q + tl.arange(0, MASS_BLOCK)[None, :]  # [1, MB]: broadcasts to the bins
+                    xs = tl.load(base + o, mask=o < V, other=float("-inf")).to(tl.float32)
+                    ks = sortable_key(xs) >> SHIFT
+                    ls = (o < V) & (ks >= lo32) & (ks < hi32)
+                    bs = tl.where(ls, ((ks - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32), -1)
+                    w = tl.where(ls, tl.exp(xs * inv_t - m), 0.0).to(tl.float64)
+                    mass += tl.where(bins[:, None] == bs, w, 0.0)
+        count = tl.zeros([NBINS], tl.int32)
+        for f in tl.static_range(4):
+            count = tl.where(bins == f, tl.sum((c0 >> (8 * f)) & 255, axis=0), count)
+            count = tl.where(bins == f + 4, tl.sum((c1 >> (8 * f)) & 255, axis=0), count)
+            count = tl.where(bins == f + 8, tl.sum((c2 >> (8 * f)) & 255, axis=0), count)
+            count = tl.where(bins == f + 12, tl.sum((c3 >> (8 * f)) & 255, axis=0), count)
+        total = tl.where(phase == TOPK, count.to(tl.float64), tl.sum(mass, axis=1))
+        tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, total)
 
 
 @jit_any_batch
@@ -153,18 +264,18 @@ def _kept_mass_kernel(
     tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
 
 
-def filtered_mass(
-    logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot: bool = False
-):
+def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None):
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
-    the rows of pivot requests skip the rounds and the kept mass (they draw by :mod:`._sampling_pivot`);
-    off, every row gets its cut."""
+    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part)`` (``seed``, ``offset``
+    ``[B]`` and :func:`._sampling_pivot.pivot_buffers`): the rows of pivot requests skip the rounds and the
+    kept mass and draw during the rounds instead, into ``y``."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     rounds = num_rounds(32 - shift)
+    assert rounds >= STEPS, "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
     state = torch.empty((rounds, rows, 8), dtype=torch.float64, device=dev)
@@ -175,13 +286,15 @@ def filtered_mass(
     _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SPLIT=split,
                         BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
+    draws = (min_p, *pivot) if pivot is not None else (min_p, *(cut,) * 6)  # unused without pivot
     ns_p2 = next_pow2(n_splits)
     for r in range(rounds):
-        _round_kernel[grid](*head, *search, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-                            SHIFT=shift, PIVOT=pivot, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+        _round_kernel[grid](*head, *search, *draws, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK,
+                            NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_ROUNDS=pivot_rounds(),
+                            num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
         m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-        SHIFT=shift, PIVOT=pivot, num_warps=NUM_WARPS, **EXACT_ROUNDING,
+        SHIFT=shift, PIVOT=pivot is not None, num_warps=NUM_WARPS, **EXACT_ROUNDING,
     )  # fmt: skip
     return cut

@@ -4,15 +4,18 @@ the cut-off: rejection by a rising pivot.
 Top-p keeps an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in the kept
 set is a draw from it; one that does not proves every key up to its own outside, and the next draw starts
 past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the total.
-About nine rows in ten keep their first draw. Launches, each over (row, vocabulary split) or one program
-per row:
+About nine rows in ten keep their first draw.
 
-1. ``mass``: the float64 mass of the split's keys ``>= lo`` (first the whole row: the total);
-2. ``draw`` (per row): the draw, by inverse CDF: the split from the split masses, the entry from a scan
-   of that split;
-3. ``mass`` (the mass above the draw), ``draw`` (keeps it, or draws again), ``mass``;
-4. ``draw`` in its last form: keeps the draw, or goes on alone, a pass over the row per draw, up to
-   :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
+The draws launch nothing of their own: their six steps run inside the first six launches of the cut-off
+rounds (:func:`pivot_step`, over (row, vocabulary split)), whose programs for pivot rows have no round
+work. Step ``r`` of launch ``r``:
+
+* ``r = 0, 2, 4``, ``mass``: the float64 mass of the split's keys ``>= lo`` (first the whole row: the
+  total);
+* ``r = 1, 3``, ``draw`` (split 0's program): keeps the last draw, or draws (again), by inverse CDF: the
+  split from the split masses, the entry from a scan of that split;
+* ``r = 5``, the last ``draw``: keeps the draw, or goes on alone, a pass over the row per draw, up to
+  :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request).
@@ -25,15 +28,15 @@ import triton
 import triton.language as tl
 
 from ._argmax import sortable_key
-from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
-from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, pivot_request
+from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request
 from .chain_sampling_ref import PIVOT_ROUNDS
 
-NUM_WARPS = 4
 NOT_PIVOT: tl.constexpr = tl.constexpr(-2)
 ARGMAX: tl.constexpr = tl.constexpr(-1)
 LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
-LAST_LAUNCH: tl.constexpr = tl.constexpr(2)  # draws 0 and 1 in launches of their own, then the rest in one
+LAST_DRAW: tl.constexpr = tl.constexpr(2)  # draws 0 and 1 in steps of their own, then the rest in one
+#: Launches of the cut-off rounds the draws take a step in.
+STEPS = 2 * (LAST_DRAW.value + 1)
 
 
 @triton.jit
@@ -102,14 +105,12 @@ def _kept(base, token, mass_above, total, top_p, min_p, inv_t, m):
     return (mass_above < top_p.to(tl.float64) * total) & ((w >= min_p) | (min_p <= 0))
 
 
-@jit_any_batch
-def _mass_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr, part_ptr,
-                 r, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-                 SHIFT: tl.constexpr):  # fmt: skip
-    """Per (row, split) of a row still drawing: the mass of the split's keys ``>= lo`` (before draw ``r ==
-    0``: all of them, the total)."""
-    row = tl.program_id(0).to(tl.int64)
-    sp = tl.program_id(1)
+@triton.jit
+def _mass_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr, part_ptr,
+               r, row, sp, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+               SHIFT: tl.constexpr):  # fmt: skip
+    """Program (row, split) of a row still drawing: the mass of the split's keys ``>= lo`` (before draw
+    ``r == 0``: all of them, the total)."""
     _, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
     lo = tl.where(r == 0, LOWEST, tl.load(lo_ptr + row))
     if active & ((r == 0) | (lo > LOWEST)):  # a row that kept its draw has lo back at LOWEST
@@ -118,16 +119,15 @@ def _mass_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, g
         tl.store(part_ptr + row * n_splits + sp, mass)
 
 
-@jit_any_batch
-def _draw_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                 gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, r, V, K1, n_splits, SPLIT,
-                 BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+@triton.jit
+def _draw_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, r, row, V, K1, n_splits, SPLIT,
+               BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """One program per row. ``r == 0``: the row's first draw. Else the check of draw ``r - 1`` (the split
-    masses hold the mass above it), then, if it failed, draw ``r``; in the last launch (``r ==
-    LAST_LAUNCH``) then on alone, a check and a draw at a time, up to ``ROUNDS`` draws; past them the
-    row's argmax. A row that keeps its draw sets ``lo`` to the lowest key, which the passes after it skip."""
-    last = r == LAST_LAUNCH
-    row = tl.program_id(0).to(tl.int64)
+    masses hold the mass above it), then, if it failed, draw ``r``; in the last step (``r == LAST_DRAW``)
+    then on alone, a check and a draw at a time, up to ``ROUNDS`` draws; past them the row's argmax. A
+    row that keeps its draw sets ``lo`` to the lowest key, which the passes after it skip."""
+    last = r == LAST_DRAW
     b = row // K1
     pivot, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr,
                                          NS_P2)  # fmt: skip
@@ -175,23 +175,32 @@ def _draw_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, m
         tl.store(lo_ptr + row, tl.where(kept, LOWEST, lo))
 
 
-def pivot_draws(logits, temperature, top_k, top_p, min_p, seed, offset, layout, gkey, zmax):
-    """:func:`.chain_sampling_ref.pivot_draws` for the pivot requests (the filtered class with ``pivot``), from the
-    statistics pass's per-split argmax keys and maxima ``gkey``, ``zmax`` ``[rows, n_splits]``: ``y [rows]``
-    int64 (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
-    B, K1, V = logits.shape
-    rows, dev = B * K1, logits.device
-    n_splits, split = layout
-    part = torch.empty((rows, n_splits), dtype=torch.float64, device=dev)
-    total = torch.empty(rows, dtype=torch.float64, device=dev)
-    lo = torch.empty(rows, dtype=torch.int64, device=dev)
-    y = torch.empty(rows, dtype=torch.int64, device=dev)
-    head = (logits, logits.stride(0), logits.stride(1), temperature, top_k, top_p)
-    sizes = dict(SPLIT=split, BLOCK=BLOCK, NS_P2=next_pow2(n_splits), SHIFT=key_shift(logits.dtype),
-                 num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+@triton.jit
+def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, r, row, sp, V, K1, n_splits, SPLIT,
+               BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+    """Step ``r`` of the draws (module docstring), run by program (row, split) of launch ``r`` of the cut-off
+    rounds; nothing for ``r >= STEPS``."""
+    if r < 2 * (LAST_DRAW + 1):
+        if r % 2 == 0:
+            _mass_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr,
+                       part_ptr, r // 2, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, SHIFT)  # fmt: skip
+        elif sp == 0:
+            _draw_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                       gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, r // 2, row, V, K1, n_splits, SPLIT,
+                       BLOCK, NS_P2, SHIFT, ROUNDS)  # fmt: skip
 
-    for r in range(LAST_LAUNCH + 1):  # mass and draw, three times; the last draw goes on alone
-        _mass_kernel[(rows, n_splits)](*head, gkey, zmax, lo, part, r, V, K1, n_splits, **sizes)
-        _draw_kernel[(rows,)](*head, min_p, seed, offset, gkey, zmax, lo, y, total, part, r, V, K1, n_splits,
-                              ROUNDS=PIVOT_ROUNDS, **sizes)  # fmt: skip
-    return y
+
+def pivot_buffers(rows: int, n_splits: int, device) -> tuple[torch.Tensor, ...]:
+    """The draws' workspace ``(lo, y, total, part)``: ``y [rows]`` int64 holds the draws once the cut-off
+    rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
+    lo = torch.empty(rows, dtype=torch.int64, device=device)
+    y = torch.empty(rows, dtype=torch.int64, device=device)
+    total = torch.empty(rows, dtype=torch.float64, device=device)
+    part = torch.empty((rows, n_splits), dtype=torch.float64, device=device)
+    return lo, y, total, part
+
+
+def pivot_rounds() -> int:
+    """:data:`.chain_sampling_ref.PIVOT_ROUNDS` as this module holds it now (tests lower it)."""
+    return PIVOT_ROUNDS

@@ -30,9 +30,9 @@ Launches, each over (row, vocabulary split) except the last:
 * temperature class: 1. per split, the argmax, the max of ``x / T`` and the mass ``sum exp(z - m_split)``
   without the row's draft token;
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
-  of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split; then
-  with ``pivot``, the pivot requests' draws (6 launches, :mod:`._sampling_pivot`; the rounds and the kept
-  mass skip their rows);
+  of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split. With
+  ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
+  rounds' first six launches instead (:mod:`._sampling_pivot`);
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
@@ -49,7 +49,7 @@ from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
-from ._sampling_pivot import pivot_draws
+from ._sampling_pivot import pivot_buffers
 from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
@@ -330,8 +330,8 @@ def chain_verify_sampling(
     Notes
     -----
     Launches: 2 (temperature class); 5 (small top-k class); filtered: 11 for bfloat16 logits (8 cut-off
-    rounds), 19 otherwise, and 6 more with ``pivot``. CUDA graph: safe to capture; randomness changes on every
-    replay through ``offset``.
+    rounds), 19 otherwise, with or without ``pivot``. CUDA graph: safe to capture; randomness changes on
+    every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
     if min_p is None:
@@ -379,12 +379,11 @@ def chain_verify_sampling(
         parts = (logits, drafts, temperature, top_k, top_p, min_p, (n_splits, split), m_part, s_part, gkey, gidx)
         if small_top_k:
             cut = topk_mass(*parts)
+        elif pivot:
+            lo, drawn, total, mass = pivot_buffers(rows, n_splits, dev)
+            cut = filtered_mass(*parts, pivot=(seed, offset, lo, drawn, total, mass))
         else:
-            cut = filtered_mass(*parts, pivot=pivot)
-            if pivot:
-                drawn = pivot_draws(
-                    logits, temperature, top_k, top_p, min_p, seed, offset, (n_splits, split), gkey, m_part
-                )
+            cut = filtered_mass(*parts)
     else:
         cut = gkey  # unused
         _temperature_kernel[(rows, n_splits)](
