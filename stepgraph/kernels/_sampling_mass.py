@@ -125,6 +125,7 @@ def _round_kernel(
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
     PIVOT: tl.constexpr,
+    PIVOT_NB_P2: tl.constexpr,
     PIVOT_ROUNDS: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
@@ -135,7 +136,7 @@ def _round_kernel(
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, r, row, sp, V, K1,
-                   n_splits, SPLIT, BLOCK, NS_P2, SHIFT, PIVOT_ROUNDS)  # fmt: skip
+                   n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_ROUNDS)  # fmt: skip
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
         state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
@@ -288,9 +289,11 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
     draws = (min_p, *pivot) if pivot is not None else (min_p, *(cut,) * 6)  # unused without pivot
     ns_p2 = next_pow2(n_splits)
+    nb_p2 = next_pow2(triton.cdiv(split, BLOCK)) if pivot is not None else 1  # pivot blocks a split
     for r in range(rounds):
         _round_kernel[grid](*head, *search, *draws, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK,
-                            NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_ROUNDS=pivot_rounds(),
+                            NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
+                            PIVOT_ROUNDS=pivot_rounds(),
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,

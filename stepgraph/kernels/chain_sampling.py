@@ -380,7 +380,7 @@ def chain_verify_sampling(
         if small_top_k:
             cut = topk_mass(*parts)
         elif pivot:
-            lo, drawn, total, mass = pivot_buffers(rows, n_splits, dev)
+            lo, drawn, total, mass = pivot_buffers(rows, n_splits, split, dev)
             cut = filtered_mass(*parts, pivot=(seed, offset, lo, drawn, total, mass))
         else:
             cut = filtered_mass(*parts)

@@ -127,3 +127,27 @@ def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
     assert [bool(c.kernel and c.kernel.get("pivot")) for c in CLASSES] == [
         c.sampling is Sampling.TOP_P for c in CLASSES
     ]
+
+
+def test_draws_pick_the_block_inside_a_split(monkeypatch):
+    """Splits of three blocks (the last split shorter): a draw picks its split from the split masses and its block from the block masses the mass steps stored,
+    and the rows that go on alone in the last launch store new ones before their next draw."""
+    from stepgraph.kernels import chain_sampling
+    from stepgraph.kernels._sampling_filter import BLOCK
+
+    split = 3 * BLOCK
+    monkeypatch.setattr(chain_sampling, "split_layout", lambda rows, V: (-(-V // split), split))
+    g = torch.Generator().manual_seed(3)
+    B, K, V = 4, 1, 2 * split + 857
+    x = torch.randn(B, K + 1, V, generator=g) * torch.tensor([0.5, 0.5, 2.0, 3.0]).view(B, 1, 1)
+    x = x.bfloat16().to(DEV)
+    drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
+    T = torch.tensor([1.0, 1.0, 0.8, 0.7], device=DEV)
+    k = torch.zeros(B, dtype=torch.int64, device=DEV)
+    p = torch.tensor([0.1, 0.05, 0.9, 0.95], device=DEV)  # flat rows with a small top-p draw many times
+    mp = torch.zeros(B, device=DEV)
+    seed = torch.arange(B, dtype=torch.int64, device=DEV) + 11
+    for step in range(2):
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+        assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
