@@ -103,7 +103,7 @@ def bench_tail(rows: list, record: dict) -> None:
 
 
 #: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords) and the targets they are held to.
-#: A request with 1 <= top_k <= 256 is in the small top-k class; the general filtered class is timed too.
+#: A request with 1 <= top_k <= 1024 is in the small top-k class; the general filtered class is timed too.
 TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
 PIVOT = {"filtered": True, "pivot": True}  # the top_p class
 SAMPLING_CASES = (
@@ -111,13 +111,16 @@ SAMPLING_CASES = (
     ("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0.0, SMALL_TOP_K),
     ("top-k 50 + top-p 0.9, general class", 0.8, 50, 0.9, 0.0, FILTERED),
     ("top-k 20 + min-p 0.1", 0.8, 20, 1.0, 0.1, SMALL_TOP_K),
+    ("top-k 1000", 0.8, 1000, 1.0, 0.0, SMALL_TOP_K),
+    ("top-k 1000 + top-p 0.9", 0.8, 1000, 0.9, 0.0, SMALL_TOP_K),
     ("top-p 0.9", 0.8, 0, 0.9, 0.0, PIVOT),
     ("top-p 0.9, top_k_top_p class", 0.8, 0, 0.9, 0.0, FILTERED),
     ("min-p 0.1", 0.8, 0, 1.0, 0.1, FILTERED),
 )
 SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,
                        ("top-k 50 + top-p 0.9", 8): 60.0, ("top-k 50 + top-p 0.9", 64): 400.0,
-                       ("top-p 0.9", 1): 40.0, ("top-p 0.9", 8): 60.0, ("top-p 0.9", 64): 400.0}  # fmt: skip
+                       ("top-p 0.9", 1): 40.0, ("top-p 0.9", 8): 60.0, ("top-p 0.9", 64): 400.0,
+                       ("top-k 1000", 1): 40.0, ("top-k 1000", 8): 60.0, ("top-k 1000", 64): 400.0}  # fmt: skip
 
 
 def kept(x: torch.Tensor, temp: float, top_k: int, top_p: float, min_p: float) -> int:

@@ -100,7 +100,7 @@ class SamplingParams:
 
     ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
     ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
-    probable one). A top-k of 1 to 256 puts the request in the ``TOP_K`` class (top-p and min-p may come
+    probable one). A top-k of 1 to 1024 puts the request in the ``TOP_K`` class (top-p and min-p may come
     with it); top-p without a top-k in the ``TOP_P`` class; any other filter in the ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
 
@@ -237,7 +237,7 @@ CLASSES: tuple[SamplingClass, ...] = (
         "temperature with a larger top-k, min-p alone, or top-p with any top-k",
         lambda p: not _pivot(p),
         {"filtered": True, "small_top_k": False, "pivot": False},
-        SamplingParams(temperature=0.8, top_k=1000, top_p=0.9),
+        SamplingParams(temperature=0.8, top_k=5000, top_p=0.9),
     ),
     SamplingClass(
         Sampling.TOP_P,

@@ -15,9 +15,10 @@ radix select over the vocabulary, from a lower bound on the k-th key. Launches:
 4. one program per row: the k-th key ``cut`` among the listed entries, the top-p cut among those ``>=
    cut`` (a search for the least key whose larger entries hold less than ``top_p`` of the top-k mass, in
    float64), then the kept mass of every split without the row's draft token (with min-p). Those feed the
-   filtered class's last launch unchanged. A row whose splits list more than ``GATHER_CAP`` entries (ties
-   at ``T`` by the thousand) finds ``cut`` in this program by a radix select over the whole row instead:
-   slower, exact.
+   filtered class's last launch unchanged. The searches run over ``SMALL_LIST`` entries when the row
+   lists no more (a top-k of tens), else over ``GATHER_CAP``. A row whose splits list more than
+   ``GATHER_CAP`` entries (ties at ``T`` by the thousand) finds ``cut`` in this program by a radix select
+   over the whole row instead: slower, exact.
 
 Counts are exact integers and every float sum runs in a fixed order, so the kept set does not depend on
 how a row is split (it is the same at every batch size).
@@ -36,12 +37,16 @@ from ._sampling_mass import split_softmax
 
 #: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
 #: logit, a few more than k, so a larger k would take their slow path more often.
-TOP_K_MAX = 256
+TOP_K_MAX = 1024
 CAP: tl.constexpr = tl.constexpr(TOP_K_MAX)
-MAXIMA_PER_ROW = 1024  # subset maxima per row (>= 2 * TOP_K_MAX: a row's splits keep at least half of them)
-GATHER_CAP = 512  # entries >= T one row may list (a power of 2 >= TOP_K_MAX); past it, the radix select
+MAXIMA_PER_ROW = 4096  # subset maxima per row (>= 2 * TOP_K_MAX: a row's splits keep at least half of them)
+GATHER_CAP = 2048  # entries >= T one row may list (a power of 2 >= TOP_K_MAX); past it, the radix select
+SMALL_LIST = 512  # a row listing at most this many entries (a top-k of tens) searches a list this wide
 PASS_BLOCK, PASS_WARPS = 1024, 4  # entries per step (divides every split) and warps of the vocabulary passes
 CUT_WARPS = 8  # warps of the per-row program (its searches run over GATHER_CAP entries)
+#: registers a thread of the per-row program may hold: two programs fit an SM. Its searches of a short list
+#: (most rows) need fewer; those of a long list would take half again as many, and keep a few in memory.
+CUT_REGISTERS = 128
 P_PROBES: tl.constexpr = tl.constexpr(16)  # keys tried at once by the searches
 LOWEST: tl.constexpr = tl.constexpr(-(1 << 40))  # below every key (int64)
 NONE32: tl.constexpr = tl.constexpr(-2147483648)  # below every key in int32 (no NaN is canonicalised to it)
@@ -78,12 +83,12 @@ def _kth_largest(keys, valid, k, lo, hi):
 @triton.jit
 def _list_selected(out, n, offs, sel, GCAP: tl.constexpr):
     """Appends the block's ``offs`` where ``sel`` to the list ``out`` holding ``n`` entries (the first
-    ``GCAP`` are kept, in order); returns the new count. A block with nothing selected costs one test."""
-    if tl.max(sel.to(tl.int32), axis=0) > 0:
+    ``GCAP`` are kept, in order); returns the new count. A block with nothing selected costs one sum."""
+    count = tl.sum(sel.to(tl.int32), axis=0)
+    if count > 0:
         pos = n + tl.cumsum(sel.to(tl.int32), axis=0) - 1
         tl.store(out + pos, offs, mask=sel & (pos < GCAP))
-        n += tl.sum(sel.to(tl.int32), axis=0)
-    return n
+    return n + count
 
 
 @jit_any_batch
@@ -123,19 +128,31 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
         tl.store(s_ptr + out, s)
 
 
+@triton.jit
+def _kth_largest_maximum(mx, has, k):
+    """The k-th largest of the subset maxima ``mx`` where ``has`` (at least k of them)."""
+    least = tl.min(tl.where(has, mx, 2147483647), axis=0).to(tl.int64)
+    return _kth_largest(mx, has, k, least, tl.max(mx, axis=0).to(tl.int64) + 1)
+
+
 @jit_any_batch
 def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M: tl.constexpr,
                   MAXIMA: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
-    """Launch 2, one program per candidate row: the bound ``T``, the k-th largest of its subset maxima."""
+    """Launch 2, one program per candidate row: the bound ``T``, the k-th largest of its subset maxima. A
+    top-k of at most ``TOP_K_MAX / 4`` takes the maxima of four adjacent subsets (in one split) at a time:
+    a quarter of the keys to search, and still a few more than k entries reach the bound."""
     row = tl.program_id(0).to(tl.int64)
     if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
         k = tl.minimum(tl.load(topk_ptr + row // K1), V).to(tl.int64)
         c = tl.arange(0, MAXIMA)
         has = c // M < n_splits
         mx = tl.load(maxima_ptr + row * n_splits * M + c, mask=has, other=NONE32) >> SHIFT
-        least = tl.min(tl.where(has, mx, 2147483647), axis=0).to(tl.int64)
-        top = tl.max(mx, axis=0).to(tl.int64)
-        tl.store(bound_ptr + row, _kth_largest(mx, has, k, least, top + 1).to(tl.int32))
+        if k * 4 <= CAP:
+            fours = tl.arange(0, MAXIMA // 4) * 4
+            bound = _kth_largest_maximum(tl.max(tl.reshape(mx, [MAXIMA // 4, 4]), axis=1), fours // M < n_splits, k)
+        else:
+            bound = _kth_largest_maximum(mx, has, k)
+        tl.store(bound_ptr + row, bound.to(tl.int32))
 
 
 @jit_any_batch
@@ -234,14 +251,143 @@ def _key_value(key, SHIFT: tl.constexpr):
     return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def _gathered(list_ptr, count_ptr, row, n_splits, GCAP: tl.constexpr, WIDTH: tl.constexpr):
+    """The row's listed entries (launch 3's per-split lists of ``GCAP`` slots), one split after another:
+    ``(idx [WIDTH] int32, valid [WIDTH])`` for a row that lists at most ``WIDTH`` in all."""
+    c = tl.arange(0, WIDTH)
+    idx = tl.zeros([WIDTH], tl.int32)
+    first = n_splits * 0
+    for q in range(0, n_splits):  # a loop over splits keeps the registers at one list's width
+        n_q = tl.load(count_ptr + row * n_splits + q)
+        here = (c >= first) & (c < first + n_q)
+        idx = tl.where(here, tl.load(list_ptr + (row * n_splits + q) * GCAP + c - first, mask=here, other=0), idx)
+        first += n_q
+    return idx, c < first
+
+
+@triton.jit
+def _listed_cut(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, row, k, n_splits, NS_P2: tl.constexpr,
+                SHIFT: tl.constexpr, GCAP: tl.constexpr, WIDTH: tl.constexpr):  # fmt: skip
+    """The k-th key ``cut`` among the listed entries (at most ``WIDTH``). Returns ``(idx, valid, x, key,
+    cut, unlisted ties, unlisted ties per split [NS_P2])``: the ties are the ``-inf`` entries when fewer
+    than k are finite, which the lists leave out."""
+    sps = tl.arange(0, NS_P2)
+    idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, GCAP, WIDTH)
+    idx = idx.to(tl.int64)
+    x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
+    key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
+    ninf = tl.load(ninf_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
+    enough = tl.sum(valid.to(tl.int32), axis=0) >= k  # else the k-th key is -inf: every -inf entry ties at it
+    cut = k * 0 + (NEG_INF_KEY_C >> SHIFT)
+    if enough:  # every listed key is >= the gather's threshold
+        lo = tl.maximum(tl.load(bound_ptr + row).to(tl.int64), cut + 1)
+        cut = _kth_largest(key, valid, k, lo, tl.max(key, axis=0).to(tl.int64) + 1)
+    n_ties = tl.where(enough, 0, tl.sum(ninf, axis=0)).to(tl.int64)
+    return idx, valid, x, key, cut, n_ties, tl.where(enough, 0, ninf)
+
+
+@triton.jit
+def _radix_cut(logits_row, list_ptr, row, k, V, n_splits, NS_P2: tl.constexpr, SPLIT, BLOCK: tl.constexpr,
+               SHIFT: tl.constexpr, BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+    """:func:`_listed_cut` for a row whose lists overflow: the row's own radix select, then the entries
+    ``>=`` the cut listed (ties past ``GCAP`` counted instead)."""
+    c = tl.arange(0, GCAP)
+    out = list_ptr + row * n_splits * GCAP
+    n_listed, cut, n_ties, tie_n = _row_radix_list(logits_row, V, k, out, NS_P2, SPLIT, BLOCK, SHIFT, BITS, GCAP)
+    tl.debug_barrier()  # the list's stores are seen by every thread of the program
+    valid = c < n_listed
+    idx = tl.load(out + c, mask=valid, other=0).to(tl.int64)
+    x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
+    key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
+    return idx, valid, x, key, cut, n_ties, tie_n
+
+
+@triton.jit
+def _split_sums(values, valid, split_of, scratch, NS_P2: tl.constexpr):
+    """Per split, the float64 sum of ``values`` over positions ``valid`` in split ``split_of`` ([W] int32,
+    not decreasing over the valid positions), as differences of a running sum kept in ``scratch`` (W
+    float64): ``[NS_P2]``. A sum over a register tile [W, NS_P2] would spill at W = 2048."""
+    running = tl.cumsum(tl.where(valid, values, 0.0).to(tl.float64), axis=0)
+    tl.store(scratch + tl.arange(0, values.shape[0]), running)
+    per_split = tl.histogram(split_of, NS_P2, mask=valid)
+    ends = tl.cumsum(per_split, axis=0)
+    starts = ends - per_split
+    tl.debug_barrier()  # the running sum is seen by every thread of the program
+    at_end = tl.load(scratch + ends - 1, mask=ends > 0, other=0.0)
+    return at_end - tl.load(scratch + starts - 1, mask=starts > 0, other=0.0)
+
+
+@triton.jit
+def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft, temp_ptr,
+                  topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT,
+                  NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+    """From the listed entries and the k-th key ``cut``: the top-p cut among those ``>= cut``, then the
+    kept mass of every split without the draft token (min-p applied), ``m`` and the cut, stored."""
+    sps = tl.arange(0, NS_P2)
+    listed = valid & (key >= cut)
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / t
+    top_p = tl.load(topp_ptr + b).to(tl.float64)
+    min_p = tl.load(minp_ptr + b).to(tl.float32)
+    top = tl.max(tl.where(listed, key, NONE32), axis=0).to(tl.int64)
+    top = tl.where(top > NONE32, top, cut)  # the row's largest key
+    m = _key_value(top, SHIFT) * inv_t  # max z, as the reference computes it (z rises with the key)
+    w = tl.where(listed, tl.exp(x * inv_t - m), 0.0)
+    w_tie = tl.exp(_key_value(cut, SHIFT) * inv_t - m)
+    cut_p = cut
+    if top_p < 1.0:
+        # M(c), the mass of listed entries with a key > c, falls as c rises; an entry is kept when
+        # M(its key) < goal. Find the least such c in (cut - 1, top] with 16 probes a round.
+        w64 = w.to(tl.float64)
+        goal = top_p * (tl.sum(w64, axis=0) + n_ties.to(tl.float64) * w_tie.to(tl.float64))
+        lo = cut - 1  # M(lo) is the whole top-k mass: >= goal
+        hi = top  # M(top) = 0 < goal
+        probes = tl.arange(0, P_PROBES).to(tl.int64) + 1
+        while hi - lo > 1:
+            at = tl.minimum(lo + (hi - lo + P_PROBES - 1) // P_PROBES * probes, hi)
+            below = tl.sum(tl.where(key[None, :] > at.to(tl.int32)[:, None], w64[None, :], 0.0), axis=1) < goal
+            hi = tl.min(tl.where(below, at, hi), axis=0)
+            lo = tl.max(tl.where(below, lo, at), axis=0)
+        cut_p = tl.min(tl.where(listed & (key >= hi), key, 2147483647), axis=0).to(tl.int64)  # least kept
+        cut_p = tl.where((n_ties > 0) & (hi <= cut), cut, cut_p)
+    excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+    excl = tl.where(j < K, excl, -1)
+    kept = listed & (key >= cut_p) & (w >= min_p) & (idx != excl)
+    # the entries are listed in vocabulary order: each split's are one run of positions
+    kept_w = tl.where(kept, w, 0.0)
+    mass = _split_sums(kept_w, valid, (idx // SPLIT).to(tl.int32), scratch_ptr + row * GCAP, NS_P2).to(tl.float32)
+    excl_ok = (excl >= 0) & (excl < V)
+    x_excl = tl.load(logits_row + tl.where(excl_ok, excl, 0)).to(tl.float32)
+    excl_tie = (n_ties > 0) & excl_ok & (row_key(x_excl, SHIFT) == cut)  # the draft is an unlisted tie
+    tie_n -= (excl_tie & (sps == excl // SPLIT)).to(tie_n.dtype)
+    mass += tl.where((cut >= cut_p) & (w_tie >= min_p), tie_n.to(tl.float32) * w_tie, 0.0)
+    tl.store(m_ptr + row * n_splits + sps, tl.zeros([NS_P2], tl.float32) + m, mask=sps < n_splits)
+    tl.store(s_ptr + row * n_splits + sps, mass, mask=sps < n_splits)
+    tl.store(cut_ptr + row, cut_p)
+
+
+@triton.jit
+def _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr, stride_draft,
+                         temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT,
+                         NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
+                         WIDTH: tl.constexpr):  # fmt: skip
+    """:func:`_listed_cut`, then :func:`_cut_and_mass`, for a row listing at most ``WIDTH`` entries."""
+    idx, valid, x, key, cut, n_ties, tie_n = _listed_cut(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, row, k,
+                                                         n_splits, NS_P2, SHIFT, GCAP, WIDTH)  # fmt: skip
+    _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft, temp_ptr,
+                  topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT,
+                  GCAP)  # fmt: skip
+
+
 @jit_any_batch
 def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, minp_ptr,
-                bound_ptr, list_ptr, count_ptr, ninf_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
-                SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
-                BITS: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+                bound_ptr, list_ptr, count_ptr, ninf_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
+                SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr, BITS: tl.constexpr,
+                GCAP: tl.constexpr, SMALL: tl.constexpr):  # fmt: skip
     """Launch 4, one program per row: the k-th key, the top-p cut, then the kept mass of every split
-    without the draft token (min-p applied), and ``m``, for the last launch. Other rows: the cut lets all
-    through."""
+    without the draft token (min-p applied), and ``m``, for the last launch. A row listing at most
+    ``SMALL`` entries searches a list that wide. Other rows: the cut lets all through."""
     row = tl.program_id(0).to(tl.int64)
     b = row // K1
     j = row % K1
@@ -249,73 +395,21 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
         k = tl.minimum(tl.load(topk_ptr + b), V).to(tl.int64)
         logits_row = logits_ptr + b * stride_b + j * stride_j
         sps = tl.arange(0, NS_P2)
-        counts = tl.load(count_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
-        total = tl.sum(counts, axis=0)
-        c = tl.arange(0, GCAP)
-        if total <= GCAP:  # the entries >= T: each split's list, one after another
-            ends = tl.cumsum(counts, axis=0)
-            s = tl.sum((c[:, None] >= ends[None, :]).to(tl.int32), axis=1)  # the split of position c
-            first = tl.sum(tl.where(sps[None, :] == s[:, None], (ends - counts)[None, :], 0), axis=1)
-            valid = c < total
-            idx = tl.load(list_ptr + (row * n_splits + s) * GCAP + c - first, mask=valid, other=0).to(tl.int64)
-            x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
-            key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
-            ninf = tl.load(ninf_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
-            enough = total >= k  # else the k-th key is -inf: every -inf entry ties at the cut (no mass)
-            cut = k * 0 + (NEG_INF_KEY_C >> SHIFT)
-            if enough:  # every listed key is >= the gather's threshold
-                lo = tl.maximum(tl.load(bound_ptr + row).to(tl.int64), cut + 1)
-                cut = _kth_largest(key, valid, k, lo, tl.max(key, axis=0).to(tl.int64) + 1)
-            n_ties = tl.where(enough, 0, tl.sum(ninf, axis=0)).to(tl.int64)
-            tie_n = tl.where(enough, 0, ninf)
+        total = tl.sum(tl.load(count_ptr + row * n_splits + sps, mask=sps < n_splits, other=0), axis=0)
+        if total <= SMALL:
+            _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr,
+                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
+                                 n_splits, SPLIT, NS_P2, SHIFT, GCAP, SMALL)  # fmt: skip
+        elif total <= GCAP:  # the entries >= T: each split's list, one after another
+            _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr,
+                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
+                                 n_splits, SPLIT, NS_P2, SHIFT, GCAP, GCAP)  # fmt: skip
         else:  # more than GCAP entries reach T: the row's own radix select
-            out = list_ptr + row * n_splits * GCAP
-            n_listed, cut, n_ties, tie_n = _row_radix_list(logits_row, V, k, out, NS_P2, SPLIT, BLOCK, SHIFT, BITS,
-                                                           GCAP)  # fmt: skip
-            tl.debug_barrier()  # the list's stores are seen by every thread of the program
-            valid = c < n_listed
-            idx = tl.load(out + c, mask=valid, other=0).to(tl.int64)
-            x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
-            key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
-        listed = valid & (key >= cut)
-        t = tl.load(temp_ptr + b).to(tl.float32)
-        inv_t = 1.0 / t
-        top_p = tl.load(topp_ptr + b).to(tl.float64)
-        min_p = tl.load(minp_ptr + b).to(tl.float32)
-        top = tl.max(tl.where(listed, key, NONE32), axis=0).to(tl.int64)
-        top = tl.where(top > NONE32, top, cut)  # the row's largest key
-        m = _key_value(top, SHIFT) * inv_t  # max z, as the reference computes it (z rises with the key)
-        w = tl.where(listed, tl.exp(x * inv_t - m), 0.0)
-        w_tie = tl.exp(_key_value(cut, SHIFT) * inv_t - m)
-        cut_p = cut
-        if top_p < 1.0:
-            # M(c), the mass of listed entries with a key > c, falls as c rises; an entry is kept when
-            # M(its key) < goal. Find the least such c in (cut - 1, top] with 16 probes a round.
-            w64 = w.to(tl.float64)
-            goal = top_p * (tl.sum(w64, axis=0) + n_ties.to(tl.float64) * w_tie.to(tl.float64))
-            lo = cut - 1  # M(lo) is the whole top-k mass: >= goal
-            hi = top  # M(top) = 0 < goal
-            probes = tl.arange(0, P_PROBES).to(tl.int64) + 1
-            while hi - lo > 1:
-                at = tl.minimum(lo + (hi - lo + P_PROBES - 1) // P_PROBES * probes, hi)
-                below = tl.sum(tl.where(key[None, :] > at.to(tl.int32)[:, None], w64[None, :], 0.0), axis=1) < goal
-                hi = tl.min(tl.where(below, at, hi), axis=0)
-                lo = tl.max(tl.where(below, lo, at), axis=0)
-            cut_p = tl.min(tl.where(listed & (key >= hi), key, 2147483647), axis=0).to(tl.int64)  # least kept
-            cut_p = tl.where((n_ties > 0) & (hi <= cut), cut, cut_p)
-        excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
-        excl = tl.where(j < K, excl, -1)
-        kept = listed & (key >= cut_p) & (w >= min_p) & (idx != excl)
-        in_split = (idx // SPLIT)[:, None] == sps[None, :]
-        mass = tl.sum(tl.where(kept[:, None] & in_split, w[:, None], 0.0), axis=0)
-        excl_ok = (excl >= 0) & (excl < V)
-        x_excl = tl.load(logits_row + tl.where(excl_ok, excl, 0)).to(tl.float32)
-        excl_tie = (n_ties > 0) & excl_ok & (row_key(x_excl, SHIFT) == cut)  # the draft is an unlisted tie
-        tie_n -= (excl_tie & (sps == excl // SPLIT)).to(tie_n.dtype)
-        mass += tl.where((cut >= cut_p) & (w_tie >= min_p), tie_n.to(tl.float32) * w_tie, 0.0)
-        tl.store(m_ptr + row * n_splits + sps, tl.zeros([NS_P2], tl.float32) + m, mask=sps < n_splits)
-        tl.store(s_ptr + row * n_splits + sps, mass, mask=sps < n_splits)
-        tl.store(cut_ptr + row, cut_p)
+            idx, valid, x, key, cut, n_ties, tie_n = _radix_cut(logits_row, list_ptr, row, k, V, n_splits, NS_P2,
+                                                                SPLIT, BLOCK, SHIFT, BITS, GCAP)  # fmt: skip
+            _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft,
+                          temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT,
+                          NS_P2, SHIFT, GCAP)  # fmt: skip
     else:
         tl.store(cut_ptr + row, LOWEST)
 
@@ -328,12 +422,13 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     ns_p2 = next_pow2(n_splits)
-    per_split = MAXIMA_PER_ROW // ns_p2
+    per_split = min(PASS_BLOCK, MAXIMA_PER_ROW // ns_p2)  # a lane's maximum at the finest
     maxima = torch.empty((rows, n_splits, per_split), dtype=torch.int32, device=dev)
     bound = torch.empty(rows, dtype=torch.int32, device=dev)
     listed = torch.empty((rows, n_splits, GATHER_CAP), dtype=torch.int32, device=dev)
     counts = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     ninf = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
+    scratch = torch.empty((rows, GATHER_CAP), dtype=torch.float64, device=dev)
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
@@ -345,7 +440,8 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
                            SHIFT=shift, num_warps=8, **EXACT_ROUNDING)  # fmt: skip
     _gather_kernel[grid](*head, temperature, top_k, bound, listed, counts, ninf, V, K1, n_splits, SHIFT=shift,
                          GCAP=GATHER_CAP, **sizes)  # fmt: skip
-    _cut_kernel[(rows,)](*head, *draft, temperature, top_k, top_p, min_p, bound, listed, counts, ninf, m_part, s_part,
-                         cut, V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=ns_p2, SHIFT=shift,
-                         BITS=32 - shift, GCAP=GATHER_CAP, num_warps=CUT_WARPS, **EXACT_ROUNDING)  # fmt: skip
+    _cut_kernel[(rows,)](*head, *draft, temperature, top_k, top_p, min_p, bound, listed, counts, ninf, scratch, m_part,
+                         s_part, cut, V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=ns_p2, SHIFT=shift,
+                         BITS=32 - shift, GCAP=GATHER_CAP, SMALL=min(SMALL_LIST, GATHER_CAP), num_warps=CUT_WARPS,
+                         maxnreg=CUT_REGISTERS, **EXACT_ROUNDING)  # fmt: skip
     return cut

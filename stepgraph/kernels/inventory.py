@@ -40,7 +40,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         name="chain_verify_sampling",
         launcher="stepgraph.kernels.chain_sampling.chain_verify_sampling",
         reference="stepgraph.kernels.chain_sampling_ref.chain_verify_sampling_ref",
-        launches="temperature 2 (per-split mass; chain walk and sample); top-k 1..256 with top-p/min-p 5 "
+        launches="temperature 2 (per-split mass; chain walk and sample); top-k 1..1024 with top-p/min-p 5 "
         "(argmax and subset maxima, bound, gather above the bound, k-th key and top-p per row, chain walk); "
         "other filters 11 for bf16 logits, 19 otherwise (statistics, 8 or 16 cut-off rounds, kept mass, chain "
         "walk); top-p without top-k draws by a rising pivot inside the rounds' first six launches",

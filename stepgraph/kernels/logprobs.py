@@ -32,11 +32,10 @@ from ._argmax import sortable_key
 from ._common import check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import NEG_INF_KEY_C
 from ._sampling_topk import (
-    GATHER_CAP,
-    MAXIMA_PER_ROW,
     NONE32,
     PASS_BLOCK,
     PASS_WARPS,
+    _gathered,
     _key_value,
     _kth_largest,
     _list_selected,
@@ -48,6 +47,8 @@ from .greedy_verify import INDEX_DTYPES, LOGIT_DTYPES
 
 #: the most alternatives a row reports (the OpenAI API's ``top_logprobs`` limit)
 TOP_N_MAX = 20
+MAXIMA_PER_ROW = 1024  # subset maxima per row (>= 2 * TOP_N_MAX: a row's splits keep at least half of them)
+GATHER_CAP = 512  # entries >= T one row may list; past it, the radix select
 FINISH_WARPS = 4
 
 
@@ -178,11 +179,7 @@ def _finish_kernel(logits_ptr, stride_b, stride_r, tokens_ptr, stride_tb, stride
         listed = tl.sum(counts, axis=0)
         c = tl.arange(0, GCAP)
         if listed <= GCAP:  # the entries >= T, each split's list after the one before
-            ends = tl.cumsum(counts, axis=0)
-            s = tl.sum((c[:, None] >= ends[None, :]).to(tl.int32), axis=1)  # the split of position c
-            first = tl.sum(tl.where(sp[None, :] == s[:, None], (ends - counts)[None, :], 0), axis=1)
-            valid = c < listed
-            idx = tl.load(list_ptr + (row * n_splits + s) * GCAP + c - first, mask=valid, other=0)
+            idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, GCAP, GCAP)
             tie = (listed * 0 + NEG_INF_KEY_C).to(tl.int32)  # fewer than top_n listed: the rest are -inf
         else:  # more than GCAP entries reach T: the row's own radix select finds the top_n-th key
             out = list_ptr + row * n_splits * GCAP
