@@ -50,8 +50,8 @@ class Sampling(enum.IntEnum):
     request exactly (a temperature-0 row inside a TEMPERATURE batch gives the greedy result).
 
     ``TOP_K``: a top-k of 1 to :data:`SMALL_TOP_K_MAX`, with or without top-p and min-p (its kernels look
-    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: a larger top-k, min-p without a
-    top-k, and top-p with any top-k (the kernels search the vocabulary for each row's cut). ``TOP_P``:
+    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: a larger top-k (with or without
+    top-p and min-p) and min-p without a top-k (the kernels search the vocabulary for each row's cut). ``TOP_P``:
     top-p without a top-k (min-p allowed), and everything before: these rows draw their token by a rising
     pivot and never look for their cut, so top-p alone costs a fraction of a cut-off search.
     """
@@ -234,7 +234,7 @@ CLASSES: tuple[SamplingClass, ...] = (
     ),
     SamplingClass(
         Sampling.TOP_K_TOP_P,
-        "temperature with a larger top-k, min-p alone, or top-p with any top-k",
+        f"temperature with a top-k above {SMALL_TOP_K_MAX} (with or without top-p and min-p), or min-p alone",
         lambda p: not _pivot(p),
         {"filtered": True, "small_top_k": False, "pivot": False},
         SamplingParams(temperature=0.8, top_k=5000, top_p=0.9),
