@@ -242,10 +242,17 @@ def test_small_top_k_class_samples_like_the_filtered_class():
     assert not torch.equal(outs[1][0], outs[1][1])  # the offsets advanced between the two calls
 
 
-def test_small_top_k_up_to_its_largest_across_splits():
+@pytest.mark.parametrize(
+    "gather_cap,top_k",
+    [(_sampling_topk.GATHER_CAP, [_sampling_topk.TOP_K_MAX, 700, 1000, 30]), (256, [256, 250, 240, 30])],
+    ids=["lists", "radix"],
+)
+def test_small_top_k_up_to_its_largest_across_splits(gather_cap, top_k, monkeypatch):
     """Top-k up to TOP_K_MAX over three vocabulary splits: rows listing hundreds of entries (the wide
-    search), a few tens (the narrow one), and ties at the k-th value. The cuts equal the reference's, and
-    the small top-k class draws the general class's tokens, so each split's kept mass is its own."""
+    search), a few tens (the narrow one), and ties at the k-th value. With a gather cap of 256 the rows
+    listing more take the row's own radix select instead. The cuts equal the reference's, and the small
+    top-k class draws the general class's tokens, so each split's kept mass is its own."""
+    monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
     torch.manual_seed(8)
     B, K, V = 4, 1, 2600
     assert _sampling_topk.TOP_K_MAX >= 1000
@@ -253,7 +260,7 @@ def test_small_top_k_up_to_its_largest_across_splits():
     logits[2, :, 900:1400] = 1.0  # ties at the k-th value, in two splits
     drafts = torch.argmax(logits[:, :K].float(), -1)
     T = torch.tensor([1.0, 0.8, 1.2, 0.7], device=DEV)
-    k = torch.tensor([_sampling_topk.TOP_K_MAX, 700, 1000, 30], device=DEV)
+    k = torch.tensor(top_k, device=DEV)
     p = torch.tensor([1.0, 0.95, 0.9, 0.8], device=DEV)
     mp = torch.tensor([0.0, 0.0, 0.01, 0.0], device=DEV)
     assert torch.equal(filter_cut_keys(logits, T, k, p, small_top_k=True), filter_cut_keys_ref(logits, T, k, p))
