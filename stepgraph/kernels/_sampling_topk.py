@@ -129,10 +129,34 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
 
 
 @triton.jit
-def _kth_largest_maximum(mx, has, k):
-    """The k-th largest of the subset maxima ``mx`` where ``has`` (at least k of them)."""
-    least = tl.min(tl.where(has, mx, 2147483647), axis=0).to(tl.int64)
-    return _kth_largest(mx, has, k, least, tl.max(mx, axis=0).to(tl.int64) + 1)
+def _descend(h, k_rem, DIGIT: tl.constexpr):
+    """One radix level: from its histogram ``h`` and the entries still to place ``k_rem`` to ``(digit of
+    the k-th key, k_rem below it, count equal to it at this level)``."""
+    bins = tl.arange(0, 1 << DIGIT)
+    g = tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # entries in bins >= b
+    d = tl.max(tl.where(g >= k_rem, bins, 0), axis=0)
+    g_d = tl.sum(tl.where(bins == d, g, 0), axis=0)
+    h_d = tl.sum(tl.where(bins == d, h, 0), axis=0)
+    return d, k_rem - (g_d - h_d), h_d
+
+
+@triton.jit
+def _kth_largest_by_digits(keys, valid, k, BITS: tl.constexpr):
+    """The k-th largest of ``keys`` where ``valid`` (at least k of them): signed keys of ``BITS`` bits (int32
+    row keys ``>> (32 - BITS)``), found by a radix descent over 8-bit digits, a histogram a digit."""
+    DIGIT: tl.constexpr = 8
+    u = ((keys << (32 - BITS)) ^ -2147483648).to(tl.uint32, bitcast=True) >> (32 - BITS)
+    prefix = (k * 0).to(tl.uint32)
+    k_rem = k
+    for level in tl.static_range(BITS // DIGIT):
+        low = BITS - DIGIT * level - DIGIT
+        live = valid
+        if level > 0:
+            live = valid & ((u >> (low + DIGIT)) == prefix)
+        hist = tl.histogram(((u >> low) & ((1 << DIGIT) - 1)).to(tl.int32), 1 << DIGIT, mask=live)
+        d, k_rem, _ = _descend(hist, k_rem, DIGIT)
+        prefix = (prefix << DIGIT) | d.to(tl.uint32)
+    return prefix.to(tl.int64) - (1 << (BITS - 1))
 
 
 @jit_any_batch
@@ -149,9 +173,10 @@ def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M:
         mx = tl.load(maxima_ptr + row * n_splits * M + c, mask=has, other=NONE32) >> SHIFT
         if k * 4 <= CAP:
             fours = tl.arange(0, MAXIMA // 4) * 4
-            bound = _kth_largest_maximum(tl.max(tl.reshape(mx, [MAXIMA // 4, 4]), axis=1), fours // M < n_splits, k)
+            bound = _kth_largest_by_digits(tl.max(tl.reshape(mx, [MAXIMA // 4, 4]), axis=1), fours // M < n_splits, k,
+                                           32 - SHIFT)  # fmt: skip
         else:
-            bound = _kth_largest_maximum(mx, has, k)
+            bound = _kth_largest_by_digits(mx, has, k, 32 - SHIFT)
         tl.store(bound_ptr + row, bound.to(tl.int32))
 
 
@@ -189,18 +214,6 @@ def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr
                 n_inf += tl.sum((inb & (key == neg_inf)).to(tl.int32), axis=0)
         tl.store(count_ptr + row * n_splits + sp, n)
         tl.store(ninf_ptr + row * n_splits + sp, n_inf)
-
-
-@triton.jit
-def _descend(h, k_rem, DIGIT: tl.constexpr):
-    """One radix level: from its histogram ``h`` and the entries still to place ``k_rem`` to ``(digit of
-    the k-th key, k_rem below it, count equal to it at this level)``."""
-    bins = tl.arange(0, 1 << DIGIT)
-    g = tl.sum(h, axis=0) - tl.cumsum(h, axis=0) + h  # entries in bins >= b
-    d = tl.max(tl.where(g >= k_rem, bins, 0), axis=0)
-    g_d = tl.sum(tl.where(bins == d, g, 0), axis=0)
-    h_d = tl.sum(tl.where(bins == d, h, 0), axis=0)
-    return d, k_rem - (g_d - h_d), h_d
 
 
 @triton.jit

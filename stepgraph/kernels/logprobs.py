@@ -37,7 +37,7 @@ from ._sampling_topk import (
     PASS_WARPS,
     _gathered,
     _key_value,
-    _kth_largest,
+    _kth_largest_by_digits,
     _list_selected,
     _row_radix_list,
 )
@@ -116,8 +116,7 @@ def _bound_kernel(maxima_ptr, bound_ptr, top_n, n_splits, MAXIMA: tl.constexpr, 
     c = tl.arange(0, MAXIMA)
     has = c // M < n_splits
     mx = tl.load(maxima_ptr + row * n_splits * M + c, mask=has, other=NONE32)
-    least = tl.min(tl.where(has, mx, 2147483647), axis=0).to(tl.int64)
-    tl.store(bound_ptr + row, _kth_largest(mx, has, top_n, least, tl.max(mx, axis=0).to(tl.int64) + 1).to(tl.int32))
+    tl.store(bound_ptr + row, _kth_largest_by_digits(mx, has, top_n, 32).to(tl.int32))
 
 
 @triton.jit
