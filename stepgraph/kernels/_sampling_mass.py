@@ -28,7 +28,7 @@ from ._sampling_filter import (
     row_key,
     row_state,
 )
-from ._sampling_pivot import STEPS, pivot_rounds, pivot_step
+from ._sampling_pivot import STEPS, SUB, pivot_rounds, pivot_step
 
 NUM_WARPS = 4
 
@@ -289,7 +289,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
     draws = (min_p, *pivot) if pivot is not None else (min_p, *(cut,) * 6)  # unused without pivot
     ns_p2 = next_pow2(n_splits)
-    nb_p2 = next_pow2(triton.cdiv(split, BLOCK)) if pivot is not None else 1  # pivot blocks a split
+    nb_p2 = next_pow2(triton.cdiv(split, SUB.value)) if pivot is not None else 1  # pivot sub-blocks a split
     for r in range(rounds):
         _round_kernel[grid](*head, *search, *draws, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK,
                             NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,

@@ -4,18 +4,20 @@ the cut-off: rejection by a rising pivot.
 Top-p keeps an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in the kept
 set is a draw from it; one that does not proves every key up to its own outside, and the next draw starts
 past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the total.
-About nine rows in ten keep their first draw.
+About nine rows in ten keep their first draw. Min-p keeps an upper set too, and it is known from the
+start: with it, only the entries of weight ``>= min_p`` are drawn from, from the first draw on (the total
+stays that of every entry).
 
-The draws launch nothing of their own: their six steps run inside the first six launches of the cut-off
-rounds (:func:`pivot_step`, over (row, vocabulary split)), whose programs for pivot rows have no round
-work. Step ``r`` of launch ``r``:
+The draws launch nothing of their own: their eight steps run inside the first eight launches of the
+cut-off rounds (:func:`pivot_step`, over (row, vocabulary split)), whose programs for pivot rows have no
+round work. Step ``r`` of launch ``r``:
 
-* ``r = 0, 2, 4``, ``mass``: the float64 mass of the split's keys ``>= lo``, and of each of its blocks
-  (first the whole row: the total);
-* ``r = 1, 3``, ``draw`` (split 0's program): keeps the last draw, or draws (again), by inverse CDF: the
-  split from the split masses, the block from its block masses, the entry from a scan of that block;
-* ``r = 5``, the last ``draw``: keeps the draw, or goes on alone, a pass over the row per draw, up to
-  :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
+* ``r = 0, 2, 4, 6``, ``mass``: the float64 mass of the split's entries that can be drawn, and of each
+  of its sub-blocks of ``SUB`` entries (first with every key, beside the total);
+* ``r = 1, 3, 5``, ``draw`` (split 0's program): keeps the last draw, or draws (again), by inverse CDF:
+  the split from the split masses, the sub-block from its sub-block masses, the entry from a scan of it;
+* ``r = 7``, the last ``draw``: keeps the draw, or goes on alone, a pass over the row per draw, up to
+  :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws (a row there has had three draws rejected).
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request).
@@ -28,13 +30,15 @@ import triton
 import triton.language as tl
 
 from ._argmax import sortable_key
-from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, pivot_request
+from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request
 from .chain_sampling_ref import PIVOT_ROUNDS
 
 NOT_PIVOT: tl.constexpr = tl.constexpr(-2)
 ARGMAX: tl.constexpr = tl.constexpr(-1)
 LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
-LAST_DRAW: tl.constexpr = tl.constexpr(2)  # draws 0 and 1 in steps of their own, then the rest in one
+LAST_DRAW: tl.constexpr = tl.constexpr(3)  # draws 0 to 2 in steps of their own, then the rest in one
+#: Entries a sub-block: a warp's share of a ``BLOCK`` (four warps), summed without crossing warps.
+SUB: tl.constexpr = tl.constexpr(256)
 #: Launches of the cut-off rounds the draws take a step in.
 STEPS = 2 * (LAST_DRAW.value + 1)
 
@@ -55,20 +59,43 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 
 @triton.jit
-def _split_mass(base, start, V, lo, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out):
-    """The float64 mass ``exp(x / T - m)`` of the keys ``>= lo`` in ``[start, start + SPLIT) ∩ [0, V)``,
-    stored at ``out[0]``, and that of each of its blocks of ``BLOCK`` entries at ``out[1 + i]``."""
-    total = tl.zeros([], tl.float64)
-    for i in range(0, SPLIT, BLOCK):
-        offs = start + i + tl.arange(0, BLOCK)
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        live = inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo)
-        block = tl.sum(tl.where(live, tl.exp(x * inv_t - m), 0.0).to(tl.float64), axis=0)
-        tl.store(out + 1 + i // BLOCK, block)
-        total += block
+def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole):
+    """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
+    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, and that of each of its
+    sub-blocks of ``SUB`` entries at ``out[2 + i]``; with ``whole``, the mass of all its entries at
+    ``out[1]``. Returns the first."""
+    if whole:  # two loops: a branch inside one would keep its loads from being pipelined
+        total, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True)
+        tl.store(out + 1, every)
+    else:
+        total, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False)
     tl.store(out, total)
     return total
+
+
+@triton.jit
+def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
+               WHOLE: tl.constexpr):  # fmt: skip
+    """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, and that of all its
+    entries with ``WHOLE`` (else 0). A tile ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no
+    exchange between warps."""
+    N_SUB: tl.constexpr = BLOCK // SUB
+    lo32 = tl.minimum(tl.maximum(lo, -2147483648), 2147483647).to(tl.int32)  # keys >> SHIFT are int32
+    sub = tl.arange(0, N_SUB)
+    per_warp = tl.zeros([N_SUB], tl.float64)
+    every = tl.zeros([N_SUB], tl.float64)
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        w = tl.exp(x * inv_t - m)
+        live = inb & ((sortable_key(x) >> SHIFT) >= lo32) & (w >= min_p)
+        sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
+        tl.store(out + 2 + i // SUB + sub, sums)
+        per_warp += sums
+        if WHOLE:
+            every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
+    return tl.sum(per_warp, axis=0), tl.sum(every, axis=0)
 
 
 @triton.jit
@@ -82,24 +109,25 @@ def _pick(mass, goal, N_P2: tl.constexpr):
 
 
 @triton.jit
-def _draw(base, V, part, n_splits, u, lo, inv_t, m, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-          NB_P2: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
-    """The entry that number ``u`` picks among the keys ``>= lo`` by inverse CDF, given ``part`` (the row's
-    ``[n_splits, 1 + blocks]`` float64 masses of :func:`_split_mass`): the split where the cumulative mass
-    passes ``u`` times the total, the block in it, then the entry in the block (the last one of positive
-    weight wherever float sums leave none). One block is read, whatever the split's size."""
-    nb = tl.cdiv(SPLIT, BLOCK)
+def _draw(base, V, part, n_splits, u, lo, min_p, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+          SHIFT: tl.constexpr):  # fmt: skip
+    """The entry that number ``u`` picks by inverse CDF among those that can be drawn (a key ``>= lo`` and
+    ``w >= min_p``), given ``part`` (the row's ``[n_splits, 2 + sub-blocks]`` float64 masses of
+    :func:`_split_mass`): the split where the cumulative mass passes ``u`` times the total, the sub-block in
+    it, then the entry in the sub-block (the last one of positive weight wherever float sums leave none).
+    One sub-block is read, whatever the split's size."""
+    per_split = 2 + tl.cdiv(SPLIT, SUB)
     sp = tl.arange(0, NS_P2)
-    split_mass = tl.load(part + sp * (1 + nb), mask=sp < n_splits, other=0.0)
+    split_mass = tl.load(part + sp * per_split, mask=sp < n_splits, other=0.0)
     chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
     bi = tl.arange(0, NB_P2)
-    block_mass = tl.load(part + chosen * (1 + nb) + 1 + bi, mask=bi < nb, other=0.0)
+    block_mass = tl.load(part + chosen * per_split + 2 + bi, mask=bi < per_split - 2, other=0.0)
     block, local = _pick(block_mass, local, NB_P2)
-    offs = chosen.to(tl.int64) * SPLIT + block * BLOCK + tl.arange(0, BLOCK)
+    offs = chosen.to(tl.int64) * SPLIT + block * SUB + tl.arange(0, SUB)
     inb = offs < V
     x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-    w = tl.where(inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo), tl.exp(x * inv_t - m), 0.0)
-    w = w.to(tl.float64)
+    w = tl.exp(x * inv_t - m)
+    w = tl.where(inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo) & (w >= min_p), w, 0.0).to(tl.float64)
     hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), offs, V), axis=0)
     return tl.where(hit < V, hit, tl.max(tl.where(w > 0, offs, -1), axis=0))
 
@@ -113,17 +141,20 @@ def _kept(base, token, mass_above, total, top_p, min_p, inv_t, m):
 
 
 @triton.jit
-def _mass_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr, part_ptr,
-               r, row, sp, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+def _mass_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, gkey_ptr, zmax_ptr, lo_ptr,
+               part_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
                SHIFT: tl.constexpr):  # fmt: skip
-    """Program (row, split) of a row still drawing: the mass of the split's keys ``>= lo``, and of each of its
-    blocks (before draw ``r == 0``: all of them, the total)."""
+    """Program (row, split) of a row still drawing: the mass of the split's entries that can be drawn, and of
+    each of its sub-blocks (before draw ``r == 0``: every key, and the mass of all entries too)."""
     _, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
     lo = tl.where(r == 0, LOWEST, tl.load(lo_ptr + row))
     if active & ((r == 0) | (lo > LOWEST)):  # a row that kept its draw has lo back at LOWEST
-        base = logits_ptr + (row // K1) * stride_b + (row % K1) * stride_j
-        out = part_ptr + (row * n_splits + sp) * (1 + tl.cdiv(SPLIT, BLOCK))
-        _split_mass(base, sp.to(tl.int64) * SPLIT, V, lo, inv_t, m, SPLIT, BLOCK, SHIFT, out)
+        b = row // K1
+        base = logits_ptr + b * stride_b + (row % K1) * stride_j
+        out = part_ptr + (row * n_splits + sp) * (2 + tl.cdiv(SPLIT, SUB))
+        min_p = tl.load(minp_ptr + b).to(tl.float32)
+        _split_mass(base, sp.to(tl.int64) * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out,
+                    (r == 0) & (min_p > 0))  # fmt: skip
 
 
 @triton.jit
@@ -150,13 +181,15 @@ def _draw_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
         top_p = tl.load(topp_ptr + b)
         min_p = tl.load(minp_ptr + b).to(tl.float32)
-        per_split = 1 + tl.cdiv(SPLIT, BLOCK)
+        per_split = 2 + tl.cdiv(SPLIT, SUB)
         part = part_ptr + row * n_splits * per_split
         mass = tl.sum(tl.load(part + sp * per_split, mask=sp < n_splits, other=0.0), axis=0)
         stream = (tl.load(offset_ptr + b) * (K1 + 1) + K1) << 32  # verify_stream
         seed = tl.load(seed_ptr + b)
-        if r == 0:
+        if r == 0:  # with min-p the first masses leave out what it cuts: the total of every entry beside them
             total = mass
+            if min_p > 0:
+                total = tl.sum(tl.load(part + sp * per_split + 1, mask=sp < n_splits, other=0.0), axis=0)
             tl.store(total_ptr + row, total)
             kept = total < 0.0  # nothing drawn yet
         else:
@@ -168,7 +201,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
         drawing = ~kept
         while drawing:
             counter = K1 + 1 + draw_no * K1 + row % K1  # pivot_counter
-            token = _draw(base, V, part, n_splits, tl.rand(seed, stream | counter), lo, inv_t, m, SPLIT, BLOCK,
+            token = _draw(base, V, part, n_splits, tl.rand(seed, stream | counter), lo, min_p, inv_t, m, SPLIT,
                           NS_P2, NB_P2, SHIFT)  # fmt: skip
             lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
             draw_no += 1
@@ -176,7 +209,8 @@ def _draw_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                 tl.debug_barrier()  # every thread has read the masses of the last draw
                 mass = tl.zeros([], tl.float64)
                 for s in range(0, n_splits):
-                    mass += _split_mass(base, s * SPLIT, V, lo, inv_t, m, SPLIT, BLOCK, SHIFT, part + s * per_split)
+                    mass += _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                        part + s * per_split, False)  # fmt: skip
                 tl.debug_barrier()  # and they see the new ones
                 kept = _kept(base, token, mass, total, top_p, min_p, inv_t, m)
                 drawing = ~kept & (draw_no < ROUNDS)
@@ -196,8 +230,8 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     rounds; nothing for ``r >= STEPS``."""
     if r < 2 * (LAST_DRAW + 1):
         if r % 2 == 0:
-            _mass_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr,
-                       part_ptr, r // 2, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, SHIFT)  # fmt: skip
+            _mass_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, gkey_ptr, zmax_ptr,
+                       lo_ptr, part_ptr, r // 2, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, SHIFT)  # fmt: skip
         elif sp == 0:
             _draw_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                        gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, r // 2, row, V, K1, n_splits, SPLIT,
@@ -206,13 +240,13 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:
     """The draws' workspace ``(lo, y, total, part)`` for ``n_splits`` splits of ``split`` entries a row:
-    ``part [rows, n_splits, 1 + blocks]`` float64 holds the masses of each split and of its blocks of
-    ``BLOCK`` entries; ``y [rows]`` int64 holds the draws once the cut-off rounds have run (token, ``-1``: the
-    row's argmax, ``-2``: not a pivot request)."""
+    ``part [rows, n_splits, 2 + sub-blocks]`` float64 holds the masses of each split (of what can be drawn,
+    and of every entry) and of its sub-blocks of ``SUB`` entries; ``y [rows]`` int64 holds the draws once
+    the cut-off rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
     total = torch.empty(rows, dtype=torch.float64, device=device)
-    part = torch.empty((rows, n_splits, 1 + triton.cdiv(split, BLOCK)), dtype=torch.float64, device=device)
+    part = torch.empty((rows, n_splits, 2 + triton.cdiv(split, SUB.value)), dtype=torch.float64, device=device)
     return lo, y, total, part
 
 

@@ -246,17 +246,19 @@ def pivot_draws(
 ) -> torch.Tensor:
     """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p (with min-p):
     ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter` and draws by
-    inverse CDF (float64, vocabulary order) from the weights of the keys ``>= lo`` (``lo`` starts below
-    every key). The token is kept when the float64 mass of strictly larger keys is ``< top_p *`` the total
-    and its weight ``>= min_p``; else no key ``<= `` its key is kept, ``lo`` rises past it and the row draws
-    again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs every round (no host sync); on
-    the CPU it stops once every row has kept its draw."""
+    inverse CDF (float64, vocabulary order) from the weights of the entries that can be drawn: a key ``>=
+    lo`` (``lo`` starts below every key) and a weight ``>= min_p``. The token is kept when the float64 mass
+    of the strictly larger keys that can be drawn is ``< top_p *`` the total (of every entry); else no key
+    ``<=`` its key is kept, ``lo`` rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most).
+    Graph-safe: on a GPU it runs every round (no host sync); on the CPU it stops once every row has kept
+    its draw."""
     B, K1, V = logits.shape
     w32 = _weights(logits, temperature)
-    w = w32.double()
-    key = sortable_keys(logits)
-    goal_p = top_p.double().view(B, 1) * w.sum(-1)
     mp = min_p.float().view(B, 1, 1)
+    w = w32.double()
+    goal_p = top_p.double().view(B, 1) * w.sum(-1)
+    w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
+    key = sortable_keys(logits)
     stream = verify_stream(offset, K1)[:, None]
     rows = torch.arange(K1, device=logits.device)[None, :]
     lo = torch.full((B, K1, 1), -(2**62), dtype=torch.long, device=logits.device)

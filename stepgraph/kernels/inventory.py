@@ -43,7 +43,7 @@ KERNELS: tuple[KernelEntry, ...] = (
         launches="temperature 2 (per-split mass; chain walk and sample); top-k 1..1024 with top-p/min-p 5 "
         "(argmax and subset maxima, bound, gather above the bound, k-th key and top-p per row, chain walk); "
         "other filters 11 for bf16 logits, 19 otherwise (statistics, 8 or 16 cut-off rounds, kept mass, chain "
-        "walk); top-p without top-k draws by a rising pivot inside the rounds' first six launches",
+        "walk); top-p without top-k draws by a rising pivot inside the rounds' first eight launches",
         test="tests/kernels/test_chain_sampling.py",
         benchmark="benchmarks/bench_kernels.py --only sampling",
         piece="STEPGRAPH_TWO_LAUNCH_SAMPLING",

@@ -72,14 +72,18 @@ def test_many_rounds_and_the_bound_on_them(monkeypatch):
     assert ran_out.any() and (short == torch.argmax(x.cpu().float(), -1))[ran_out].all()
 
 
-def test_one_draw_per_row_gives_the_chain_law():
+@pytest.mark.parametrize("top_p,min_p", [(0.8, 0.0), (0.9, 0.1)])
+def test_one_draw_per_row_gives_the_chain_law(top_p, min_p):
     """The second form of the chain rule: over many seeds, the (accepted, token) outcomes of a pivot request
-    follow the exact law of the coin rule (draft accepted with probability q(d), else q without d)."""
+    follow the exact law of the coin rule (draft accepted with probability q(d), else q without d). With
+    min-p the draws start from what it keeps, and top-p still weighs every entry (over min-p's mass alone,
+    top-p 0.9 would cut the third token of the first row)."""
     B, K, V = 20000, 1, 6
     g = torch.Generator().manual_seed(2)
     logits1 = torch.randn(1, K + 1, V, generator=g) * 1.5
     drafts1 = torch.tensor([[int(torch.argmax(logits1[0, 0]))]])
-    T, k, p = torch.full((B,), 0.9), torch.zeros(B, dtype=torch.long), torch.full((B,), 0.8)
+    T, k, p = torch.full((B,), 0.9), torch.zeros(B, dtype=torch.long), torch.full((B,), top_p)
+    mp = torch.full((B,), min_p)
     out = chain_verify_sampling_ref(
         logits1.expand(B, -1, -1),
         drafts1.expand(B, -1),
@@ -88,9 +92,10 @@ def test_one_draw_per_row_gives_the_chain_law():
         p,
         torch.arange(B),
         torch.zeros(B, dtype=torch.long),
+        min_p=mp,
         pivot=True,
     )
-    q = chain_sampling_ref.sampling_probs(logits1, T[:1], k[:1], p[:1])[0].double()
+    q = chain_sampling_ref.sampling_probs(logits1, T[:1], k[:1], p[:1], min_p=mp[:1])[0].double()
     law = {(0, x): q[0, x].item() for x in range(V) if x != drafts1[0, 0]}
     law |= {(1, x): q[0, drafts1[0, 0]].item() * q[1, x].item() for x in range(V)}
     counts = {}
@@ -130,8 +135,9 @@ def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
 
 
 def test_draws_pick_the_block_inside_a_split(monkeypatch):
-    """Splits of three blocks (the last split shorter): a draw picks its split from the split masses and its block from the block masses the mass steps stored,
-    and the rows that go on alone in the last launch store new ones before their next draw."""
+    """Splits of three blocks (the last split shorter): a draw picks its split from the split masses and its
+    sub-block from the sub-block masses the mass steps stored, and the rows that go on alone in the last
+    launch store new ones before their next draw."""
     from stepgraph.kernels import chain_sampling
     from stepgraph.kernels._sampling_filter import BLOCK
 
