@@ -32,11 +32,12 @@ Launches, each over (row, vocabulary split) except the last:
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split. With
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
-  rounds' first six launches instead (:mod:`._sampling_pivot`);
+  rounds' first eight launches instead (:mod:`._sampling_pivot`);
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
-  sample from the split masses and scans that split for the token.
+  sample from the split masses, then the block of the split from its blocks' masses (a sum each), and
+  scans that block for the token.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
-from ._sampling_pivot import pivot_buffers
+from ._sampling_pivot import _pick, pivot_buffers
 from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
@@ -81,6 +82,42 @@ def split_layout(rows: int, vocab: int) -> tuple[int, int]:
     per_row = max(min(MAX_SPLITS, max(8, triton.cdiv(528, max(rows, 1)))), triton.cdiv(vocab, 255 * BLOCK))
     split = triton.cdiv(triton.cdiv(vocab, per_row), BLOCK) * BLOCK
     return triton.cdiv(vocab, split), split
+
+
+@triton.jit
+def _kept_weights(base, o, inb, kept_by, SHIFT: tl.constexpr, FILTERED: tl.constexpr):
+    """The weights ``exp(x / T - m_sp)`` of entries ``o`` (where ``inb``) in the sample's row, 0 where not
+    kept: the draft token ``excl`` left out and, when ``FILTERED``, the cut and min-p applied."""
+    excl, cut, min_p, inv_t, m_sp, m_n = kept_by
+    x = tl.load(base + o, mask=inb, other=float("-inf")).to(tl.float32)
+    kept = inb & (o != excl)
+    if FILTERED:
+        kept = kept & (row_key(x, SHIFT) >= cut) & (tl.exp(x * inv_t - m_n) >= min_p)
+    return tl.where(kept, tl.exp(x * inv_t - m_sp), 0.0), kept
+
+
+@triton.jit
+def _sample_in_split(base, start, V, goal, kept_by, SPLIT, BLOCK: tl.constexpr, NB_P2: tl.constexpr,
+                     SHIFT: tl.constexpr, FILTERED: tl.constexpr):  # fmt: skip
+    """The entry of the split ``[start, start + SPLIT)`` where the cumulative kept weight passes ``goal``:
+    the kept mass of each of its blocks first (``FOLD`` blocks a step, one sum each), then the block
+    that holds ``goal``, scanned (the last kept entry of the last block with mass, where float sums leave
+    none; -1 when nothing is kept)."""
+    FOLD: tl.constexpr = min(NB_P2, 8)
+    f = tl.arange(0, FOLD)
+    bi = tl.arange(0, NB_P2)
+    lanes = tl.arange(0, BLOCK)
+    mass = tl.zeros([NB_P2], tl.float32)
+    for i in range(0, SPLIT, FOLD * BLOCK):
+        blk = i // BLOCK + f
+        o = start + blk[:, None].to(tl.int64) * BLOCK + lanes[None, :]
+        w, _ = _kept_weights(base, o, (blk[:, None] * BLOCK < SPLIT) & (o < V), kept_by, SHIFT, FILTERED)
+        mass += tl.sum(tl.where(bi[:, None] == blk[None, :], tl.sum(w, axis=1)[None, :], 0.0), axis=1)
+    chosen, goal = _pick(mass, goal, NB_P2)
+    o = start + chosen.to(tl.int64) * BLOCK + lanes
+    w, kept = _kept_weights(base, o, o < V, kept_by, SHIFT, FILTERED)
+    hit = tl.min(tl.where(kept & (tl.cumsum(w, axis=0) > goal), o, 2147483647), axis=0)
+    return tl.where(hit < 2147483647, hit, tl.max(tl.where(kept, o, -1), axis=0)).to(tl.int64)
 
 
 @jit_any_batch
@@ -115,6 +152,7 @@ def _finalize_kernel(
     BLOCK: tl.constexpr,
     K1_P2: tl.constexpr,
     NS_P2: tl.constexpr,
+    NB_P2: tl.constexpr,
     SHIFT: tl.constexpr,
     FILTERED: tl.constexpr,
     PIVOT: tl.constexpr,
@@ -187,27 +225,12 @@ def _finalize_kernel(
     cut_n = n * 0
     if FILTERED:
         cut_n = tl.sum(tl.where(on_n, cut, 0), axis=0)
-    base = logits_ptr + b * stride_b + n * stride_j
-    token = tl.where(pivot, 0, n * 0 - 1)  # a pivot request has its token: no scan
-    last = n * 0 - 1
-    run = total * 0.0
-    start = chosen.to(tl.int64) * SPLIT
-    for i in range(0, SPLIT, BLOCK):
-        if token < 0:
-            o = start + i + tl.arange(0, BLOCK)
-            inb = o < V
-            x = tl.load(base + o, mask=inb, other=float("-inf")).to(tl.float32)
-            w = tl.exp(x * inv_t - m_sp)
-            kept = inb & (o != excl)
-            if FILTERED:
-                kept = kept & (row_key(x, SHIFT) >= cut_n) & (tl.exp(x * inv_t - m_n) >= min_p)
-            w = tl.where(kept, w, 0.0)
-            c = tl.cumsum(w, axis=0) + run
-            hit = tl.min(tl.where(kept & (c > local), o, 2147483647), axis=0)
-            token = tl.where(hit < 2147483647, hit.to(tl.int64), token)
-            last = tl.maximum(last, tl.max(tl.where(kept, o, -1), axis=0).to(tl.int64))
-            run += tl.sum(w, axis=0)
-    sample = tl.where(token >= 0, token, last)
+    sample = n * 0 - 1
+    if ~pivot:  # a pivot request has its token: no scan
+        base = logits_ptr + b * stride_b + n * stride_j
+        kept_by = (excl, cut_n, min_p, inv_t, m_sp, m_n)
+        sample = _sample_in_split(base, chosen.to(tl.int64) * SPLIT, V, local, kept_by, SPLIT, BLOCK, NB_P2, SHIFT,
+                                  FILTERED)  # fmt: skip
     pred_n = tl.sum(tl.where(on_n, predict, 0), axis=0)
     greedy_n = tl.sum(tl.where(on_n & greedy, 1, 0), axis=0) > 0
     final = tl.where(greedy_n | (total <= 0) | (sample < 0), pred_n, sample)
@@ -418,6 +441,7 @@ def chain_verify_sampling(
         BLOCK=BLOCK,
         K1_P2=next_pow2(K1),
         NS_P2=ns_p2,
+        NB_P2=next_pow2(split // BLOCK),
         SHIFT=key_shift(logits.dtype),
         FILTERED=filtered,
         PIVOT=drawn is not None,

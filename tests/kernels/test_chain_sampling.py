@@ -324,3 +324,26 @@ def test_the_kernel_draws_the_references_tokens(name, dtype):
         got = chain_verify_sampling(logits, drafts, T, k, p, seed, off.clone(), min_p=mp, **mode)
         ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, off.clone(), min_p=mp, **mode)
         assert torch.equal(got.tokens, ref.tokens), (step, (got.tokens != ref.tokens).any(-1).nonzero().flatten())
+
+
+@pytest.mark.parametrize("name,top_k", [("temperature", 0), ("top_k", 1000)])
+def test_the_sample_is_found_in_its_block_of_the_split(name, top_k, monkeypatch):
+    """Splits of five blocks (the last split shorter): the last launch sums the kept mass of each block of
+    the sample's split, four blocks a step (leaving out those past the split), picks the block that holds
+    the sample and scans it. The tokens are the reference's, and they fall in many blocks."""
+    from stepgraph.kernels import chain_sampling
+    from stepgraph.kernels._sampling_filter import BLOCK
+
+    split = 5 * BLOCK
+    monkeypatch.setattr(chain_sampling, "split_layout", lambda rows, V: (-(-V // split), split))
+    g = torch.Generator().manual_seed(7)
+    B, K, V = 12, 1, 2 * split + 700
+    logits = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)  # flat rows: samples anywhere
+    drafts = torch.randint(0, V, (B, K), generator=g).to(DEV)  # rejected: each request samples a correction
+    T, k, p, seed, off = params(B, 1.0, top_k)
+    mode = KERNEL_MODES[name]
+    got = chain_verify_sampling(logits, drafts, T, k, p, seed, off.clone(), **mode)
+    ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, off.clone(), **mode)
+    assert torch.equal(got.tokens, ref.tokens)
+    blocks = (got.bonus // BLOCK).tolist()
+    assert len(set(blocks)) >= 5 and any(b % 5 == 4 for b in blocks), blocks  # a split's last block too
