@@ -144,13 +144,14 @@ def print_report(info: dict, console: Console | None = None) -> None:
         )
     waste = info.get("pad_waste") or {}
     if info.get("suggested_buckets"):
-        rows.append(
-            (
-                "suggested buckets",
-                f"{info['suggested_buckets']} (padded rows {waste.get('suggested')} instead of {waste.get('current')} "
-                f"for the batch sizes seen)",
+        if waste.get("suggested", 0) < waste.get("current", 0):
+            advice = (
+                f"{info['suggested_buckets']} (padded rows {waste['suggested']} instead of {waste['current']} "
+                f"for the batch sizes seen)"
             )
-        )
+        else:
+            advice = f"the current ones (padded rows {waste.get('current')}: the fewest for the batch sizes seen)"
+        rows.append(("suggested buckets", advice))
     warm = info.get("warmup")
     if warm:
         rows.append(

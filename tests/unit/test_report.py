@@ -29,3 +29,16 @@ def test_report_rejects_other_json(tmp_path):
 
     with pytest.raises(ValueError, match="not a stepgraph report"):
         load_report(p)
+
+
+def test_the_summary_suggests_buckets_only_when_they_pad_fewer_rows():
+    def summary(sizes):
+        r, _ = make()  # buckets 1, 2, 4, 8
+        for n in sizes:
+            r.run(batch(n))
+        console = Console(record=True, width=200)
+        print_report(r.info(), console=console)
+        return next(line for line in console.export_text().splitlines() if "suggested buckets" in line)
+
+    assert "[3, 5] (padded rows 0 instead of 5 " in summary([3, 3, 5])
+    assert "the current ones (padded rows 0: the fewest" in summary([2, 4, 4])
