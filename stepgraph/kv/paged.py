@@ -17,7 +17,9 @@ safe pool the request first in that order can always grow.
 waits for nothing). Pages handed out while serving travel with the step's inputs: the static buffer
 ``kv_pages [max_batch, W]`` (``(j << 32) | page`` per new entry, -1 for none) is filled by the runner's
 copy-in in the step's one launch, and :meth:`PagedKV.apply`, the step's first stage, writes them into the
-table. A buffer left in place is applied again by the next replay: its entries are still the table's.
+table. A buffer left in place is applied again by the next replay, to the rows of that step's batch: it is
+left only while the batch holds the same requests in the same places (the same rows, admitted no time
+since), whose entries are still the table's.
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ class PagedKV:
         self._worst: dict[int, int] = {}  # row -> pages it may come to hold
         self._owed = 0  # sum over rows of worst - held: what the pool may still be asked for
         self._pending: dict[int, list[int]] = {}  # row -> entries handed out, not yet in a step's inputs
+        self._admissions = 0
+        self._tenure: dict[int, int] = {}  # row -> the admission that gave it to its request
+        self._in_buffer: tuple[tuple[int, int], ...] | None = None  # (row, tenure) of the kv_pages built last
         self.schedule = schedule
         self._kv_heads: int | None = None  # the fewest KV heads of a layer made here (sizes the plans)
         self._step_rows: list[int] = []  # the rows of the step being launched (from step_inputs)
@@ -143,6 +148,8 @@ class PagedKV:
                 f"{len(self._free_pages)} of {self.num_pages} pages free; it waits until others finish"
             )
         row = self._free_rows.pop(0)
+        self._admissions += 1
+        self._tenure[row] = self._admissions
         self._held[row], self._worst[row] = [], self.pages_for(worst)
         self._owed += self._worst[row]
         self._hand_out(row, self.pages_for(reserve))
@@ -246,12 +253,17 @@ class PagedKV:
 
     def step_inputs(self, rows: Sequence[int], batch_changed: bool, buffers: Mapping[str, Buffer]) -> dict | None:
         """The ``kv_pages`` input for a batch of ``rows`` (``buffers``: what :meth:`buffers` declared for this
-        step): ``None`` when nothing is new and the batch is the one before (its buffer still holds what is
-        right to apply again). A row with more new entries than the buffer holds is uploaded whole instead
-        (stream-ordered after the steps in flight)."""
+        step): ``None`` when nothing is new and the batch holds the requests of the buffer built last, in
+        the same places (that buffer is still right to apply again). ``batch_changed``: the caller knows the
+        batch changed (a new buffer either way). A row handed to another request since, under the same
+        relay slots, is a changed batch too: the last buffer's entries would land in the new request's row.
+        A row with more new entries than the buffer holds is uploaded whole instead (stream-ordered after
+        the steps in flight)."""
         self._step_rows = list(rows)
-        if not batch_changed and (not self._pending or not any(r in self._pending for r in rows)):
+        batch = tuple((r, self._tenure.get(r, 0)) for r in rows)
+        if not batch_changed and batch == self._in_buffer and not any(r in self._pending for r in rows):
             return None
+        self._in_buffer = batch
         width = buffers["kv_pages"].shape[1]
         out = torch.full((len(rows), width), NO_UPDATE, dtype=torch.int64)
         for i, row in enumerate(rows):

@@ -153,6 +153,35 @@ def test_apply_writes_entries_into_the_table_and_skips_padding():
     assert kv.step_inputs([row], False, buffers) is None  # nothing new: the buffer stays as it is
 
 
+def test_a_batch_of_other_requests_in_the_same_slots_gets_new_step_inputs():
+    """The scheduler leaves the step's inputs in place while the relay slots stay the same, and a lone
+    request always decodes in slot 0: the pages handed to the request that decoded there before must not
+    be written into the next one's table row. A short request grows alone while a long prompt is prefilled
+    one position a step; then the long one decodes alone, in the same slot."""
+    target, draft = models("paged", max_seq_len=128)
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, prefill_chunk=1)
+    prompts, lengths = [list(range(1, 13)), list(range(100, 146))], [6, 21]
+    assert dec.generate(prompts, max_new_tokens=lengths) == [
+        greedy_reference(target, p, n) for p, n in zip(prompts, lengths)
+    ]
+
+
+def test_step_inputs_are_new_when_a_row_changes_hands_under_the_same_slots():
+    kv = PagedKV(2, 64, page_size=4, num_pages=16)
+    buffers = kv.buffers(max_batch=1, max_draft_len=3)
+    a = kv.admit(4, 32)
+    assert kv.reserve([(a, 13)]) == [True]
+    assert kv.step_inputs([a], True, buffers) is not None
+    assert kv.step_inputs([a], False, buffers) is None  # the same request: its buffer stays
+    b = kv.admit(4, 32)  # another row, its table row uploaded at admission: nothing pending
+    assert kv.step_inputs([b], False, buffers)["kv_pages"].eq(-1).all()  # a's entries must not land in b's row
+    kv.release(a)
+    kv.release(b)
+    a2 = kv.admit(20, 32)  # a's row again, for another request
+    assert a2 == a and kv.step_inputs([a2], False, buffers)["kv_pages"].eq(-1).all()
+    assert kv.step_inputs([a2], False, buffers) is None
+
+
 def test_the_triton_paged_attention_decodes_what_the_row_kernel_decodes(monkeypatch):
     """Decode and verify forwards through the paged kernel (Triton's interpreter on a CPU); the step's own
     pieces through their torch references, to keep it short."""
