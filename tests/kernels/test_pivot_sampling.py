@@ -21,7 +21,8 @@ def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
 def test_pivot_rows_draw_the_references_tokens(dtype, V):
     """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, drafts that
     match and drafts that do not; three offsets. A top-k of V (off in the cut search) is no pivot request.
-    Without ``pivot`` every row takes its cut, and the other requests' tokens are the same either way."""
+    Without ``pivot`` (at the first offset) every row takes its cut, and the other requests' tokens are the
+    same either way."""
     g = torch.Generator().manual_seed(0)
     B, K = 6, 3
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
@@ -40,9 +41,10 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
         got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
-        cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
-        assert torch.equal(cut, cut_ref), (step, cut.tolist(), cut_ref.tolist())
-        assert torch.equal(cut[4:], got[4:])
+        if step == 0:
+            cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
+            assert torch.equal(cut, cut_ref), (cut.tolist(), cut_ref.tolist())
+            assert torch.equal(cut[4:], got[4:])
 
 
 def test_many_rounds_and_the_bound_on_them(monkeypatch):
