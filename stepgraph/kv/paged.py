@@ -18,7 +18,7 @@ waits for nothing). Pages handed out while serving travel with the step's inputs
 ``kv_pages [max_batch, W]`` (``(j << 32) | page`` per new entry, -1 for none) is filled by the runner's
 copy-in in the step's one launch, and :meth:`PagedKV.apply`, the step's first stage, writes them into the
 table. A buffer left in place is applied again by the next replay, to the rows of that step's batch: it is
-left only while the batch holds the same requests in the same places (the same rows, admitted no time
+left only while the batch holds the same requests in the same places (the same rows, none admitted again
 since), whose entries are still the table's.
 """
 
