@@ -20,9 +20,9 @@ def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
 @pytest.mark.parametrize("dtype,V", [(torch.bfloat16, 3001), (torch.float16, 777), (torch.float32, 1031)])
 def test_pivot_rows_draw_the_references_tokens(dtype, V):
     """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, drafts that
-    match and drafts that do not; three offsets. A top-k of V (off in the cut search) is no pivot request.
-    Without ``pivot`` (at the first offset) every row takes its cut, and the other requests' tokens are the
-    same either way."""
+    match and drafts that do not; two offsets. A top-k of V (off in the cut search) is no pivot request.
+    Without ``pivot`` (bf16, at the first offset) every row takes its cut, and the other requests' tokens are
+    the same either way."""
     g = torch.Generator().manual_seed(0)
     B, K = 6, 3
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
@@ -37,11 +37,11 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
     mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0], device=DEV)
     assert pivot_requests(T, k, p).tolist() == [True, True, True, True, False, False]
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 3
-    for step in range(3):
+    for step in range(2):
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
         got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
-        if step == 0:
+        if step == 0 and dtype == torch.bfloat16:
             cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
             assert torch.equal(cut, cut_ref), (cut.tolist(), cut_ref.tolist())
             assert torch.equal(cut[4:], got[4:])
