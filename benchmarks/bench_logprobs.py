@@ -60,7 +60,7 @@ def main() -> None:
     rows += [
         "",
         f"Median of {args.rounds} rounds; ratios are to the decoder without log-probabilities in the same run. "
-        "Device: median CUDA-event time of one step.",
+        "Wall: median time from one step's launch to the next's. Device: median CUDA-event time of one step.",
     ]
     print("\n".join(rows))
     save(args.out, "logprobs", record, "\n".join(rows) + "\n")

@@ -70,7 +70,7 @@ def main() -> None:
     rows += [
         "",
         f"Median of {args.rounds} rounds; ratios are to the decoder without penalties at the same sampling in the "
-        "same run. Device: median CUDA-event time of one step.",
+        "same run. Wall: median time from one step's launch to the next's. Device: median CUDA-event time of one step.",
     ]
     print("\n".join(rows))
     save(args.out, "penalties", record, "\n".join(rows) + "\n")
