@@ -47,7 +47,9 @@ CUT_WARPS = 8  # warps of the per-row program (its searches run over GATHER_CAP 
 #: registers a thread of the per-row program may hold: two programs fit an SM. Its searches of a short list
 #: (most rows) need fewer; those of a long list would take half again as many, and keep a few in memory.
 CUT_REGISTERS = 128
-P_PROBES: tl.constexpr = tl.constexpr(16)  # keys tried at once by the searches
+#: keys tried at once by the searches: each round of a search sums a [P_PROBES, list] tile in one program, so
+#: narrow rounds cost less than the rounds they save (`benchmarks/results/2026-12-03-h200-run45`)
+P_PROBES: tl.constexpr = tl.constexpr(4)
 LOWEST: tl.constexpr = tl.constexpr(-(1 << 40))  # below every key (int64)
 NONE32: tl.constexpr = tl.constexpr(-2147483648)  # below every key in int32 (no NaN is canonicalised to it)
 
@@ -351,7 +353,7 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
     cut_p = cut
     if top_p < 1.0:
         # M(c), the mass of listed entries with a key > c, falls as c rises; an entry is kept when
-        # M(its key) < goal. Find the least such c in (cut - 1, top] with 16 probes a round.
+        # M(its key) < goal. Find the least such c in (cut - 1, top] with P_PROBES probes a round.
         w64 = w.to(tl.float64)
         goal = top_p * (tl.sum(w64, axis=0) + n_ties.to(tl.float64) * w_tie.to(tl.float64))
         lo = cut - 1  # M(lo) is the whole top-k mass: >= goal
