@@ -1,8 +1,9 @@
-"""Cost of log-probabilities in the step: decode time per step of the example model's step graph (28
-layers, K = 3) through ``SpecDecoder.generate``, without them against ``logprobs=0`` (each token's own)
-and ``logprobs=20`` (with the top 20 alternatives), greedy, at B = 1, 8 and 32, in one run, the settings
-taking turns; ``logprobs=20, torch`` is the same through the torch reference (``STEPGRAPH_FUSED_LOGPROBS=0``).
-The ratio to the decoder without them is what matters (target with top-20: <= 1.05x).
+"""Cost of log-probabilities in the step: the time of a step (the median from one launch to the next) of the
+example model's step graph (28 layers, K = 3) through ``SpecDecoder.generate``, without them against
+``logprobs=0`` (each token's own) and ``logprobs=20`` (with the top 20 alternatives), greedy, at B = 1, 8
+and 32, in one run, the settings taking turns; ``logprobs=20, torch`` is the same through the torch
+reference (``STEPGRAPH_FUSED_LOGPROBS=0``). The ratio to the decoder without them is what matters (target
+with top-20: <= 1.05x).
 
     python benchmarks/bench_logprobs.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]
 """

@@ -1,9 +1,9 @@
-"""Cost of penalties in the step: decode time per step of the example model's step graph (28 layers,
-K = 3) through ``SpecDecoder.generate``, a decoder without penalties against one built with
-``penalties=True``, serving requests without penalties, with a repetition penalty (1.05, as
-Qwen2.5-Instruct ships), with all three, and with ``no_repeat_ngram_size=3`` (the kernel's n-gram scan
-over each request's tokens), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and 64, in one
-run, the settings taking turns. The ratio to the decoder without penalties at the same
+"""Cost of penalties in the step: the time of a step (the median from one launch to the next) of the example
+model's step graph (28 layers, K = 3) through ``SpecDecoder.generate``, a decoder without penalties
+against one built with ``penalties=True``, serving requests without penalties, with a repetition penalty
+(1.05, as Qwen2.5-Instruct ships), with all three, and with ``no_repeat_ngram_size=3`` (the kernel's
+n-gram scan over each request's tokens), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and
+64, in one run, the settings taking turns. The ratio to the decoder without penalties at the same
 sampling is what matters (target: <= 1.03x).
 
     python benchmarks/bench_penalties.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]

@@ -1,5 +1,5 @@
-"""Whole-step cost of sampling: decode time per step of the example model's step graph (28 layers,
-K = 3) through ``SpecDecoder.generate``, greedy against each sampling class chat traffic brings
+"""Whole-step cost of sampling: the time of a step of the example model's step graph (28 layers, K = 3)
+through ``SpecDecoder.generate``, greedy against each sampling class chat traffic brings
 (temperature; top-k + top-p; top-p alone, as Llama 3's generation config; min-p alone; a large top-k), at
 B = 1, 8, 32 and 64, in one run, the settings taking turns. The ratio to greedy is what matters (target:
 <= 1.03x). A step that captured a key while timed is reported (warm-up covers every bucket).
@@ -44,9 +44,9 @@ CAPTURED_WHILE_TIMED: list[str] = []
 def step_ms(dec: SpecDecoder, batch: int, sampling: SamplingParams, tokens: int, repeats: int) -> tuple[float, float]:
     """Medians over ``repeats`` generate() calls of the wall time of a step (from one step's launch to the
     next's) and of its device time (CUDA events around each step), in ms. Medians over a call's steps,
-    not means: sampled requests accept different numbers of tokens, so they finish at different steps,
-    and the steps where the batch changes (new slots copied in, a smaller key) would count against the
-    sampling, which greedy requests, all finishing at once, never pay."""
+    not means: sampled requests accept different numbers of tokens, so they finish at different steps
+    where greedy ones finish together, and a mean lets the steps where the batch changes weigh on the
+    sampled settings alone."""
     prompts = [[(7 * i + j) % 1000 + 1 for j in range(32)] for i in range(batch)]
     # as a server starts: every batch size's key captured before serving (sampled requests finish at
     # different steps, so the batch passes through smaller sizes, whose first-use captures are not steps)
