@@ -28,7 +28,7 @@ from ._sampling_filter import (
     row_key,
     row_state,
 )
-from ._sampling_pivot import STEPS, SUB, pivot_rounds, pivot_step
+from ._sampling_pivot import SUB, pivot_options, pivot_step
 
 NUM_WARPS = 4
 
@@ -115,6 +115,7 @@ def _round_kernel(
     pivot_y_ptr,
     pivot_total_ptr,
     pivot_part_ptr,
+    pivot_count_ptr,
     r,
     V,
     K1,
@@ -126,6 +127,8 @@ def _round_kernel(
     SHIFT: tl.constexpr,
     PIVOT: tl.constexpr,
     PIVOT_NB_P2: tl.constexpr,
+    PIVOT_STEPS: tl.constexpr,
+    PIVOT_SEPARATE: tl.constexpr,
     PIVOT_ROUNDS: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
@@ -135,8 +138,9 @@ def _round_kernel(
     sp = tl.program_id(1)
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                   gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, r, row, sp, V, K1,
-                   n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_ROUNDS)  # fmt: skip
+                   gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr, r,
+                   row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
+                   PIVOT_SEPARATE, PIVOT_ROUNDS)  # fmt: skip
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
         state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
@@ -268,7 +272,7 @@ def _kept_mass_kernel(
 def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None):
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
-    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part)`` (``seed``, ``offset``
+    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count)`` (``seed``, ``offset``
     ``[B]`` and :func:`._sampling_pivot.pivot_buffers`): the rows of pivot requests skip the rounds and the
     kept mass and draw during the rounds instead, into ``y``."""
     B, K1, V = logits.shape
@@ -276,7 +280,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     rounds = num_rounds(32 - shift)
-    assert rounds >= STEPS, "the pivot draws take a step in each of the first launches of the rounds"
+    options = pivot_options(pivot is not None)
+    assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
     state = torch.empty((rounds, rows, 8), dtype=torch.float64, device=dev)
@@ -287,13 +292,12 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SPLIT=split,
                         BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
-    draws = (min_p, *pivot) if pivot is not None else (min_p, *(cut,) * 6)  # unused without pivot
+    draws = (min_p, *pivot) if pivot is not None else (min_p, *(cut,) * 7)  # unused without pivot
     ns_p2 = next_pow2(n_splits)
     nb_p2 = next_pow2(triton.cdiv(split, SUB.value)) if pivot is not None else 1  # pivot sub-blocks a split
     for r in range(rounds):
         _round_kernel[grid](*head, *search, *draws, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK,
-                            NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
-                            PIVOT_ROUNDS=pivot_rounds(),
+                            NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2, **options,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,

@@ -403,8 +403,8 @@ def chain_verify_sampling(
         if small_top_k:
             cut = topk_mass(*parts)
         elif pivot:
-            lo, drawn, total, mass = pivot_buffers(rows, n_splits, split, dev)
-            cut = filtered_mass(*parts, pivot=(seed, offset, lo, drawn, total, mass))
+            lo, drawn, total, mass, count = pivot_buffers(rows, n_splits, split, dev)
+            cut = filtered_mass(*parts, pivot=(seed, offset, lo, drawn, total, mass, count))
         else:
             cut = filtered_mass(*parts)
     else:

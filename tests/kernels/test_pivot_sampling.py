@@ -47,10 +47,12 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
             assert torch.equal(cut[4:], got[4:])
 
 
-def test_many_rounds_and_the_bound_on_them(monkeypatch):
-    """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws): the rows that go
-    on alone in the last launch agree with the reference, and past the bound on draws both take the row's
-    argmax."""
+def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
+    """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws). They agree with
+    the reference under the module's settings (every draw in a launch of the rounds), and when the rows go
+    on alone in the last launch: from the second draw (a launch of masses, one that draws, then one that
+    does both) or from the first (a launch of masses, then one that draws). Past the bound on draws both take the row's
+    argmax, whether a launch that draws, one that does both, or the lone pass reaches it."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
@@ -61,15 +63,22 @@ def test_many_rounds_and_the_bound_on_them(monkeypatch):
     mp = torch.zeros(B, device=DEV)
     seed = torch.arange(B, dtype=torch.int64, device=DEV)
     off = torch.zeros(B, dtype=torch.int64, device=DEV)
-    got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
-    assert torch.equal(got, ref)
     y = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
     assert kept_mask(x.cpu(), T.cpu(), k.cpu(), p.cpu()).gather(-1, y[..., None]).all()  # every draw is kept
-    for module in (_sampling_pivot, chain_sampling_ref):
-        monkeypatch.setattr(module, "PIVOT_ROUNDS", 4)
-    got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
-    assert torch.equal(got, ref)
-    short = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
+    module = (_sampling_pivot.STEPS, _sampling_pivot.SEPARATE)
+
+    def agree(steps, separate, rounds=chain_sampling_ref.PIVOT_ROUNDS):
+        for name, value in (("STEPS", steps), ("SEPARATE", separate), ("PIVOT_ROUNDS", rounds)):
+            monkeypatch.setattr(_sampling_pivot, name, value)
+        monkeypatch.setattr(chain_sampling_ref, "PIVOT_ROUNDS", rounds)
+        got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+        assert torch.equal(got, ref), (steps, separate, rounds)
+
+    for steps, separate in (module, (3, 2), (2, 2)):
+        agree(steps, separate)
+    for steps, separate, rounds in ((*module, 2), (*module, 3), (3, 2, 3)):
+        agree(steps, separate, rounds)
+    short = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 draws at most
     ran_out = short != y
     assert ran_out.any() and (short == torch.argmax(x.cpu().float(), -1))[ran_out].all()
 
