@@ -216,7 +216,8 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     ``r``), then draw ``r // 2`` (split 0's program, odd ``r``). The later ones do both: the split's masses,
     then the row's last program to store them makes the next draw. The first masses are over every key,
     with the mass of all entries too."""
-    if r < STEPS:
+    both = r >= SEPARATE
+    if (r < STEPS) & (both | (r % 2 == 0) | (sp == 0)):  # a launch of draws needs split 0's programs alone
         pivot, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr,
                                              NS_P2)  # fmt: skip
         if (r == 0) & (sp == 0):
@@ -224,7 +225,6 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             if ~active:
                 tl.store(y_ptr + row, tl.where(pivot, ARGMAX, NOT_PIVOT).to(tl.int64))
                 tl.store(lo_ptr + row, LOWEST)
-        both = r >= SEPARATE
         draws = r < 0  # whether this program makes the row's draw
         if both | (r % 2 == 0):
             lo = tl.where(r == 0, LOWEST, tl.load(lo_ptr + row))  # a row done has lo at LOWEST
@@ -237,7 +237,7 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                 if both:
                     tl.debug_barrier()  # every thread's stores are issued before the count says so
                     draws = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1
-        elif sp == 0:  # noqa: SIM102 (no load of lo by the other programs)
+        else:  # split 0's program in a launch of draws
             draws = active & ((r == 1) | (tl.load(lo_ptr + row) > LOWEST))
         if draws:
             if both:
