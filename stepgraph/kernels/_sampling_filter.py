@@ -83,11 +83,18 @@ def _stats_kernel(
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
+    gk, gi, z_max, k_min = split_stats(base, sp.to(tl.int64) * SPLIT, V, inv_t, SPLIT, BLOCK, SHIFT)
+    store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
+
+
+@triton.jit
+def split_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr):
+    """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, max of x * inv_t, min key
+    >> SHIFT)``."""
     g_best = tl.full([BLOCK], -2147483648, tl.int32)
     g_idx = tl.zeros([BLOCK], tl.int32)
     k_min = tl.full([BLOCK], 2147483647, tl.int32)
     z_max = tl.full([BLOCK], float("-inf"), tl.float32)
-    start = sp.to(tl.int64) * SPLIT
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
         inb = offs < V
@@ -95,12 +102,17 @@ def _stats_kernel(
         g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
         z_max = tl.maximum(z_max, x * inv_t)
-    out = row * n_splits + sp
     gk, gi = lanes_argmax(g_best, g_idx)
+    return gk, gi, tl.max(z_max, axis=0), tl.min(k_min, axis=0)
+
+
+@triton.jit
+def store_stats(out, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT: tl.constexpr):
+    """Stores a split's stats (:func:`split_stats`) at ``out``; its max key is the argmax key ``>> SHIFT``."""
     tl.store(gkey_ptr + out, gk)
     tl.store(gidx_ptr + out, gi)
-    tl.store(zmax_ptr + out, tl.max(z_max, axis=0))
-    tl.store(kmin_ptr + out, tl.min(k_min, axis=0))
+    tl.store(zmax_ptr + out, z_max)
+    tl.store(kmin_ptr + out, k_min)
     tl.store(kmax_ptr + out, gk >> SHIFT)
 
 

@@ -29,6 +29,7 @@ from ._sampling_filter import (
     row_state,
 )
 from ._sampling_pivot import SUB, pivot_options, pivot_step
+from ._sampling_pivot import _stats_kernel as _pivot_stats_kernel
 
 NUM_WARPS = 4
 
@@ -272,9 +273,9 @@ def _kept_mass_kernel(
 def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None):
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
-    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count)`` (``seed``, ``offset``
-    ``[B]`` and :func:`._sampling_pivot.pivot_buffers`): the rows of pivot requests skip the rounds and the
-    kept mass and draw during the rounds instead, into ``y``."""
+    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak)`` (``seed``,
+    ``offset`` ``[B]`` and :func:`._sampling_pivot.pivot_buffers`): the rows of pivot requests skip the rounds
+    and the kept mass and draw in the stats launch and the rounds instead, into ``y``."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -289,12 +290,21 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
-    _stats_kernel[grid](*head, temperature, gkey, gidx, m_part, kmin, kmax, V, K1, n_splits, SPLIT=split,
-                        BLOCK=BLOCK, SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
-    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
-    draws = (min_p, *pivot) if pivot is not None else (min_p, *(cut,) * 7)  # unused without pivot
     ns_p2 = next_pow2(n_splits)
     nb_p2 = next_pow2(triton.cdiv(split, SUB.value)) if pivot is not None else 1  # pivot sub-blocks a split
+    stats = (gkey, gidx, m_part, kmin, kmax)
+    if pivot is None:
+        _stats_kernel[grid](*head, temperature, *stats, V, K1, n_splits, SPLIT=split, BLOCK=BLOCK, SHIFT=shift,
+                            num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+        draws = (min_p, *(cut,) * 7)  # unused
+    else:
+        seed, offset, lo, y, total, masses, count, peak = pivot
+        requests = (temperature, top_k, top_p, min_p, seed, offset)
+        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, V, K1, n_splits, SPLIT=split,
+                                  BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift, num_warps=NUM_WARPS,
+                                  **EXACT_ROUNDING)  # fmt: skip
+        draws = (min_p, seed, offset, lo, y, total, masses, count)
+    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
     for r in range(rounds):
         _round_kernel[grid](*head, *search, *draws, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK,
                             NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2, **options,

@@ -4,23 +4,25 @@ the cut-off: rejection by a rising pivot.
 Top-p keeps an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in the kept
 set is a draw from it; one that does not proves every key up to its own outside, and the next draw starts
 past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the total.
-About nine rows in ten keep their first draw. Min-p keeps an upper set too, and it is known from the
-start: with it, only the entries of weight ``>= min_p`` are drawn from, from the first draw on (the total
-stays that of every entry).
+About nine rows in ten keep their first draw. Min-p keeps an upper set too, and it is known once ``max z``
+is: with it, only the entries of weight ``>= min_p`` are drawn from (the total stays that of every entry).
 
-The draws launch nothing of their own: they run inside the first :data:`STEPS` launches of the cut-off
-rounds (:func:`pivot_step`, over (row, vocabulary split)), whose programs for pivot rows have no round
-work. A draw needs masses: each program of a row still drawing stores the float64 mass of its split's
-entries that can be drawn, and of each of its sub-blocks of ``SUB`` entries (the first time over every key,
-beside the total). A draw checks the row's last draw by them (the mass above it) and, if the check fails,
-makes the next by inverse CDF: the split from the split masses, the sub-block from its sub-block masses,
-the entry from a scan of it (:func:`_draw_step`).
+The draws launch nothing of their own. A row without min-p makes its first draw in the filtered class's
+stats launch (:func:`_stats_kernel`): each program stores its split's sub-block masses over their own
+peaks (no ``max z`` needed), and the row's last program to store them (an atomic count) draws
+(:func:`_first_draw`). The checks and later draws run inside the first :data:`STEPS` launches of the
+cut-off rounds (:func:`pivot_step`, over (row, vocabulary split)), whose programs for pivot rows have no
+round work. Each program of a row still drawing stores the float64 mass of its split's entries that can be
+drawn, and of each of its sub-blocks of ``SUB`` entries (the first time beside the total). A draw step
+checks the row's last draw by them (the mass above it) and, if the check fails, makes the next by inverse
+CDF: the split from the split masses, the sub-block from its sub-block masses, the entry from a scan of it
+(:func:`_draw_step`). A row with min-p makes its first draw there, a step after the others.
 
 The first :data:`SEPARATE` launches take turns: masses, then draws (split 0's programs). In the later ones
-few rows still draw, and a launch does both: the row's last program to store its masses (an atomic count)
-draws. Doing both is slower while most rows draw, as a row's draw waits for its last program under the
-others' loads. A row still drawing after the last launch goes on alone there, a pass over the row per
-draw, up to :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
+few rows still draw, and a launch does both: the row's last program to store its masses draws. Doing both
+is slower while most rows draw, as a row's draw waits for its last program under the others' loads. A row
+still drawing after the last launch goes on alone there, a pass over the row per draw, up to
+:data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request).
@@ -32,15 +34,19 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import sortable_key
-from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request
-from .chain_sampling_ref import PIVOT_ROUNDS
+from ._argmax import sortable_key, track_argmax
+from ._common import jit_any_batch
+from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request, split_stats, store_stats
+from .chain_sampling_ref import PIVOT_ROUNDS, PIVOT_SUB
 
 NOT_PIVOT: tl.constexpr = tl.constexpr(-2)
 ARGMAX: tl.constexpr = tl.constexpr(-1)
+UNDRAWN: tl.constexpr = tl.constexpr(-3)  # a row that makes its first draw in the rounds (min-p's)
 LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
 #: Entries a sub-block: a warp's share of a ``BLOCK`` (four warps), summed without crossing warps.
-SUB: tl.constexpr = tl.constexpr(256)
+SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
+#: Sub-blocks of every split the first draw sums a step: a [splits, FIRST_CHUNK] tile in registers.
+FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 #: Launches of the cut-off rounds the draws run in (a bfloat16 row has eight).
 STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
@@ -53,13 +59,15 @@ REGISTERS = 96
 @triton.jit
 def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2: tl.constexpr):
     """``(pivot request, row takes part, inv_t, m)``: a row takes part when its request is a pivot request and
-    its logits are regular (no NaN or +inf, not all -inf) and ``max x / T`` is finite."""
+    its logits are regular (no NaN or +inf, not all -inf) and ``max x / T`` is finite. The stats are read
+    from L2: the stats launch's last program of a row reads those its other programs stored."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
     t = tl.load(temp_ptr + b).to(tl.float32)
     pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
-    gk = tl.max(tl.load(gkey_ptr + row * n_splits + sp, mask=sp < n_splits, other=-2147483648), axis=0)
-    m = tl.max(tl.load(zmax_ptr + row * n_splits + sp, mask=sp < n_splits, other=float("-inf")), axis=0)
+    stats = row * n_splits + sp
+    gk = tl.max(tl.load(gkey_ptr + stats, mask=sp < n_splits, other=-2147483648, cache_modifier=".cg"), axis=0)
+    m = tl.max(tl.load(zmax_ptr + stats, mask=sp < n_splits, other=float("-inf"), cache_modifier=".cg"), axis=0)
     finite = (m.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
     active = pivot & (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & finite
     return pivot, active, 1.0 / tl.where(t > 0, t, 1.0), m
@@ -91,10 +99,13 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
     sub = tl.arange(0, N_SUB)
     per_warp = tl.zeros([N_SUB], tl.float64)
     every = tl.zeros([N_SUB], tl.float64)
+    offs = start + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
+    ahead = tl.load(base + offs, mask=offs < V, other=float("-inf"))  # each step loads the next block first
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
         inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        x = ahead.to(tl.float32)
+        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (i + BLOCK < SPLIT), other=float("-inf"))
         w = tl.exp(x * inv_t - m)
         live = inb & ((sortable_key(x) >> SHIFT) >= lo32) & (w >= min_p)
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
@@ -132,13 +143,140 @@ def _draw(base, V, part, n_splits, u, lo, min_p, inv_t, m, SPLIT, NS_P2: tl.cons
         part + chosen * per_split + 2 + bi, mask=bi < per_split - 2, other=0.0, cache_modifier=".cg"
     )  # stored by other programs (L2)
     block, local = _pick(block_mass, local, NB_P2)
-    offs = chosen.to(tl.int64) * SPLIT + block * SUB + tl.arange(0, SUB)
+    return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, lo, min_p, inv_t, m, SHIFT)
+
+
+@triton.jit
+def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
+    """The entry of the sub-block at ``start`` where the cumulative weight (float64) of those that can be
+    drawn (a key ``>= lo`` and ``w >= min_p``) passes ``local``; the last one of positive weight where float
+    sums leave none; -1 if none has any."""
+    offs = start + tl.arange(0, SUB)
     inb = offs < V
     x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
     w = tl.exp(x * inv_t - m)
     w = tl.where(inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo) & (w >= min_p), w, 0.0).to(tl.float64)
     hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), offs, V), axis=0)
     return tl.where(hit < V, hit, tl.max(tl.where(w > 0, offs, -1), axis=0))
+
+
+@triton.jit
+def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+                SHIFT: tl.constexpr):  # fmt: skip
+    """A row's first draw (:func:`.chain_sampling_ref.first_pivot_draw`) by number ``u``, from what
+    :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in ``part``
+    (:func:`_split_mass`'s slots), ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is ``s * exp(p - m)``:
+    the split, then the sub-block, where the cumulative mass passes ``u`` times the row's, then the entry.
+    The split masses sum :data:`FIRST_CHUNK` sub-blocks of every split a step (few registers)."""
+    n_sub = tl.cdiv(SPLIT, SUB)
+    sp = tl.arange(0, NS_P2)
+    split_mass = tl.zeros([NS_P2], tl.float64)
+    for c in range(0, n_sub, FIRST_CHUNK):
+        bi = c + tl.arange(0, FIRST_CHUNK)
+        split_mass += tl.sum(_sub_block_masses(part, peak, sp[:, None], bi[None, :], n_splits, n_sub, m), axis=1)
+    chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
+    bi = tl.arange(0, NB_P2)
+    block, local = _pick(_sub_block_masses(part, peak, chosen, bi, n_splits, n_sub, m), local, NB_P2)
+    return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, LOWEST, 0.0, inv_t, m, SHIFT)
+
+
+@triton.jit
+def _sub_block_masses(part, peak, sp, bi, n_splits, n_sub, m):
+    """``s * exp(p - m)`` (float64) of sub-blocks ``bi`` of splits ``sp`` (0 past the row's), from the ``s``
+    and ``p`` other programs stored (read from L2)."""
+    there = (sp < n_splits) & (bi < n_sub)
+    s = tl.load(part + sp * (2 + n_sub) + 2 + bi, mask=there, other=0.0, cache_modifier=".cg")
+    p = tl.load(peak + sp * n_sub + bi, mask=there, other=float("-inf"), cache_modifier=".cg")
+    return tl.where(p > float("-inf"), s * tl.exp(p - m).to(tl.float64), 0.0)
+
+
+@triton.jit
+def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, mass_out, peak_out):
+    """:func:`._sampling_filter.split_stats` of a pivot row's split, and for its ``i``-th sub-block the peak
+    ``p = max z`` (float32) at ``peak_out[i]`` and the float64 sum of its ``exp(z - p)`` at ``mass_out[i]``:
+    masses that need no ``max z`` of the row yet. A tile ``[BLOCK / SUB, SUB]`` holds a sub-block a warp."""
+    N_SUB: tl.constexpr = BLOCK // SUB
+    sub = tl.arange(0, N_SUB)
+    g_best = tl.full([N_SUB, SUB], -2147483648, tl.int32)
+    g_idx = tl.zeros([N_SUB, SUB], tl.int32)
+    k_min = tl.full([N_SUB, SUB], 2147483647, tl.int32)
+    z_max = tl.full([N_SUB], float("-inf"), tl.float32)
+    offs = start + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
+    ahead = tl.load(base + offs, mask=offs < V, other=float("-inf"))
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
+        inb = offs < V
+        x = ahead.to(tl.float32)
+        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (i + BLOCK < SPLIT), other=float("-inf"))
+        g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
+        k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
+        z = x * inv_t
+        p = tl.max(z, axis=1)
+        w = tl.where((p > float("-inf"))[:, None], tl.exp(z - p[:, None]), 0.0)
+        tl.store(mass_out + i // SUB + sub, tl.sum(w.to(tl.float64), axis=1))
+        tl.store(peak_out + i // SUB + sub, p)
+        z_max = tl.maximum(z_max, p)
+    gk = tl.max(tl.max(g_best, axis=1), axis=0)
+    gi = tl.min(tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=1), axis=0)
+    return gk, gi, tl.max(z_max, axis=0), tl.min(tl.min(k_min, axis=1), axis=0)
+
+
+@triton.jit
+def _number(seed_ptr, offset_ptr, row, K1, draw_no):
+    """The number of draw ``draw_no`` of ``row``: :func:`.philox.pivot_counter` in the request's stream."""
+    b = row // K1
+    stream = (tl.load(offset_ptr + b) * (K1 + 1) + K1) << 32  # verify_stream
+    return tl.rand(tl.load(seed_ptr + b), stream | (K1 + 1 + draw_no * K1 + row % K1))
+
+
+@jit_any_batch
+def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                  gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr, V,
+                  K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+                  SHIFT: tl.constexpr):  # fmt: skip
+    """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
+    requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the
+    row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
+    the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest
+    key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest
+    key, other requests' rows ``y = -2``."""
+    row = tl.program_id(0).to(tl.int64)
+    sp = tl.program_id(1)
+    b = row // K1
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    inv_t = 1.0 / tl.where(t > 0, t, 1.0)
+    base = logits_ptr + b * stride_b + (row % K1) * stride_j
+    start = sp.to(tl.int64) * SPLIT
+    per_split = 2 + tl.cdiv(SPLIT, SUB)
+    part = part_ptr + row * n_splits * per_split
+    peak = peak_ptr + row * n_splits * (per_split - 2)
+    pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+    first = pivot & (tl.load(minp_ptr + b) <= 0)  # draws here; with min-p, in the rounds (from its set)
+    if first:
+        gk, gi, z_max, k_min = _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT,
+                                                part + sp * per_split + 2, peak + sp * (per_split - 2))  # fmt: skip
+    else:
+        gk, gi, z_max, k_min = split_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT)
+    store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
+    if pivot:
+        tl.debug_barrier()  # every thread's stores are issued before the count says so
+        if tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
+            tl.store(count_ptr + row, 0)
+            _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+            token = ARGMAX + 0 * row
+            lo = LOWEST + 0 * row
+            if active:
+                token = UNDRAWN + 0 * row
+                lo = LOWEST + 1
+                if first:
+                    u = _number(seed_ptr, offset_ptr, row, K1, 0)
+                    token = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
+                    lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+            tl.store(y_ptr + row, token)
+            tl.store(lo_ptr + row, lo)
+    elif sp == 0:
+        tl.store(y_ptr + row, NOT_PIVOT + 0 * row)
+        tl.store(lo_ptr + row, LOWEST + 0 * row)
 
 
 @triton.jit
@@ -153,11 +291,11 @@ def _kept(base, token, mass_above, total, top_p, min_p, inv_t, m):
 def _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr, total_ptr,
                part_ptr, d, last, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
                NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
-    """Draw ``d`` of a row by the masses just stored. ``d == 0``: the row's first draw. Else the check of
-    draw ``d - 1`` (the masses are those above it), then, if it failed, draw ``d``; in the ``last`` launch
-    then on alone, a pass over the row and a check, then a draw, at a time. Past ``ROUNDS`` draws the row
-    takes its argmax. A row done (its draw kept, or its argmax) sets ``lo`` to the lowest key, which the
-    launches after it skip."""
+    """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
+    ``d == 1``, the first, beside the mass of every entry, the total the checks compare with), then, if it
+    failed, draw ``d``; in the ``last`` launch then on alone, a pass over the row and a check, then a draw,
+    at a time. Past ``ROUNDS`` draws the row takes its argmax. A row done (its draw kept, or its argmax)
+    sets ``lo`` to the lowest key, which the launches after it skip."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
@@ -166,29 +304,22 @@ def _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, off
     per_split = 2 + tl.cdiv(SPLIT, SUB)
     part = part_ptr + row * n_splits * per_split
     mass = tl.sum(tl.load(part + sp * per_split, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
-    stream = (tl.load(offset_ptr + b) * (K1 + 1) + K1) << 32  # verify_stream
-    seed = tl.load(seed_ptr + b)
-    if d == 0:  # with min-p the first masses leave out what it cuts: the total of every entry beside them
-        total = mass
-        if min_p > 0:
-            total = tl.sum(tl.load(part + sp * per_split + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"),
-                           axis=0)  # fmt: skip
+    if d == 1:
+        total = tl.sum(tl.load(part + sp * per_split + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"),
+                       axis=0)  # fmt: skip
         tl.store(total_ptr + row, total)
-        kept = total < 0.0  # nothing drawn yet
-        lo = LOWEST + 0 * row
-        token = ARGMAX + 0 * row
     else:
         total = tl.load(total_ptr + row)
-        token = tl.load(y_ptr + row)
-        kept = _kept(base, token, mass, total, top_p, min_p, inv_t, m)
-        lo = tl.load(lo_ptr + row)
-    draw_no = d + 0 * row
+    token = tl.load(y_ptr + row)
+    drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
+    kept = drawn & _kept(base, tl.maximum(token, 0), mass, total, top_p, min_p, inv_t, m)
+    lo = tl.load(lo_ptr + row)
+    draw_no = d - (min_p > 0).to(tl.int64)  # with min-p, each draw a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
     pending = drawing & ~last  # a draw that the next launch checks
     while drawing:
-        counter = K1 + 1 + draw_no * K1 + row % K1  # pivot_counter
-        token = _draw(base, V, part, n_splits, tl.rand(seed, stream | counter), lo, min_p, inv_t, m, SPLIT, NS_P2,
-                      NB_P2, SHIFT)  # fmt: skip
+        token = _draw(base, V, part, n_splits, _number(seed_ptr, offset_ptr, row, K1, draw_no), lo, min_p, inv_t, m,
+                      SPLIT, NS_P2, NB_P2, SHIFT)  # fmt: skip
         lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
         draw_no += 1
         if last:  # its check, here: the masses above it, split by split, which the next draw reads
@@ -212,54 +343,52 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
                STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """Step ``r`` of the draws (module docstring), run by program (row, split) of launch ``r`` of the cut-off
-    rounds; nothing for ``r >= STEPS``. Launches ``r < SEPARATE`` take turns: the split's masses (even
-    ``r``), then draw ``r // 2`` (split 0's program, odd ``r``). The later ones do both: the split's masses,
-    then the row's last program to store them makes the next draw. The first masses are over every key,
-    with the mass of all entries too."""
+    rounds for a row whose last draw waits for its check (``lo`` above the lowest key); nothing for ``r >=
+    STEPS``. Launches ``r < SEPARATE`` take turns: the split's masses above the last draw (even ``r``; with
+    the mass of every entry in launch 0), then the check and draw ``r // 2 + 1`` (split 0's program, odd
+    ``r``; one less for a row with min-p, which has not drawn yet). The later ones do both: the split's
+    masses, then the row's last program to store them checks and draws."""
     both = r >= SEPARATE
     if (r < STEPS) & (both | (r % 2 == 0) | (sp == 0)):  # a launch of draws needs split 0's programs alone
-        pivot, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr,
-                                             NS_P2)  # fmt: skip
-        if (r == 0) & (sp == 0):
-            tl.store(count_ptr + row, 0)  # launch 0 counts nothing (SEPARATE >= 2)
-            if ~active:
-                tl.store(y_ptr + row, tl.where(pivot, ARGMAX, NOT_PIVOT).to(tl.int64))
-                tl.store(lo_ptr + row, LOWEST)
-        draws = r < 0  # whether this program makes the row's draw
-        if both | (r % 2 == 0):
-            lo = tl.where(r == 0, LOWEST, tl.load(lo_ptr + row))  # a row done has lo at LOWEST
-            if active & ((r == 0) | (lo > LOWEST)):
+        lo = tl.load(lo_ptr + row)
+        if lo > LOWEST:
+            _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+            draws = r % 2 == 1  # split 0's program in a launch of draws
+            if both | (r % 2 == 0):
                 b = row // K1
                 min_p = tl.load(minp_ptr + b).to(tl.float32)
                 out = part_ptr + (row * n_splits + sp) * (2 + tl.cdiv(SPLIT, SUB))
                 _split_mass(logits_ptr + b * stride_b + (row % K1) * stride_j, sp.to(tl.int64) * SPLIT, V, lo, min_p,
-                            inv_t, m, SPLIT, BLOCK, SHIFT, out, (r == 0) & (min_p > 0))  # fmt: skip
+                            inv_t, m, SPLIT, BLOCK, SHIFT, out, r == 0)  # fmt: skip
+                draws = r < 0
                 if both:
                     tl.debug_barrier()  # every thread's stores are issued before the count says so
                     draws = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1
-        else:  # split 0's program in a launch of draws
-            draws = active & ((r == 1) | (tl.load(lo_ptr + row) > LOWEST))
-        if draws:
-            if both:
-                tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
-            d = tl.where(both, SEPARATE // 2 + r - SEPARATE, r // 2)  # the draw this launch makes
-            _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-                       total_ptr, part_ptr, d, r == STEPS - 1, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK, NS_P2,
-                       NB_P2, SHIFT, ROUNDS)  # fmt: skip
+            if draws:
+                if both:
+                    tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
+                d = tl.where(both, SEPARATE // 2 + 1 + r - SEPARATE, r // 2 + 1)  # the draw this launch makes
+                _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
+                           total_ptr, part_ptr, d, r == STEPS - 1, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK,
+                           NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:
-    """The draws' workspace ``(lo, y, total, part, count)`` for ``n_splits`` splits of ``split`` entries a
-    row: ``part [rows, n_splits, 2 + sub-blocks]`` float64 holds the masses of each split (of what can be
-    drawn, and of every entry) and of its sub-blocks of ``SUB`` entries; ``count [rows]`` int32 counts a
-    launch's programs of a row that have stored them (launch 0 sets it to 0); ``y [rows]`` int64 holds the
-    draws once the cut-off rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
+    """The draws' workspace ``(lo, y, total, part, count, peak)`` for ``n_splits`` splits of ``split``
+    entries a row: ``part [rows, n_splits, 2 + sub-blocks]`` float64 holds the masses of each split (of what
+    can be drawn, and of every entry) and of its sub-blocks of ``SUB`` entries; ``peak [rows, n_splits,
+    sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first draw's); ``count [rows]`` int32,
+    zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to
+    0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run (token, ``-1``: the row's argmax,
+    ``-2``: not a pivot request)."""
+    n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
     total = torch.empty(rows, dtype=torch.float64, device=device)
-    part = torch.empty((rows, n_splits, 2 + triton.cdiv(split, SUB.value)), dtype=torch.float64, device=device)
-    count = torch.empty(rows, dtype=torch.int32, device=device)
-    return lo, y, total, part, count
+    part = torch.empty((rows, n_splits, 2 + n_sub), dtype=torch.float64, device=device)
+    count = torch.zeros(rows, dtype=torch.int32, device=device)
+    peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
+    return lo, y, total, part, count, peak
 
 
 def pivot_options(draws: bool) -> dict:

@@ -32,7 +32,7 @@ Launches, each over (row, vocabulary split) except the last:
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split. With
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
-  rounds' first eight launches instead (:mod:`._sampling_pivot`);
+  first launch and the rounds' first eight instead (:mod:`._sampling_pivot`);
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
@@ -403,8 +403,9 @@ def chain_verify_sampling(
         if small_top_k:
             cut = topk_mass(*parts)
         elif pivot:
-            lo, drawn, total, mass, count = pivot_buffers(rows, n_splits, split, dev)
-            cut = filtered_mass(*parts, pivot=(seed, offset, lo, drawn, total, mass, count))
+            workspace = pivot_buffers(rows, n_splits, split, dev)
+            drawn = workspace[1]
+            cut = filtered_mass(*parts, pivot=(seed, offset, *workspace))
         else:
             cut = filtered_mass(*parts)
     else:

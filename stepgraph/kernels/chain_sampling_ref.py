@@ -30,6 +30,8 @@ from .philox import philox_uniform, pivot_counter, verify_stream, verify_uniform
 #: Draws a pivot row takes at most; past them (never seen: each draw raises the pivot past a rejected key,
 #: and about one row in ten needs a second) it takes its argmax, which every top-p set keeps.
 PIVOT_ROUNDS = 64
+#: Entries of a pivot row's sub-block (``[i * PIVOT_SUB, (i + 1) * PIVOT_SUB)``): the first draw's unit.
+PIVOT_SUB = 256
 
 
 class SampledVerifyOutput(NamedTuple):
@@ -245,13 +247,14 @@ def pivot_draws(
     offset: torch.Tensor,
 ) -> torch.Tensor:
     """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p (with min-p):
-    ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter` and draws by
-    inverse CDF (float64, vocabulary order) from the weights of the entries that can be drawn: a key ``>=
-    lo`` (``lo`` starts below every key) and a weight ``>= min_p``. The token is kept when the float64 mass
-    of the strictly larger keys that can be drawn is ``< top_p *`` the total (of every entry); else no key
-    ``<=`` its key is kept, ``lo`` rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most).
-    Graph-safe: on a GPU it runs every round (no host sync); on the CPU it stops once every row has kept
-    its draw."""
+    ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter`. Without
+    min-p the first is by :func:`first_pivot_draw`, from every entry; every other by inverse CDF (float64,
+    vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` (``lo`` starts
+    below every key) and a weight ``>= min_p``.
+    A draw is kept when the float64 mass of the strictly larger keys that can be drawn is ``< top_p *``
+    the total (of every entry) and its weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo``
+    rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs
+    every round (no host sync); on the CPU it stops once every row has kept its draw."""
     B, K1, V = logits.shape
     w32 = _weights(logits, temperature)
     mp = min_p.float().view(B, 1, 1)
@@ -268,6 +271,8 @@ def pivot_draws(
         u = philox_uniform(seed.long()[:, None], stream | pivot_counter(K1, rnd, rows))
         cdf = torch.cumsum(torch.where(key >= lo, w, 0.0), -1)
         pick = torch.searchsorted(cdf, (u.double() * cdf[..., -1])[..., None], right=True).clamp(max=V - 1)
+        if rnd == 0:
+            pick = torch.where(mp > 0, pick, first_pivot_draw(logits, temperature, u)[..., None])
         y = torch.where(done, y, pick.squeeze(-1))
         k_y = key.gather(-1, pick)
         above = torch.where(key > k_y, w, 0.0).sum(-1)
@@ -277,6 +282,43 @@ def pivot_draws(
         if not logits.is_cuda and bool(done.all()):
             break
     return torch.where(done, y, torch.argmax(logits, -1))
+
+
+def first_pivot_draw(logits: torch.Tensor, temperature: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """A pivot row's first draw, ``[B, K+1]`` int64, by number ``u [B, K+1]``, from every entry of ``logits
+    [B, K+1, V]`` (no min-p yet), in two steps that need no ``max z`` before a pass over the row:
+
+    * the sub-block (:data:`PIVOT_SUB` entries) where the cumulative mass passes ``u`` times the row's, a
+      sub-block's mass being ``s * exp(p - m)`` (float32 ``exp``, then float64): ``p`` is its largest ``z``,
+      ``s`` the float64 sum of its ``exp(z - p)`` (float32), ``m = max z``;
+    * the entry of that sub-block where the cumulative ``w`` (float64) passes what is left of the goal,
+      or its last one of positive weight.
+
+    The masses differ from the sums of ``w`` by float32 rounding (about 1e-7 relative): the law is ``q``'s
+    as closely as a float32 ``u`` resolves it. Rows without a positive weight (degenerate rows, which do
+    not draw) give an arbitrary entry."""
+    B, K1, V = logits.shape
+    t = temperature.float().view(B, 1, 1)
+    z = logits.float() * (1.0 / torch.where(t > 0, t, torch.ones_like(t)))
+    n_sub = -(-V // PIVOT_SUB)
+    zb = torch.nn.functional.pad(z, (0, n_sub * PIVOT_SUB - V), value=float("-inf")).view(B, K1, n_sub, PIVOT_SUB)
+    peak = zb.amax(-1)
+    some = peak > float("-inf")
+    s = torch.where(some[..., None], torch.exp(zb - peak[..., None]), 0.0).double().sum(-1)
+    mass = torch.where(some, s * torch.exp(peak - z.amax(-1, keepdim=True)).double(), 0.0)  # [B, K1, n_sub]
+    goal = u.double() * mass.sum(-1)
+    cum = torch.cumsum(mass, -1)
+    sub = torch.searchsorted(cum, goal[..., None], right=True).squeeze(-1)
+    last = torch.where(mass > 0, torch.arange(n_sub, device=z.device), 0).amax(-1)
+    sub = torch.minimum(sub, last)
+    before = torch.nn.functional.pad(cum[..., :-1], (1, 0))  # the mass of the sub-blocks before each
+    local = goal - before.gather(-1, sub[..., None]).squeeze(-1)
+    w = torch.exp(zb - z.amax(-1, keepdim=True)[..., None]).double()
+    w = w.gather(2, sub[..., None, None].expand(B, K1, 1, PIVOT_SUB)).squeeze(2)  # [B, K1, SUB]
+    lanes = torch.arange(PIVOT_SUB, device=z.device)
+    hit = torch.where((w > 0) & (torch.cumsum(w, -1) > local[..., None]), lanes, PIVOT_SUB).amin(-1)
+    hit = torch.where(hit < PIVOT_SUB, hit, torch.where(w > 0, lanes, 0).amax(-1))
+    return (sub * PIVOT_SUB + hit).clamp(max=V - 1)
 
 
 def inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -49,10 +49,12 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
 
 def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
     """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws). They agree with
-    the reference under the module's settings (every draw in a launch of the rounds), and when the rows go
-    on alone in the last launch: from the second draw (a launch of masses, one that draws, then one that
-    does both) or from the first (a launch of masses, then one that draws). Past the bound on draws both
-    take the row's argmax, whether a launch that draws, one that does both, or the lone pass reaches it."""
+    the reference under the module's settings (the first draw in the stats launch, the others in launches
+    of the rounds), and when the rows go on alone in the last launch: from the third draw (a launch of
+    masses, one that checks and draws, then one that does both) or from the second (a launch of masses,
+    then one that checks and draws). Past the bound on draws both take the row's argmax, whether a launch
+    that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
+    their entries): they make their first draw in the rounds."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
@@ -60,7 +62,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     T = torch.ones(B, device=DEV)
     k = torch.zeros(B, dtype=torch.int64, device=DEV)
     p = torch.full((B,), 0.1, device=DEV)
-    mp = torch.zeros(B, device=DEV)
+    mp = torch.tensor([0.0, 0.01] * (B // 2), device=DEV)  # min-p rows make each draw a step later
     seed = torch.arange(B, dtype=torch.int64, device=DEV)
     off = torch.zeros(B, dtype=torch.int64, device=DEV)
     y = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
@@ -168,3 +170,26 @@ def test_draws_pick_the_block_inside_a_split(monkeypatch):
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
         got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
+
+
+def test_the_first_draw_is_the_inverse_cdf_of_the_weights():
+    """The first draw goes by sub-block masses over their own peak, scaled by ``exp(p - m)``: on rows whose
+    sub-blocks peak far apart (and one all ``-inf``), it picks the entry the exact inverse CDF of ``w``
+    picks for every number not within 1e-6 of the row's mass from a boundary; and it never picks an
+    entry of zero weight."""
+    from stepgraph.kernels.chain_sampling_ref import PIVOT_SUB, first_pivot_draw
+
+    g = torch.Generator().manual_seed(4)
+    B, K1, V, n = 2, 2, 3 * PIVOT_SUB + 77, 2048
+    x = torch.randn(B, K1, V, generator=g) * 2 + torch.arange(4).repeat_interleave(PIVOT_SUB)[:V] * 3.0
+    x[1, 0, PIVOT_SUB : 2 * PIVOT_SUB] = float("-inf")
+    T = torch.tensor([1.0, 0.7])
+    u = ((torch.arange(n) + 0.5) / n).view(1, 1, n).expand(B, K1, n)
+    got = torch.stack([first_pivot_draw(x, T, u[..., i].contiguous()) for i in range(n)], -1)
+    w = chain_sampling_ref._weights(x, T).double()
+    cdf = torch.cumsum(w, -1)
+    goal = u.double() * cdf[..., -1:]
+    exact = torch.searchsorted(cdf, goal, right=True)
+    near = (cdf[..., None, :] - goal[..., None]).abs().amin(-1) < 1e-6 * cdf[..., -1:]
+    assert (got == exact)[~near].all() and (~near).float().mean() > 0.99
+    assert (w.gather(-1, got) > 0).all()
