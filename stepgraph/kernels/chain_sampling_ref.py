@@ -313,8 +313,8 @@ def first_pivot_draw(logits: torch.Tensor, temperature: torch.Tensor, u: torch.T
     sub = torch.minimum(sub, last)
     before = torch.nn.functional.pad(cum[..., :-1], (1, 0))  # the mass of the sub-blocks before each
     local = goal - before.gather(-1, sub[..., None]).squeeze(-1)
-    w = torch.exp(zb - z.amax(-1, keepdim=True)[..., None]).double()
-    w = w.gather(2, sub[..., None, None].expand(B, K1, 1, PIVOT_SUB)).squeeze(2)  # [B, K1, SUB]
+    z_sub = zb.gather(2, sub[..., None, None].expand(B, K1, 1, PIVOT_SUB)).squeeze(2)  # [B, K1, SUB]
+    w = torch.exp(z_sub - z.amax(-1, keepdim=True)).double()
     lanes = torch.arange(PIVOT_SUB, device=z.device)
     hit = torch.where((w > 0) & (torch.cumsum(w, -1) > local[..., None]), lanes, PIVOT_SUB).amin(-1)
     hit = torch.where(hit < PIVOT_SUB, hit, torch.where(w > 0, lanes, 0).amax(-1))
