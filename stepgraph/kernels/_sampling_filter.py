@@ -26,6 +26,9 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import jit_any_batch
+from .chain_sampling_ref import SMALL_TOP_K_MAX
+
+PIVOT_TOP_K: tl.constexpr = tl.constexpr(SMALL_TOP_K_MAX)  # a top-k above it (top-p off) draws by the pivot
 
 INF_KEY_C: tl.constexpr = tl.constexpr(0x7F800000)  # sortable_key(+inf); NaN keys are larger
 NEG_INF_KEY_C: tl.constexpr = tl.constexpr(-2139095041)  # sortable_key(-inf)
@@ -119,8 +122,10 @@ def store_stats(out, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_pt
 @triton.jit
 def pivot_request(t, k, top_p):
     """A request whose rows draw by a rising pivot (:mod:`._sampling_pivot`) and skip the cut-off search:
-    sampled, top-p on, top-k off (``chain_sampling_ref.pivot_requests``)."""
-    return (t > 0) & (k <= 0) & (top_p > 0) & (top_p < 1.0)
+    sampled, with top-p on and top-k off, or top-p off and a top-k above ``SMALL_TOP_K_MAX``
+    (``chain_sampling_ref.pivot_requests``)."""
+    top_p_alone = (k <= 0) & (top_p > 0) & (top_p < 1.0)
+    return (t > 0) & (top_p_alone | ((k > PIVOT_TOP_K) & (top_p >= 1.0)))
 
 
 @triton.jit

@@ -1,9 +1,10 @@
-"""A draw from the top-p distribution of every pivot row (:func:`.chain_sampling_ref.pivot_draws`), without
-the cut-off: rejection by a rising pivot.
+"""A draw from the top-p (or large top-k) distribution of every pivot row
+(:func:`.chain_sampling_ref.pivot_draws`), without the cut-off: rejection by a rising pivot.
 
-Top-p keeps an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in the kept
-set is a draw from it; one that does not proves every key up to its own outside, and the next draw starts
-past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the total.
+Top-p and top-k keep an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in
+the kept set is a draw from it; one that does not proves every key up to its own outside, and the next draw
+starts past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the
+total, or by their number against ``top_k``.
 About nine rows in ten keep their first draw. Min-p keeps an upper set too, and it is known once ``max z``
 is: with it, only the entries of weight ``>= min_p`` are drawn from (the total stays that of every entry).
 
@@ -45,6 +46,9 @@ UNDRAWN: tl.constexpr = tl.constexpr(-3)  # a row that makes its first draw in t
 LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
 #: Entries a sub-block: a warp's share of a ``BLOCK`` (four warps), summed without crossing warps.
 SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
+#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, and
+#: the number of what can be drawn (a float64 integer).
+HEAD: tl.constexpr = tl.constexpr(3)
 #: Sub-blocks of every split the first draw sums a step: a [splits, FIRST_CHUNK] tile in registers.
 FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 #: Launches of the cut-off rounds the draws run in (a bfloat16 row has eight).
@@ -76,28 +80,30 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 @triton.jit
 def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole):
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
-    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, and that of each of its
-    sub-blocks of ``SUB`` entries at ``out[2 + i]``; with ``whole``, the mass of all its entries at
-    ``out[1]``. Returns the first."""
+    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
+    ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
+    ``whole``, the mass of all its entries at ``out[1]``. Returns the first two."""
     if whole:  # two loops: a branch inside one would keep its loads from being pipelined
-        total, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True)
+        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True)
         tl.store(out + 1, every)
     else:
-        total, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False)
+        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False)
     tl.store(out, total)
-    return total
+    tl.store(out + 2, count.to(tl.float64))
+    return total, count
 
 
 @triton.jit
 def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
                WHOLE: tl.constexpr):  # fmt: skip
-    """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, and that of all its
-    entries with ``WHOLE`` (else 0). A tile ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no
-    exchange between warps."""
+    """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, the number of
+    entries in it, and the mass of all its entries with ``WHOLE`` (else 0). A tile ``[BLOCK / SUB, SUB]``
+    holds a sub-block a warp: its sums need no exchange between warps."""
     N_SUB: tl.constexpr = BLOCK // SUB
     lo32 = tl.minimum(tl.maximum(lo, -2147483648), 2147483647).to(tl.int32)  # keys >> SHIFT are int32
     sub = tl.arange(0, N_SUB)
     per_warp = tl.zeros([N_SUB], tl.float64)
+    count = tl.zeros([N_SUB], tl.int32)
     every = tl.zeros([N_SUB], tl.float64)
     offs = start + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
     ahead = tl.load(base + offs, mask=offs < V, other=float("-inf"))  # each step loads the next block first
@@ -105,15 +111,17 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
         inb = offs < V
         x = ahead.to(tl.float32)
-        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (i + BLOCK < SPLIT), other=float("-inf"))
+        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (offs + BLOCK < start + SPLIT),
+                        other=float("-inf"))  # fmt: skip
         w = tl.exp(x * inv_t - m)
         live = inb & ((sortable_key(x) >> SHIFT) >= lo32) & (w >= min_p)
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
-        tl.store(out + 2 + i // SUB + sub, sums)
+        tl.store(out + HEAD + i // SUB + sub, sums)
         per_warp += sums
+        count += tl.sum(live.to(tl.int32), axis=1)
         if WHOLE:
             every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
-    return tl.sum(per_warp, axis=0), tl.sum(every, axis=0)
+    return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
 
 
 @triton.jit
@@ -130,17 +138,17 @@ def _pick(mass, goal, N_P2: tl.constexpr):
 def _draw(base, V, part, n_splits, u, lo, min_p, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
           SHIFT: tl.constexpr):  # fmt: skip
     """The entry that number ``u`` picks by inverse CDF among those that can be drawn (a key ``>= lo`` and
-    ``w >= min_p``), given ``part`` (the row's ``[n_splits, 2 + sub-blocks]`` float64 masses of
+    ``w >= min_p``), given ``part`` (the row's ``[n_splits, HEAD + sub-blocks]`` float64 masses of
     :func:`_split_mass`): the split where the cumulative mass passes ``u`` times the total, the sub-block in
     it, then the entry in the sub-block (the last one of positive weight wherever float sums leave none).
     One sub-block is read, whatever the split's size."""
-    per_split = 2 + tl.cdiv(SPLIT, SUB)
+    per_split = HEAD + tl.cdiv(SPLIT, SUB)
     sp = tl.arange(0, NS_P2)
     split_mass = tl.load(part + sp * per_split, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
     chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
     bi = tl.arange(0, NB_P2)
     block_mass = tl.load(
-        part + chosen * per_split + 2 + bi, mask=bi < per_split - 2, other=0.0, cache_modifier=".cg"
+        part + chosen * per_split + HEAD + bi, mask=bi < per_split - HEAD, other=0.0, cache_modifier=".cg"
     )  # stored by other programs (L2)
     block, local = _pick(block_mass, local, NB_P2)
     return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, lo, min_p, inv_t, m, SHIFT)
@@ -173,19 +181,19 @@ def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.con
     split_mass = tl.zeros([NS_P2], tl.float64)
     for c in range(0, n_sub, FIRST_CHUNK):
         bi = c + tl.arange(0, FIRST_CHUNK)
-        split_mass += tl.sum(_sub_block_masses(part, peak, sp[:, None], bi[None, :], n_splits, n_sub, m), axis=1)
+        there = (sp[:, None] < n_splits) & (bi[None, :] < n_sub)
+        split_mass += tl.sum(_sub_block_masses(part, peak, sp[:, None], bi[None, :], there, n_sub, m), axis=1)
     chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
     bi = tl.arange(0, NB_P2)
-    block, local = _pick(_sub_block_masses(part, peak, chosen, bi, n_splits, n_sub, m), local, NB_P2)
+    block, local = _pick(_sub_block_masses(part, peak, chosen, bi, bi < n_sub, n_sub, m), local, NB_P2)
     return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, LOWEST, 0.0, inv_t, m, SHIFT)
 
 
 @triton.jit
-def _sub_block_masses(part, peak, sp, bi, n_splits, n_sub, m):
-    """``s * exp(p - m)`` (float64) of sub-blocks ``bi`` of splits ``sp`` (0 past the row's), from the ``s``
-    and ``p`` other programs stored (read from L2)."""
-    there = (sp < n_splits) & (bi < n_sub)
-    s = tl.load(part + sp * (2 + n_sub) + 2 + bi, mask=there, other=0.0, cache_modifier=".cg")
+def _sub_block_masses(part, peak, sp, bi, there, n_sub, m):
+    """``s * exp(p - m)`` (float64) of sub-blocks ``bi`` of splits ``sp`` where ``there`` (0 elsewhere),
+    from the ``s`` and ``p`` other programs stored (read from L2)."""
+    s = tl.load(part + sp * (HEAD + n_sub) + HEAD + bi, mask=there, other=0.0, cache_modifier=".cg")
     p = tl.load(peak + sp * n_sub + bi, mask=there, other=float("-inf"), cache_modifier=".cg")
     return tl.where(p > float("-inf"), s * tl.exp(p - m).to(tl.float64), 0.0)
 
@@ -207,7 +215,8 @@ def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: t
         offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
         inb = offs < V
         x = ahead.to(tl.float32)
-        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (i + BLOCK < SPLIT), other=float("-inf"))
+        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (offs + BLOCK < start + SPLIT),
+                        other=float("-inf"))  # fmt: skip
         g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
         z = x * inv_t
@@ -247,14 +256,15 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
     start = sp.to(tl.int64) * SPLIT
-    per_split = 2 + tl.cdiv(SPLIT, SUB)
+    per_split = HEAD + tl.cdiv(SPLIT, SUB)
     part = part_ptr + row * n_splits * per_split
-    peak = peak_ptr + row * n_splits * (per_split - 2)
+    peak = peak_ptr + row * n_splits * (per_split - HEAD)
     pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
     first = pivot & (tl.load(minp_ptr + b) <= 0)  # draws here; with min-p, in the rounds (from its set)
     if first:
-        gk, gi, z_max, k_min = _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT,
-                                                part + sp * per_split + 2, peak + sp * (per_split - 2))  # fmt: skip
+        masses_out = part + sp * per_split + HEAD
+        gk, gi, z_max, k_min = _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT, masses_out,
+                                                peak + sp * (per_split - HEAD))  # fmt: skip
     else:
         gk, gi, z_max, k_min = split_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT)
     store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
@@ -263,11 +273,11 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
         if tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
             tl.store(count_ptr + row, 0)
             _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-            token = ARGMAX + 0 * row
-            lo = LOWEST + 0 * row
+            token = row * 0 + ARGMAX  # tensor first: a constexpr first would stay one (Triton 3.9's interpreter)
+            lo = row * 0 + LOWEST
             if active:
-                token = UNDRAWN + 0 * row
-                lo = LOWEST + 1
+                token = row * 0 + UNDRAWN
+                lo = row * 0 + (LOWEST + 1)
                 if first:
                     u = _number(seed_ptr, offset_ptr, row, K1, 0)
                     token = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
@@ -275,22 +285,23 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
             tl.store(y_ptr + row, token)
             tl.store(lo_ptr + row, lo)
     elif sp == 0:
-        tl.store(y_ptr + row, NOT_PIVOT + 0 * row)
-        tl.store(lo_ptr + row, LOWEST + 0 * row)
+        tl.store(y_ptr + row, row * 0 + NOT_PIVOT)
+        tl.store(lo_ptr + row, row * 0 + LOWEST)
 
 
 @triton.jit
-def _kept(base, token, mass_above, total, top_p, min_p, inv_t, m):
-    """Whether the drawn ``token`` is in the kept set: the mass of strictly larger keys ``< top_p *`` the
-    total, and its weight ``>= min_p``."""
+def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
+    """Whether the drawn ``token`` is in the kept set: fewer than ``top_k`` strictly larger keys (top-k on),
+    their mass ``< top_p *`` the total (top-p on), and its weight ``>= min_p``."""
     w = tl.exp(tl.load(base + token).to(tl.float32) * inv_t - m)
-    return (mass_above < top_p.to(tl.float64) * total) & ((w >= min_p) | (min_p <= 0))
+    in_top_p = (mass_above < top_p.to(tl.float64) * total) | (top_p >= 1.0)
+    return in_top_p & ((count_above < top_k) | (top_k <= 0)) & ((w >= min_p) | (min_p <= 0))
 
 
 @triton.jit
-def _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr, total_ptr,
-               part_ptr, d, last, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-               NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
+               total_ptr, part_ptr, d, last, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
+               NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
     ``d == 1``, the first, beside the mass of every entry, the total the checks compare with), then, if it
     failed, draw ``d``; in the ``last`` launch then on alone, a pass over the row and a check, then a draw,
@@ -299,20 +310,22 @@ def _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, off
     b = row // K1
     sp = tl.arange(0, NS_P2)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
+    top_k = tl.load(topk_ptr + b).to(tl.int64)
     top_p = tl.load(topp_ptr + b)
     min_p = tl.load(minp_ptr + b).to(tl.float32)
-    per_split = 2 + tl.cdiv(SPLIT, SUB)
+    per_split = HEAD + tl.cdiv(SPLIT, SUB)
     part = part_ptr + row * n_splits * per_split
-    mass = tl.sum(tl.load(part + sp * per_split, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
+    splits = part + sp * per_split
+    mass = tl.sum(tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
+    count = tl.sum(tl.load(splits + 2, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
     if d == 1:
-        total = tl.sum(tl.load(part + sp * per_split + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"),
-                       axis=0)  # fmt: skip
+        total = tl.sum(tl.load(splits + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
         tl.store(total_ptr + row, total)
     else:
         total = tl.load(total_ptr + row)
     token = tl.load(y_ptr + row)
     drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
-    kept = drawn & _kept(base, tl.maximum(token, 0), mass, total, top_p, min_p, inv_t, m)
+    kept = drawn & _kept(base, tl.maximum(token, 0), mass, count, total, top_k, top_p, min_p, inv_t, m)
     lo = tl.load(lo_ptr + row)
     draw_no = d - (min_p > 0).to(tl.int64)  # with min-p, each draw a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
@@ -325,11 +338,14 @@ def _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, off
         if last:  # its check, here: the masses above it, split by split, which the next draw reads
             tl.debug_barrier()  # every thread has read the masses of the last draw
             mass = tl.zeros([], tl.float64)
+            count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
-                mass += _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, part + s * per_split,
-                                    False)  # fmt: skip
+                split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                                      part + s * per_split, False)  # fmt: skip
+                mass += split_mass
+                count += split_count
             tl.debug_barrier()  # and they see the new ones
-            kept = _kept(base, token, mass, total, top_p, min_p, inv_t, m)
+            kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
@@ -357,7 +373,7 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             if both | (r % 2 == 0):
                 b = row // K1
                 min_p = tl.load(minp_ptr + b).to(tl.float32)
-                out = part_ptr + (row * n_splits + sp) * (2 + tl.cdiv(SPLIT, SUB))
+                out = part_ptr + (row * n_splits + sp) * (HEAD + tl.cdiv(SPLIT, SUB))
                 _split_mass(logits_ptr + b * stride_b + (row % K1) * stride_j, sp.to(tl.int64) * SPLIT, V, lo, min_p,
                             inv_t, m, SPLIT, BLOCK, SHIFT, out, r == 0)  # fmt: skip
                 draws = r < 0
@@ -368,24 +384,24 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                 if both:
                     tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
                 d = tl.where(both, SEPARATE // 2 + 1 + r - SEPARATE, r // 2 + 1)  # the draw this launch makes
-                _draw_step(logits_ptr, stride_b, stride_j, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-                           total_ptr, part_ptr, d, r == STEPS - 1, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK,
-                           NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+                _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
+                           y_ptr, total_ptr, part_ptr, d, r == STEPS - 1, row, inv_t, m, V, K1, n_splits, SPLIT,
+                           BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:
     """The draws' workspace ``(lo, y, total, part, count, peak)`` for ``n_splits`` splits of ``split``
-    entries a row: ``part [rows, n_splits, 2 + sub-blocks]`` float64 holds the masses of each split (of what
-    can be drawn, and of every entry) and of its sub-blocks of ``SUB`` entries; ``peak [rows, n_splits,
-    sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first draw's); ``count [rows]`` int32,
-    zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to
-    0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run (token, ``-1``: the row's argmax,
-    ``-2``: not a pivot request)."""
+    entries a row: ``part [rows, n_splits, HEAD + sub-blocks]`` float64 holds each split's mass of what can
+    be drawn, of every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries
+    each); ``peak [rows, n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first
+    draw's); ``count [rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them
+    (the last one sets it back to 0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
+    (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
     total = torch.empty(rows, dtype=torch.float64, device=device)
-    part = torch.empty((rows, n_splits, 2 + n_sub), dtype=torch.float64, device=device)
+    part = torch.empty((rows, n_splits, HEAD.value + n_sub), dtype=torch.float64, device=device)
     count = torch.zeros(rows, dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
     return lo, y, total, part, count, peak

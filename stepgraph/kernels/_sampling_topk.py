@@ -34,10 +34,11 @@ from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
 from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import split_softmax
+from .chain_sampling_ref import SMALL_TOP_K_MAX
 
 #: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
 #: logit, a few more than k, so a larger k would take their slow path more often.
-TOP_K_MAX = 1024
+TOP_K_MAX = SMALL_TOP_K_MAX
 CAP: tl.constexpr = tl.constexpr(TOP_K_MAX)
 MAXIMA_PER_ROW = 4096  # subset maxima per row (>= 2 * TOP_K_MAX: a row's splits keep at least half of them)
 GATHER_CAP = 2048  # entries >= T one row may list (a power of 2 >= TOP_K_MAX); past it, the radix select

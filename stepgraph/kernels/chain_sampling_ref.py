@@ -30,6 +30,9 @@ from .philox import philox_uniform, pivot_counter, verify_stream, verify_uniform
 #: Draws a pivot row takes at most; past them (never seen: each draw raises the pivot past a rejected key,
 #: and about one row in ten needs a second) it takes its argmax, which every top-p set keeps.
 PIVOT_ROUNDS = 64
+#: The largest top-k that the small top-k path lists (the ``top_k`` class); a larger one alone (no top-p) is a
+#: pivot request's.
+SMALL_TOP_K_MAX = 1024
 #: Entries of a pivot row's sub-block (``[i * PIVOT_SUB, (i + 1) * PIVOT_SUB)``): the first draw's unit.
 PIVOT_SUB = 256
 
@@ -223,7 +226,7 @@ def chain_verify_sampling_ref(
     if filtered and pivot:  # pivot requests: a draw per row; the drafts while they match it, then the first miss
         drawing = pivot_requests(temperature, top_k, top_p)
         mp = min_p if min_p is not None else torch.zeros(B, device=dev)
-        y = torch.where(greedy, predict, pivot_draws(logits, temperature, top_p, mp, seed, offset))
+        y = torch.where(greedy, predict, pivot_draws(logits, temperature, top_k, top_p, mp, seed, offset))
         match = d_ok & (d == y[:, :K])
         n_p = match.long().cumprod(1).sum(1) if K > 0 else torch.zeros(B, dtype=torch.long, device=dev)
         n = torch.where(drawing, n_p, n)
@@ -233,26 +236,31 @@ def chain_verify_sampling_ref(
 
 def pivot_requests(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """``[B]`` bool: the sampled requests whose rows draw by a rising pivot in the filtered class with
-    ``pivot`` on: top-p on (``0 < top_p < 1``), top-k off (``0``; a top-k of ``V`` or more is not off here,
-    so that a request is a pivot request exactly when its class is ``top_p``); min-p may be on."""
-    return (temperature > 0) & (top_k.long() <= 0) & (top_p > 0) & (top_p < 1)
+    ``pivot`` on: top-p on (``0 < top_p < 1``) and top-k off (``0``), or top-p off and a top-k above
+    :data:`SMALL_TOP_K_MAX` (a top-k of ``V`` or more is not off here, so that a request is a pivot request
+    exactly when its class is ``top_p``); min-p may be on."""
+    k = top_k.long()
+    top_p_alone = (k <= 0) & (top_p > 0) & (top_p < 1)
+    return (temperature > 0) & (top_p_alone | ((k > SMALL_TOP_K_MAX) & (top_p >= 1)))
 
 
 def pivot_draws(
     logits: torch.Tensor,
     temperature: torch.Tensor,
+    top_k: torch.Tensor,
     top_p: torch.Tensor,
     min_p: torch.Tensor,
     seed: torch.Tensor,
     offset: torch.Tensor,
 ) -> torch.Tensor:
-    """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p (with min-p):
-    ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter`. Without
+    """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p or top-k (with
+    min-p): ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter`. Without
     min-p the first is by :func:`first_pivot_draw`, from every entry; every other by inverse CDF (float64,
     vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` (``lo`` starts
     below every key) and a weight ``>= min_p``.
-    A draw is kept when the float64 mass of the strictly larger keys that can be drawn is ``< top_p *``
-    the total (of every entry) and its weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo``
+    A draw is kept when fewer than ``top_k`` keys are strictly larger (``top_k > 0``), the float64 mass of
+    the strictly larger keys that can be drawn is ``< top_p *`` the total of every entry (``top_p < 1``)
+    and its weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo``
     rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs
     every round (no host sync); on the CPU it stops once every row has kept its draw."""
     B, K1, V = logits.shape
@@ -260,6 +268,7 @@ def pivot_draws(
     mp = min_p.float().view(B, 1, 1)
     w = w32.double()
     goal_p = top_p.double().view(B, 1) * w.sum(-1)
+    k = top_k.long().view(B, 1)
     w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
     key = sortable_keys(logits)
     stream = verify_stream(offset, K1)[:, None]
@@ -276,7 +285,9 @@ def pivot_draws(
         y = torch.where(done, y, pick.squeeze(-1))
         k_y = key.gather(-1, pick)
         above = torch.where(key > k_y, w, 0.0).sum(-1)
-        kept = (above < goal_p) & ((w32.gather(-1, pick) >= mp) | (mp <= 0)).squeeze(-1)
+        larger = (key > k_y).sum(-1)
+        kept = ((above < goal_p) | (top_p.view(B, 1) >= 1)) & ((larger < k) | (k <= 0))
+        kept = kept & ((w32.gather(-1, pick) >= mp) | (mp <= 0)).squeeze(-1)
         lo = torch.where((done | kept)[..., None], lo, k_y + 1)
         done = done | kept
         if not logits.is_cuda and bool(done.all()):

@@ -102,7 +102,7 @@ def tree_verify_sampling(
     if pivot:
         mp = min_p if min_p is not None else torch.zeros(B, device=dev)
         is_pivot = pivot_requests(temperature, top_k, top_p)
-        draws = pivot_draws(logits, temperature, top_p, mp, seed, offset)  # [B, N]: pivot requests' tokens
+        draws = pivot_draws(logits, temperature, top_k, top_p, mp, seed, offset)  # [B, N]: pivot requests' tokens
         drawn = torch.where(greedy_rows(logits, temperature), torch.argmax(logits, -1), draws)
     else:
         is_pivot = torch.zeros(B, dtype=torch.bool, device=dev)

@@ -19,23 +19,24 @@ def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
 
 @pytest.mark.parametrize("dtype,V", [(torch.bfloat16, 3001), (torch.float16, 777), (torch.float32, 1031)])
 def test_pivot_rows_draw_the_references_tokens(dtype, V):
-    """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, drafts that
-    match and drafts that do not; two offsets. A top-k of V (off in the cut search) is no pivot request.
+    """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, a top-k
+    above 1024 without top-p (of V or more where V is smaller), drafts that match and drafts that do not;
+    two offsets. A top-k of V with top-p (off in the cut search) is no pivot request.
     Without ``pivot`` (bf16, at the first offset) every row takes its cut, and the other requests' tokens are
     the same either way."""
     g = torch.Generator().manual_seed(0)
-    B, K = 6, 3
+    B, K = 7, 3
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
     x[1, 2] = float("nan")  # a degenerate row in a pivot request: its argmax
     x[2, :, : V // 3] = float("-inf")
     x = x.to(dtype).to(DEV)
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
     drafts[3, 0] = (drafts[3, 0] + 1) % V
-    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.7, 0.0], device=DEV)
-    k = torch.tensor([0, 0, 0, 0, V, 50], device=DEV)
-    p = torch.tensor([0.9, 0.5, 0.95, 0.3, 0.9, 0.9], device=DEV)
-    mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0], device=DEV)
-    assert pivot_requests(T, k, p).tolist() == [True, True, True, True, False, False]
+    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.7, 0.0, 1.2], device=DEV)
+    k = torch.tensor([0, 0, 0, 0, V, 50, 1500], device=DEV)
+    p = torch.tensor([0.9, 0.5, 0.95, 0.3, 0.9, 0.9, 1.0], device=DEV)
+    mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0], device=DEV)
+    assert pivot_requests(T, k, p).tolist() == [True, True, True, True, False, False, True]
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 3
     for step in range(2):
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
@@ -44,7 +45,7 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
         if step == 0 and dtype == torch.bfloat16:
             cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
             assert torch.equal(cut, cut_ref), (cut.tolist(), cut_ref.tolist())
-            assert torch.equal(cut[4:], got[4:])
+            assert torch.equal(cut[4:6], got[4:6])
 
 
 def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
@@ -65,7 +66,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     mp = torch.tensor([0.0, 0.01] * (B // 2), device=DEV)  # min-p rows make each draw a step later
     seed = torch.arange(B, dtype=torch.int64, device=DEV)
     off = torch.zeros(B, dtype=torch.int64, device=DEV)
-    y = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
+    y = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
     assert kept_mask(x.cpu(), T.cpu(), k.cpu(), p.cpu()).gather(-1, y[..., None]).all()  # every draw is kept
     module = (_sampling_pivot.STEPS, _sampling_pivot.SEPARATE)
 
@@ -80,7 +81,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
         agree(steps, separate)
     for steps, separate, rounds in ((*module, 1), (*module, 3), (3, 2, 3)):
         agree(steps, separate, rounds)
-    short = pivot_draws(x.cpu(), T.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 draws at most
+    short = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 draws at most
     ran_out = short != y
     assert ran_out.any() and (short == torch.argmax(x.cpu().float(), -1))[ran_out].all()
 
@@ -135,6 +136,9 @@ def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
             {"temperature": 0.7, "top_k": 20, "top_p": 0.9},
             {"temperature": 0.7, "top_k": 300, "top_p": 0.9},
             {"temperature": 0.7, "top_k": 300},
+            {"temperature": 0.7, "top_k": 2000},
+            {"temperature": 0.7, "top_k": 2000, "min_p": 0.1},
+            {"temperature": 0.7, "top_k": 2000, "top_p": 0.9},
             {"temperature": 0.7, "min_p": 0.1},
             {"temperature": 0.7, "top_p": 1.0},
         )
@@ -150,7 +154,7 @@ def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
 def test_draws_pick_the_block_inside_a_split(monkeypatch):
     """Splits of three blocks (the last split shorter): a draw picks its split from the split masses and its
     sub-block from the sub-block masses the mass steps stored, and the rows that go on alone in the last
-    launch store new ones before their next draw."""
+    launch store new ones (and counts, for a top-k) before their next draw."""
     from stepgraph.kernels import chain_sampling
     from stepgraph.kernels._sampling_filter import BLOCK
 
@@ -163,7 +167,8 @@ def test_draws_pick_the_block_inside_a_split(monkeypatch):
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
     T = torch.tensor([1.0, 1.0, 0.8, 0.7], device=DEV)
     k = torch.zeros(B, dtype=torch.int64, device=DEV)
-    p = torch.tensor([0.1, 0.05, 0.9, 0.95], device=DEV)  # flat rows with a small top-p draw many times
+    p = torch.tensor([0.1, 1.0, 0.9, 0.95], device=DEV)  # flat rows with a small top-p draw many times
+    k[1] = 1100  # and with a top-k of a sixth of the row
     mp = torch.zeros(B, device=DEV)
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 11
     for step in range(2):
@@ -193,3 +198,19 @@ def test_the_first_draw_is_the_inverse_cdf_of_the_weights():
     near = (cdf[..., None, :] - goal[..., None]).abs().amin(-1) < 1e-6 * cdf[..., -1:]
     assert (got == exact)[~near].all() and (~near).float().mean() > 0.99
     assert (w.gather(-1, got) > 0).all()
+
+
+@pytest.mark.parametrize("min_p", [0.0, 0.4])
+def test_the_draws_with_a_top_k_give_the_top_k_law(min_p):
+    """A draw is checked by the number of strictly larger keys against ``top_k``: over many seeds, the
+    draws of a row follow ``q`` of its top-k set (a tie at the k-th value kept), with min-p or without."""
+    B, V = 20000, 8
+    x = torch.tensor([[[2.0, 0.5, 1.0, 1.0, -1.0, 0.0, 1.5, -0.5]]])  # top-3 keeps 0, 6 and both 1.0s
+    T, k, p = torch.full((B,), 0.9), torch.full((B,), 3), torch.ones(B)
+    mp = torch.full((B,), min_p)
+    y = pivot_draws(x.expand(B, -1, -1), T, k, p, mp, torch.arange(B), torch.zeros(B, dtype=torch.long))[:, 0]
+    q = chain_sampling_ref.sampling_probs(x, T[:1], k[:1], p[:1], min_p=mp[:1])[0, 0].double()
+    assert (q > 0).sum() == (2 if min_p else 4)  # min-p 0.4 cuts the two 1.0s
+    freq = torch.bincount(y, minlength=V).double() / B
+    tv = 0.5 * (freq - q).abs().sum().item()
+    assert tv < 3 * (V / (2 * 3.1416 * B)) ** 0.5
