@@ -94,6 +94,19 @@ def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
 
 
 @triton.jit
+def _tile(start, BLOCK: tl.constexpr):
+    """Offsets of the ``[BLOCK / SUB, SUB]`` tile of entries from ``start``: a sub-block a warp."""
+    return start + tl.arange(0, BLOCK // SUB)[:, None] * SUB + tl.arange(0, SUB)[None, :]
+
+
+@triton.jit
+def _load_tile(base, offs, V, end):
+    """The entries at ``offs``, ``-inf`` from ``min(V, end)`` on. The passes load each step's next tile
+    first, so that its load runs under the work on this one."""
+    return tl.load(base + offs, mask=(offs < V) & (offs < end), other=float("-inf"))
+
+
+@triton.jit
 def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
                WHOLE: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, the number of
@@ -105,14 +118,12 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
     per_warp = tl.zeros([N_SUB], tl.float64)
     count = tl.zeros([N_SUB], tl.int32)
     every = tl.zeros([N_SUB], tl.float64)
-    offs = start + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
-    ahead = tl.load(base + offs, mask=offs < V, other=float("-inf"))  # each step loads the next block first
+    ahead = _load_tile(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
-        offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
+        offs = _tile(start + i, BLOCK)
         inb = offs < V
         x = ahead.to(tl.float32)
-        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (offs + BLOCK < start + SPLIT),
-                        other=float("-inf"))  # fmt: skip
+        ahead = _load_tile(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
         live = inb & ((sortable_key(x) >> SHIFT) >= lo32) & (w >= min_p)
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
@@ -209,14 +220,12 @@ def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: t
     g_idx = tl.zeros([N_SUB, SUB], tl.int32)
     k_min = tl.full([N_SUB, SUB], 2147483647, tl.int32)
     z_max = tl.full([N_SUB], float("-inf"), tl.float32)
-    offs = start + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
-    ahead = tl.load(base + offs, mask=offs < V, other=float("-inf"))
+    ahead = _load_tile(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
-        offs = start + i + sub[:, None] * SUB + tl.arange(0, SUB)[None, :]
+        offs = _tile(start + i, BLOCK)
         inb = offs < V
         x = ahead.to(tl.float32)
-        ahead = tl.load(base + offs + BLOCK, mask=(offs + BLOCK < V) & (offs + BLOCK < start + SPLIT),
-                        other=float("-inf"))  # fmt: skip
+        ahead = _load_tile(base, offs + BLOCK, V, start + SPLIT)
         g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
         z = x * inv_t
