@@ -257,12 +257,11 @@ def pivot_draws(
     min-p): ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter`. Without
     min-p the first is by :func:`first_pivot_draw`, from every entry; every other by inverse CDF (float64,
     vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` (``lo`` starts
-    below every key) and a weight ``>= min_p``.
-    A draw is kept when fewer than ``top_k`` keys are strictly larger (``top_k > 0``), the float64 mass of
-    the strictly larger keys that can be drawn is ``< top_p *`` the total of every entry (``top_p < 1``)
-    and its weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo``
-    rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs
-    every round (no host sync); on the CPU it stops once every row has kept its draw."""
+    below every key) and a weight ``>= min_p``. A draw is kept when fewer than ``top_k`` keys are strictly
+    larger (``top_k > 0``), the float64 mass of the strictly larger keys that can be drawn is ``< top_p *``
+    the total of every entry (``top_p < 1``) and its weight is ``>= min_p``; else no key ``<=`` its key is
+    kept, ``lo`` rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU
+    it runs every round (no host sync); on the CPU it stops once every row has kept its draw."""
     B, K1, V = logits.shape
     w32 = _weights(logits, temperature)
     mp = min_p.float().view(B, 1, 1)
