@@ -28,7 +28,8 @@ from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import jit_any_batch
 from .chain_sampling_ref import SMALL_TOP_K_MAX
 
-PIVOT_TOP_K: tl.constexpr = tl.constexpr(SMALL_TOP_K_MAX)  # a top-k above it (top-p off) draws by the pivot
+#: The largest top-k the small top-k path lists; a larger one without top-p draws by the pivot.
+SMALL_TOP_K: tl.constexpr = tl.constexpr(SMALL_TOP_K_MAX)
 
 INF_KEY_C: tl.constexpr = tl.constexpr(0x7F800000)  # sortable_key(+inf); NaN keys are larger
 NEG_INF_KEY_C: tl.constexpr = tl.constexpr(-2139095041)  # sortable_key(-inf)
@@ -110,6 +111,29 @@ def split_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.con
 
 
 @triton.jit
+def split_softmax(base, start, V, excl, inv_t, SPLIT, BLOCK: tl.constexpr):
+    """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, m = max z, sum exp(z - m))``
+    with ``z = x * inv_t``; the mass leaves out entry ``excl``."""
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
+    s_lane = tl.zeros([BLOCK], tl.float32)
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
+        z = tl.where(offs != excl, x * inv_t, float("-inf"))
+        m_new = tl.maximum(m_lane, z)
+        live = m_new > float("-inf")
+        s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
+        m_lane = m_new
+    m = tl.max(m_lane, axis=0)
+    gk, gi = lanes_argmax(g_best, g_idx)
+    return gk, gi, m, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
+
+
+@triton.jit
 def store_stats(out, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT: tl.constexpr):
     """Stores a split's stats (:func:`split_stats`) at ``out``; its max key is the argmax key ``>> SHIFT``."""
     tl.store(gkey_ptr + out, gk)
@@ -125,7 +149,14 @@ def pivot_request(t, k, top_p):
     sampled, with top-p on and top-k off, or top-p off and a top-k above ``SMALL_TOP_K_MAX``
     (``chain_sampling_ref.pivot_requests``)."""
     top_p_alone = (k <= 0) & (top_p > 0) & (top_p < 1.0)
-    return (t > 0) & (top_p_alone | ((k > PIVOT_TOP_K) & (top_p >= 1.0)))
+    return (t > 0) & (top_p_alone | ((k > SMALL_TOP_K) & (top_p >= 1.0)))
+
+
+@triton.jit
+def small_top_k_request(t, k):
+    """A sampled request with ``1 <= top_k <= SMALL_TOP_K_MAX``: its kept set is found among the entries at or
+    above a bound on its k-th logit (:mod:`._sampling_topk`), whatever its top-p and min-p."""
+    return (t > 0) & (k >= 1) & (k <= SMALL_TOP_K)
 
 
 @triton.jit
@@ -170,7 +201,8 @@ def row_state(
     part_ptr, n_rows, NS_P2: tl.constexpr, PIVOT: tl.constexpr,
 ):  # fmt: skip
     """The row's search state before round ``r``: from the stats (``r == 0``) or from the state before
-    round ``r - 1`` and that round's bucket sums (``PIVOT``: pivot requests' rows are done at once).
+    round ``r - 1`` and that round's bucket sums (``PIVOT``: the rows of pivot and small top-k requests are
+    done at once).
     Returns ``(lo, hi, g_hi, target, phase, m, k_max, top_p)``."""
     sp = tl.arange(0, NS_P2)
     if r == 0:
@@ -184,8 +216,8 @@ def row_state(
         k = tl.load(topk_ptr + b).to(tl.int64)
         top_p = tl.load(topp_ptr + b).to(tl.float64)
         regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
-        if PIVOT:  # pivot requests draw without the cut
-            regular = regular & ~pivot_request(t, k, top_p)
+        if PIVOT:  # pivot requests draw without the cut; small top-k requests find it from their lists
+            regular = regular & ~pivot_request(t, k, top_p) & ~small_top_k_request(t, k)
         k_on = (k > 0) & (k < V)
         phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
         hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)

@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import lanes_argmax, sortable_key, track_argmax
+from . import _sampling_topk
+from ._argmax import sortable_key
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
 from ._sampling_filter import (
     BLOCK,
@@ -27,9 +28,12 @@ from ._sampling_filter import (
     pivot_request,
     row_key,
     row_state,
+    small_top_k_request,
+    split_softmax,
 )
 from ._sampling_pivot import SUB, pivot_options, pivot_step
 from ._sampling_pivot import _stats_kernel as _pivot_stats_kernel
+from ._sampling_topk import list_buffers, list_split, maxima_per_split, row_bound, row_cuts
 
 NUM_WARPS = 4
 
@@ -72,29 +76,6 @@ def _temperature_kernel(
     tl.store(s_ptr + out, s)
 
 
-@triton.jit
-def split_softmax(base, start, V, excl, inv_t, SPLIT, BLOCK: tl.constexpr):
-    """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, m = max z, sum exp(z - m))``
-    with ``z = x * inv_t``; the mass leaves out entry ``excl``."""
-    g_best = tl.full([BLOCK], -2147483648, tl.int32)
-    g_idx = tl.zeros([BLOCK], tl.int32)
-    m_lane = tl.full([BLOCK], float("-inf"), tl.float32)
-    s_lane = tl.zeros([BLOCK], tl.float32)
-    for i in range(0, SPLIT, BLOCK):
-        offs = start + i + tl.arange(0, BLOCK)
-        inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-        g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
-        z = tl.where(offs != excl, x * inv_t, float("-inf"))
-        m_new = tl.maximum(m_lane, z)
-        live = m_new > float("-inf")
-        s_lane = tl.where(live, s_lane * tl.exp(m_lane - m_new) + tl.exp(z - m_new), 0.0)
-        m_lane = m_new
-    m = tl.max(m_lane, axis=0)
-    gk, gi = lanes_argmax(g_best, g_idx)
-    return gk, gi, m, tl.sum(tl.where(m_lane > float("-inf"), s_lane * tl.exp(m_lane - m), 0.0), axis=0)
-
-
 @jit_any_batch
 def _round_kernel(
     logits_ptr,
@@ -117,6 +98,11 @@ def _round_kernel(
     pivot_total_ptr,
     pivot_part_ptr,
     pivot_count_ptr,
+    maxima_ptr,
+    bound_ptr,
+    list_ptr,
+    list_count_ptr,
+    ninf_ptr,
     r,
     V,
     K1,
@@ -131,10 +117,13 @@ def _round_kernel(
     PIVOT_STEPS: tl.constexpr,
     PIVOT_SEPARATE: tl.constexpr,
     PIVOT_ROUNDS: tl.constexpr,
+    LIST_M: tl.constexpr,
+    LIST_GCAP: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
-    ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`: their rows
-    have no round work)."""
+    ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`), and the
+    small top-k requests' bound (round 0) and lists (round 1, :func:`._sampling_topk.list_split`): their rows
+    have no round work."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if PIVOT:
@@ -142,6 +131,14 @@ def _round_kernel(
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr, r,
                    row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
                    PIVOT_SEPARATE, PIVOT_ROUNDS)  # fmt: skip
+        if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
+            if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
+                if r == 0:  # the bound, from the subset maxima of every split
+                    if sp == 0:
+                        row_bound(topk_ptr, maxima_ptr, bound_ptr, row, V, K1, n_splits, LIST_M, LIST_M * NS_P2, SHIFT)
+                else:  # the entries above it
+                    list_split(logits_ptr, stride_b, stride_j, bound_ptr, list_ptr, list_count_ptr, ninf_ptr, row, sp,
+                               V, K1, n_splits, SPLIT, BLOCK, SHIFT, LIST_GCAP)  # fmt: skip
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
         state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
@@ -238,7 +235,9 @@ def _kept_mass_kernel(
     PIVOT: tl.constexpr,
 ):
     """Filtered class, per (row, split): the final cut-off (``r`` = number of rounds), then the kept mass
-    ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut."""
+    ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut. With ``PIVOT``,
+    the rows of small top-k requests (whose cut and masses the launch before stored) are left alone, and those
+    of pivot requests store no kept mass."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
@@ -247,8 +246,6 @@ def _kept_mass_kernel(
     )  # fmt: skip
     b = row // K1
     j = row % K1
-    if sp == 0:
-        tl.store(cut_ptr + row, lo)
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
     min_p = tl.load(minp_ptr + b).to(tl.float32)
@@ -257,17 +254,21 @@ def _kept_mass_kernel(
     base = logits_ptr + b * stride_b + j * stride_j
     s_lane = tl.zeros([BLOCK], tl.float32)
     start = sp.to(tl.int64) * SPLIT
-    skip = PIVOT and pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), top_p)  # pivot rows draw without it
-    if not skip:
-        for i in range(0, SPLIT, BLOCK):
-            offs = start + i + tl.arange(0, BLOCK)
-            inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-            w = tl.exp(x * inv_t - m)
-            kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)
-            s_lane += tl.where(kept, w, 0.0)
-    tl.store(m_ptr + row * n_splits + sp, m)
-    tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
+    k = tl.load(topk_ptr + b).to(tl.int64)
+    skip = PIVOT and pivot_request(t, k, top_p)  # pivot rows draw without it
+    if not (PIVOT and small_top_k_request(t, k)):
+        if sp == 0:
+            tl.store(cut_ptr + row, lo)
+        if not skip:
+            for i in range(0, SPLIT, BLOCK):
+                offs = start + i + tl.arange(0, BLOCK)
+                inb = offs < V
+                x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+                w = tl.exp(x * inv_t - m)
+                kept = inb & (row_key(x, SHIFT) >= lo) & (w >= min_p) & (offs != excl)
+                s_lane += tl.where(kept, w, 0.0)
+        tl.store(m_ptr + row * n_splits + sp, m)
+        tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
 
 
 def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None):
@@ -275,7 +276,10 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
     ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak)`` (``seed``,
     ``offset`` ``[B]`` and :func:`._sampling_pivot.pivot_buffers`): the rows of pivot requests skip the rounds
-    and the kept mass and draw in the stats launch and the rounds instead, into ``y``."""
+    and the kept mass and draw in the stats launch and the rounds instead, into ``y``; those of small top-k
+    requests find their cut as the small top-k class does in launches of its own: their subset maxima in the
+    stats launch, the bound in round 0, the lists in round 1, then the cut and kept mass in a launch of their
+    own after the rounds (:func:`._sampling_topk.row_cuts`)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -297,18 +301,23 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         _stats_kernel[grid](*head, temperature, *stats, V, K1, n_splits, SPLIT=split, BLOCK=BLOCK, SHIFT=shift,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, *(cut,) * 7)  # unused
+        maxima, *listed = (cut,) * 6  # unused
     else:
         seed, offset, lo, y, total, masses, count, peak = pivot
         requests = (temperature, top_k, top_p, min_p, seed, offset)
-        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, V, K1, n_splits, SPLIT=split,
-                                  BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift, num_warps=NUM_WARPS,
-                                  **EXACT_ROUNDING)  # fmt: skip
+        maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
+        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, V, K1, n_splits,
+                                  SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
+                                  M=maxima_per_split(n_splits), num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, seed, offset, lo, y, total, masses, count)
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
     for r in range(rounds):
-        _round_kernel[grid](*head, *search, *draws, r, V, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK,
-                            NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2, **options,
+        _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
+                            BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
+                            **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+    if pivot is not None:  # before the kept mass, which sets the other rows' cut
+        row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut)
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
         m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,

@@ -37,7 +37,8 @@ import triton.language as tl
 
 from ._argmax import sortable_key, track_argmax
 from ._common import jit_any_batch
-from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request, split_stats, store_stats
+from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request, small_top_k_request, split_stats, store_stats
+from ._sampling_topk import split_maxima
 from .chain_sampling_ref import PIVOT_ROUNDS, PIVOT_SUB
 
 NOT_PIVOT: tl.constexpr = tl.constexpr(-2)
@@ -249,15 +250,16 @@ def _number(seed_ptr, offset_ptr, row, K1, draw_no):
 
 @jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr, V,
-                  K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
-                  SHIFT: tl.constexpr):  # fmt: skip
+                  gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr,
+                  maxima_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+                  SHIFT: tl.constexpr, M: tl.constexpr):  # fmt: skip
     """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
     requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the
     row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
     the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest
     key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest
-    key, other requests' rows ``y = -2``."""
+    key, other requests' rows ``y = -2``. The rows of small top-k requests store their argmax and ``M``
+    subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their bound from them."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -268,15 +270,22 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     per_split = HEAD + tl.cdiv(SPLIT, SUB)
     part = part_ptr + row * n_splits * per_split
     peak = peak_ptr + row * n_splits * (per_split - HEAD)
-    pivot = pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+    k = tl.load(topk_ptr + b).to(tl.int64)
+    pivot = pivot_request(t, k, tl.load(topp_ptr + b))
     first = pivot & (tl.load(minp_ptr + b) <= 0)  # draws here; with min-p, in the rounds (from its set)
     if first:
         masses_out = part + sp * per_split + HEAD
         gk, gi, z_max, k_min = _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT, masses_out,
                                                 peak + sp * (per_split - HEAD))  # fmt: skip
+        store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
+    elif small_top_k_request(t, k):
+        out = row * n_splits + sp
+        gk, gi = split_maxima(base, sp * SPLIT, V, SPLIT, BLOCK, M, maxima_ptr + out * M)
+        tl.store(gkey_ptr + out, gk)
+        tl.store(gidx_ptr + out, gi)
     else:
         gk, gi, z_max, k_min = split_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT)
-    store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
+        store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
     if pivot:
         tl.debug_barrier()  # every thread's stores are issued before the count says so
         if tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:

@@ -32,8 +32,7 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
-from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key
-from ._sampling_mass import split_softmax
+from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key, small_top_k_request, split_softmax
 from .chain_sampling_ref import SMALL_TOP_K_MAX
 
 #: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
@@ -64,8 +63,7 @@ def _ukey(x, SHIFT: tl.constexpr):
 @triton.jit
 def _is_candidate_row(temp_ptr, topk_ptr, b):
     """A sampled row whose top-k is on and small: its kept set is found among its listed entries."""
-    k = tl.load(topk_ptr + b).to(tl.int64)
-    return (tl.load(temp_ptr + b) > 0) & (k >= 1) & (k <= CAP)
+    return small_top_k_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64))
 
 
 @triton.jit
@@ -94,6 +92,23 @@ def _list_selected(out, n, offs, sel, GCAP: tl.constexpr):
     return n + count
 
 
+@triton.jit
+def split_maxima(base, start, V, SPLIT, BLOCK: tl.constexpr, M: tl.constexpr, maxima_out):
+    """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index)``, and the ``M`` subset
+    maxima stored at ``maxima_out``: the largest key of each subset of lanes (the running maxima the
+    argmax keeps anyway)."""
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
+    # lane l's running maximum covers entries l, l + BLOCK, ...: subset s is lanes [s * BLOCK / M, ...)
+    tl.store(maxima_out + tl.arange(0, M), tl.max(tl.reshape(g_best, [M, BLOCK // M]), axis=1))
+    return lanes_argmax(g_best, g_idx)
+
+
 @jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, gkey_ptr, gidx_ptr,
                   m_ptr, s_ptr, maxima_ptr, V, K, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
@@ -108,16 +123,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
     start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
     out = row * n_splits + sp
     if _is_candidate_row(temp_ptr, topk_ptr, b):
-        g_best = tl.full([BLOCK], -2147483648, tl.int32)
-        g_idx = tl.zeros([BLOCK], tl.int32)
-        for i in range(0, SPLIT, BLOCK):
-            offs = start + i + tl.arange(0, BLOCK)
-            inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
-            g_best, g_idx, _ = track_argmax(g_best, g_idx, x, inb, offs)
-        # lane l's running maximum covers entries l, l + BLOCK, ...: subset s is lanes [s * BLOCK / M, ...)
-        tl.store(maxima_ptr + out * M + tl.arange(0, M), tl.max(tl.reshape(g_best, [M, BLOCK // M]), axis=1))
-        gk, gi = lanes_argmax(g_best, g_idx)
+        gk, gi = split_maxima(base, start, V, SPLIT, BLOCK, M, maxima_ptr + out * M)
         tl.store(gkey_ptr + out, gk)
         tl.store(gidx_ptr + out, gi)
     else:
@@ -165,58 +171,72 @@ def _kth_largest_by_digits(keys, valid, k, BITS: tl.constexpr):
 @jit_any_batch
 def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M: tl.constexpr,
                   MAXIMA: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
-    """Launch 2, one program per candidate row: the bound ``T``, the k-th largest of its subset maxima. A
-    top-k of at most ``TOP_K_MAX / 4`` takes the maxima of four adjacent subsets (in one split) at a time:
-    a quarter of the keys to search, and still a few more than k entries reach the bound."""
+    """Launch 2, one program per candidate row: :func:`row_bound`."""
     row = tl.program_id(0).to(tl.int64)
     if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
-        k = tl.minimum(tl.load(topk_ptr + row // K1), V).to(tl.int64)
-        c = tl.arange(0, MAXIMA)
-        has = c // M < n_splits
-        mx = tl.load(maxima_ptr + row * n_splits * M + c, mask=has, other=NONE32) >> SHIFT
-        if k * 4 <= CAP:
-            fours = tl.arange(0, MAXIMA // 4) * 4
-            bound = _kth_largest_by_digits(tl.max(tl.reshape(mx, [MAXIMA // 4, 4]), axis=1), fours // M < n_splits, k,
-                                           32 - SHIFT)  # fmt: skip
-        else:
-            bound = _kth_largest_by_digits(mx, has, k, 32 - SHIFT)
-        tl.store(bound_ptr + row, bound.to(tl.int32))
+        row_bound(topk_ptr, maxima_ptr, bound_ptr, row, V, K1, n_splits, M, MAXIMA, SHIFT)
+
+
+@triton.jit
+def row_bound(topk_ptr, maxima_ptr, bound_ptr, row, V, K1, n_splits, M: tl.constexpr, MAXIMA: tl.constexpr,
+              SHIFT: tl.constexpr):  # fmt: skip
+    """The bound ``T`` of a candidate row, the k-th largest of its subset maxima, stored. A top-k of at most
+    ``TOP_K_MAX / 4`` takes the maxima of four adjacent subsets (in one split) at a time: a quarter of the
+    keys to search, and still a few more than k entries reach the bound."""
+    k = tl.minimum(tl.load(topk_ptr + row // K1), V).to(tl.int64)
+    c = tl.arange(0, MAXIMA)
+    has = c // M < n_splits
+    mx = tl.load(maxima_ptr + row * n_splits * M + c, mask=has, other=NONE32) >> SHIFT
+    if k * 4 <= CAP:
+        fours = tl.arange(0, MAXIMA // 4) * 4
+        bound = _kth_largest_by_digits(tl.max(tl.reshape(mx, [MAXIMA // 4, 4]), axis=1), fours // M < n_splits, k,
+                                       32 - SHIFT)  # fmt: skip
+    else:
+        bound = _kth_largest_by_digits(mx, has, k, 32 - SHIFT)
+    tl.store(bound_ptr + row, bound.to(tl.int32))
 
 
 @jit_any_batch
 def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr, list_ptr, count_ptr, ninf_ptr, V,
                    K1, n_splits, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
                    GCAP: tl.constexpr):  # fmt: skip
-    """Launch 3, per (row, split) of a candidate row: the split's entries ``>= T`` (``-inf`` ones aside)
-    listed in vocabulary order (the first ``GCAP``), their count, and the split's count of ``-inf`` entries
-    when ``T`` is ``-inf``."""
+    """Launch 3, per (row, split) of a candidate row: :func:`list_split`."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
+    if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
+        list_split(logits_ptr, stride_b, stride_j, bound_ptr, list_ptr, count_ptr, ninf_ptr, row, sp, V, K1,
+                   n_splits, SPLIT, BLOCK, SHIFT, GCAP)  # fmt: skip
+
+
+@triton.jit
+def list_split(logits_ptr, stride_b, stride_j, bound_ptr, list_ptr, count_ptr, ninf_ptr, row, sp, V, K1, n_splits,
+               SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+    """A candidate row's split ``sp``: its entries ``>= T`` (``-inf`` ones aside) listed in vocabulary order
+    (the first ``GCAP``), their count, and the split's count of ``-inf`` entries when ``T`` is ``-inf``."""
     b = row // K1
-    if _is_candidate_row(temp_ptr, topk_ptr, b):
-        bound = tl.load(bound_ptr + row)
-        neg_inf = NEG_INF_KEY_C >> SHIFT
-        thresh = tl.maximum(bound, neg_inf + 1)
-        count_inf = bound <= neg_inf
-        base = logits_ptr + b * stride_b + (row % K1) * stride_j
-        out = list_ptr + (row * n_splits + sp) * GCAP
-        start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
-        end = tl.minimum(start + SPLIT, V)
-        n = sp * 0
-        n_inf = sp * 0
+    bound = tl.load(bound_ptr + row)
+    neg_inf = NEG_INF_KEY_C >> SHIFT
+    thresh = tl.maximum(bound, neg_inf + 1)
+    count_inf = bound <= neg_inf
+    base = logits_ptr + b * stride_b + (row % K1) * stride_j
+    out = list_ptr + (row * n_splits + sp) * GCAP
+    start = sp * SPLIT  # int32 offsets in the row: cheaper per entry
+    end = tl.minimum(start + SPLIT, V)
+    n = sp * 0
+    n_inf = sp * 0
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < end
+        key = sortable_key(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)) >> SHIFT
+        n = _list_selected(out, n, offs, inb & (key >= thresh), GCAP)
+    if count_inf:  # rare (fewer finite subset maxima than k): a second look at the split
         for i in range(0, SPLIT, BLOCK):
             offs = start + i + tl.arange(0, BLOCK)
             inb = offs < end
-            key = sortable_key(tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)) >> SHIFT
-            n = _list_selected(out, n, offs, inb & (key >= thresh), GCAP)
-        if count_inf:  # rare (fewer finite subset maxima than k): a second look at the split
-            for i in range(0, SPLIT, BLOCK):
-                offs = start + i + tl.arange(0, BLOCK)
-                inb = offs < end
-                key = sortable_key(tl.load(base + offs, mask=inb, other=0.0).to(tl.float32)) >> SHIFT
-                n_inf += tl.sum((inb & (key == neg_inf)).to(tl.int32), axis=0)
-        tl.store(count_ptr + row * n_splits + sp, n)
-        tl.store(ninf_ptr + row * n_splits + sp, n_inf)
+            key = sortable_key(tl.load(base + offs, mask=inb, other=0.0).to(tl.float32)) >> SHIFT
+            n_inf += tl.sum((inb & (key == neg_inf)).to(tl.int32), axis=0)
+    tl.store(count_ptr + row * n_splits + sp, n)
+    tl.store(ninf_ptr + row * n_splits + sp, n_inf)
 
 
 @triton.jit
@@ -430,6 +450,40 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
         tl.store(cut_ptr + row, LOWEST)
 
 
+def maxima_per_split(n_splits: int) -> int:
+    """Subset maxima a split keeps (:func:`split_maxima`'s ``M``): ``MAXIMA_PER_ROW`` over the splits rounded
+    up to a power of two, at most a lane's maximum each."""
+    return min(PASS_BLOCK, MAXIMA_PER_ROW // next_pow2(n_splits))
+
+
+def list_buffers(rows: int, n_splits: int, device) -> tuple[torch.Tensor, ...]:
+    """The small top-k path's workspace ``(maxima, bound, listed, counts, ninf, scratch)``: ``maxima [rows,
+    n_splits, M]`` int32 subset maxima, ``bound [rows]`` int32, ``listed [rows, n_splits, GATHER_CAP]`` int32
+    entries, ``counts`` and ``ninf [rows, n_splits]`` int32 (entries listed, ``-inf`` entries counted) and
+    ``scratch [rows, GATHER_CAP]`` float64."""
+    maxima = torch.empty((rows, n_splits, maxima_per_split(n_splits)), dtype=torch.int32, device=device)
+    bound = torch.empty(rows, dtype=torch.int32, device=device)
+    listed = torch.empty((rows, n_splits, GATHER_CAP), dtype=torch.int32, device=device)
+    counts, ninf = (torch.empty((rows, n_splits), dtype=torch.int32, device=device) for _ in range(2))
+    scratch = torch.empty((rows, GATHER_CAP), dtype=torch.float64, device=device)
+    return maxima, bound, listed, counts, ninf, scratch
+
+
+def row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut) -> None:
+    """Launch 4 (:func:`_cut_kernel`) over ``listed`` (:func:`list_buffers`' workspace after ``maxima``,
+    with the lists made): the cut ``[rows]`` and ``m_part``, ``s_part`` (``[rows, n_splits]``) of every
+    candidate row; the other rows' cut lets all through."""
+    B, K1, V = logits.shape
+    n_splits, split = layout
+    shift = key_shift(logits.dtype)
+    bound, lists, counts, ninf, scratch = listed
+    _cut_kernel[(B * K1,)](logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0), temperature, top_k,
+                           top_p, min_p, bound, lists, counts, ninf, scratch, m_part, s_part, cut, V, K1 - 1, K1,
+                           n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=next_pow2(n_splits), SHIFT=shift,
+                           BITS=32 - shift, GCAP=GATHER_CAP, SMALL=min(SMALL_LIST, GATHER_CAP), num_warps=CUT_WARPS,
+                           maxnreg=CUT_REGISTERS, **EXACT_ROUNDING)  # fmt: skip
+
+
 def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
     """The small-top-k class up to the kept mass (:func:`filtered_mass`'s contract): fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
@@ -438,13 +492,8 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     ns_p2 = next_pow2(n_splits)
-    per_split = min(PASS_BLOCK, MAXIMA_PER_ROW // ns_p2)  # a lane's maximum at the finest
-    maxima = torch.empty((rows, n_splits, per_split), dtype=torch.int32, device=dev)
-    bound = torch.empty(rows, dtype=torch.int32, device=dev)
-    listed = torch.empty((rows, n_splits, GATHER_CAP), dtype=torch.int32, device=dev)
-    counts = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
-    ninf = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
-    scratch = torch.empty((rows, GATHER_CAP), dtype=torch.float64, device=dev)
+    per_split = maxima_per_split(n_splits)
+    maxima, bound, *lists = list_buffers(rows, n_splits, dev)
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
@@ -454,10 +503,7 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
                         n_splits, M=per_split, **sizes)  # fmt: skip
     _bound_kernel[(rows,)](temperature, top_k, maxima, bound, V, K1, n_splits, M=per_split, MAXIMA=per_split * ns_p2,
                            SHIFT=shift, num_warps=8, **EXACT_ROUNDING)  # fmt: skip
-    _gather_kernel[grid](*head, temperature, top_k, bound, listed, counts, ninf, V, K1, n_splits, SHIFT=shift,
+    _gather_kernel[grid](*head, temperature, top_k, bound, *lists[:3], V, K1, n_splits, SHIFT=shift,
                          GCAP=GATHER_CAP, **sizes)  # fmt: skip
-    _cut_kernel[(rows,)](*head, *draft, temperature, top_k, top_p, min_p, bound, listed, counts, ninf, scratch, m_part,
-                         s_part, cut, V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=ns_p2, SHIFT=shift,
-                         BITS=32 - shift, GCAP=GATHER_CAP, SMALL=min(SMALL_LIST, GATHER_CAP), num_warps=CUT_WARPS,
-                         maxnreg=CUT_REGISTERS, **EXACT_ROUNDING)  # fmt: skip
+    row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, (bound, *lists), cut)
     return cut

@@ -32,7 +32,9 @@ Launches, each over (row, vocabulary split) except the last:
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split. With
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
-  first launch and the rounds' first eight instead (:mod:`._sampling_pivot`);
+  first launch and the rounds' first eight instead (:mod:`._sampling_pivot`), and the rows of small top-k
+  requests find their cut as the small top-k class does: their bound in round 0, their lists in round 1,
+  their cut and kept mass in a launch before the kept mass's;
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
@@ -287,12 +289,14 @@ def filter_cut_keys(
     top_p: torch.Tensor,
     *,
     small_top_k: bool = False,
+    pivot: bool = False,
 ) -> torch.Tensor:
     """The kernels' top-k/top-p cut-off of every row, ``[B, K+1]`` int64 in :func:`sortable_keys`' domain:
     a row keeps the logits whose key is ``>=`` its cut (before min-p). Meaningful for sampled rows with
     regular logits (``T > 0``, no NaN or ``+inf``, not all ``-inf``). For tests and debugging; equals
     :func:`filter_cut_keys_ref` on such rows. ``small_top_k``: the small top-k class's kernels (rows with
-    ``1 <= top_k <= TOP_K_MAX``)."""
+    ``1 <= top_k <= TOP_K_MAX``); ``pivot``: the ``top_p`` class's, where the rows of pivot requests
+    (:func:`.chain_sampling_ref.pivot_requests`) draw without a cut, and theirs is meaningless."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     check(use_triton(logits), f"filter_cut_keys runs the Triton kernels; {dev} cannot run them")
@@ -301,8 +305,14 @@ def filter_cut_keys(
     gk = [torch.empty((rows, layout[0]), dtype=torch.int32, device=dev) for _ in range(2)]
     drafts = torch.zeros((B, max(K1 - 1, 1)), dtype=torch.int64, device=dev)
     min_p = torch.zeros(B, dtype=torch.float32, device=dev)
-    mass = topk_mass if small_top_k else filtered_mass
-    return mass(logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk).view(B, K1)
+    args = (logits, drafts, temperature, top_k, top_p, min_p, layout, *parts, *gk)
+    if small_top_k:
+        return topk_mass(*args).view(B, K1)
+    draws = None
+    if pivot:
+        zeros = torch.zeros(B, dtype=torch.int64, device=dev)
+        draws = (zeros, zeros.clone(), *pivot_buffers(rows, *layout, dev))
+    return filtered_mass(*args, pivot=draws).view(B, K1)
 
 
 def chain_verify_sampling(
@@ -347,13 +357,14 @@ def chain_verify_sampling(
         or min-p but no such top-k breaks this promise and is sampled without its filters.
     pivot:
         With ``filtered`` and not ``small_top_k``: pivot requests (top-p on, top-k off) draw a token per
-        row by a rising pivot instead of finding their cut (the ``top_p`` class). Either way the tokens
-        follow the same distribution; for a given seed they differ.
+        row by a rising pivot instead of finding their cut, and small top-k requests find theirs as the
+        small top-k class does (the ``top_p`` class: a batch of mixed requests). Either way the tokens
+        follow the same distribution; for a given seed a pivot request's differ.
 
     Notes
     -----
     Launches: 2 (temperature class); 5 (small top-k class); filtered: 11 for bfloat16 logits (8 cut-off
-    rounds), 19 otherwise, with or without ``pivot``. CUDA graph: safe to capture; randomness changes on
+    rounds), 19 otherwise, and one more with ``pivot``. CUDA graph: safe to capture; randomness changes on
     every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)

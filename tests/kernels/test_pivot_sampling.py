@@ -1,11 +1,12 @@
-"""Pivot requests (top-p on, top-k off): a draw per row by a rising pivot, kernels against the reference."""
+"""The ``top_p`` class: pivot requests (top-p on, top-k off) draw a token per row by a rising pivot, small top-k
+requests find their cut inside its rounds; kernels against the reference."""
 
 import pytest
 import torch
 
-from stepgraph.kernels import _sampling_pivot, chain_sampling_ref
-from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
-from stepgraph.kernels.chain_sampling_ref import kept_mask, pivot_draws, pivot_requests
+from stepgraph.kernels import _sampling_pivot, _sampling_topk, chain_sampling_ref
+from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref, filter_cut_keys
+from stepgraph.kernels.chain_sampling_ref import filter_cut_keys_ref, kept_mask, pivot_draws, pivot_requests
 from tests.conftest import HAS_CUDA
 
 DEV = "cuda" if HAS_CUDA else "cpu"
@@ -214,3 +215,39 @@ def test_the_draws_with_a_top_k_give_the_top_k_law(min_p):
     freq = torch.bincount(y, minlength=V).double() / B
     tv = 0.5 * (freq - q).abs().sum().item()
     assert tv < 3 * (V / (2 * 3.1416 * B)) ** 0.5
+
+
+@pytest.mark.parametrize(
+    "gather_cap,top_k", [(_sampling_topk.GATHER_CAP, (300, 1000)), (256, (200, 250))], ids=["lists", "radix"]
+)
+def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather_cap, top_k, monkeypatch):
+    """A batch that mixes every kind of row runs in the ``top_p`` class: small top-k requests (with top-p,
+    with min-p, hundreds of ties at the k-th value, a top-k of 1000) find their cut in the rounds' first
+    launches as the small top-k class finds it in its own (with a gather cap of 256 the long lists take the
+    row's radix select; a top-k stays within the cap), beside a pivot request, a large top-k with top-p and min-p alone (the cut-off
+    rounds) and a greedy row. Every cut but the pivot request's equals the reference's; the tokens are the
+    reference's, and the small top-k requests draw the small top-k class's tokens."""
+    monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
+    g = torch.Generator().manual_seed(9)
+    B, K, V = 7, 1, 2600
+    x = torch.randn(B, K + 1, V, generator=g) * 1.5
+    x[1, :, 900:1400] = 1.0  # 500 ties at the k-th value, across two splits
+    x = x.bfloat16().to(DEV)
+    drafts = torch.argmax(x[:, :K].float(), -1)
+    drafts[1, 0] = 1000  # a tie: kept, its row's correction leaves it out
+    T = torch.tensor([0.8, 1.0, 0.7, 0.9, 1.2, 0.0, 0.8], device=DEV)
+    k = torch.tensor([50, top_k[0], 0, 1500, top_k[1], 20, 0], device=DEV)
+    p = torch.tensor([0.9, 1.0, 0.9, 0.8, 1.0, 0.9, 1.0], device=DEV)
+    mp = torch.tensor([0.0, 0.02, 0.0, 0.0, 0.0, 0.0, 0.1], device=DEV)
+    assert pivot_requests(T, k, p).tolist() == [False, False, True, False, False, False, False]
+    cut = filter_cut_keys(x, T, k, p, pivot=True)
+    cut_rows = [0, 1, 3, 4, 6]  # sampled, not drawn by the pivot
+    assert torch.equal(cut[cut_rows], filter_cut_keys_ref(x, T, k, p)[cut_rows])
+    small = [0, 1, 4, 5]  # the small top-k class's rows (and the greedy one)
+    seed = torch.arange(B, dtype=torch.int64, device=DEV) + 5
+    for step in range(2):
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+        assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
+        in_class = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, small_top_k=True).tokens
+        assert torch.equal(got[small], in_class[small])
