@@ -103,7 +103,8 @@ def bench_tail(rows: list, record: dict) -> None:
 
 
 #: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords) and the targets they are held to.
-#: A request with 1 <= top_k <= 1024 is in the small top-k class; the general filtered class is timed too.
+#: A request with 1 <= top_k <= 1024 is in the small top-k class; the general filtered class is timed too. A tuple
+#: of top-k values is taken in turns by the requests (a batch of chat traffic: its class is the most general one).
 TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
 PIVOT = {"filtered": True, "pivot": True}  # the top_p class
 SAMPLING_CASES = (
@@ -115,12 +116,15 @@ SAMPLING_CASES = (
     ("top-k 1000 + top-p 0.9", 0.8, 1000, 0.9, 0.0, SMALL_TOP_K),
     ("top-p 0.9", 0.8, 0, 0.9, 0.0, PIVOT),
     ("top-p 0.9, top_k_top_p class", 0.8, 0, 0.9, 0.0, FILTERED),
+    ("top-k 50 + top-p 0.9 / top-p 0.9 in turns", 0.8, (50, 0), 0.9, 0.0, PIVOT),
     ("min-p 0.1", 0.8, 0, 1.0, 0.1, FILTERED),
 )
 SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,
                        ("top-k 50 + top-p 0.9", 8): 60.0, ("top-k 50 + top-p 0.9", 64): 400.0,
                        ("top-p 0.9", 1): 40.0, ("top-p 0.9", 8): 60.0, ("top-p 0.9", 64): 400.0,
-                       ("top-k 1000", 1): 40.0, ("top-k 1000", 8): 60.0, ("top-k 1000", 64): 400.0}  # fmt: skip
+                       ("top-k 1000", 1): 40.0, ("top-k 1000", 8): 60.0, ("top-k 1000", 64): 400.0,
+                       **{("top-k 50 + top-p 0.9 / top-p 0.9 in turns", B): t for B, t in ((1, 40.0), (8, 60.0),
+                                                                                          (64, 400.0))}}  # fmt: skip
 
 
 def kept(x: torch.Tensor, temp: float, top_k: int, top_p: float, min_p: float) -> int:
@@ -141,7 +145,8 @@ def bench_sampling(rows: list, record: dict) -> None:
         x = (torch.randn(B, K + 1, V, device=dev) * LOGIT_SCALE).bfloat16()
         d = torch.argmax(x, -1)[:, :K].contiguous()
         T = torch.full((B,), temp, device=dev)
-        tk = torch.full((B,), k, device=dev, dtype=torch.int64)
+        turns = k if isinstance(k, tuple) else (k,)
+        tk = torch.tensor([turns[b % len(turns)] for b in range(B)], device=dev, dtype=torch.int64)
         tp = torch.full((B,), p, device=dev)
         mp = torch.full((B,), min_p, device=dev)
         seed = torch.arange(B, device=dev, dtype=torch.int64)
@@ -152,7 +157,7 @@ def bench_sampling(rows: list, record: dict) -> None:
             "kernel": per_instance_us(lambda: chain_verify_sampling(x, d, T, tk, tp, seed, off, **kw), copies=5),
             "floor": floor_us(x.numel() * 2),
             "target": SAMPLING_TARGETS_US.get((name, B)),
-            "kept": kept(x[0, 0], temp, k, p, min_p),
+            "kept": kept(x[0, 0], temp, turns[0], p, min_p),
             "logit_scale": LOGIT_SCALE,
         }
         record[f"sampling {name} B={B}"] = res

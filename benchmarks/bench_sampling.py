@@ -1,6 +1,7 @@
 """Whole-step cost of sampling: the time of a step of the example model's step graph (28 layers, K = 3)
 through ``SpecDecoder.generate``, greedy against each sampling class chat traffic brings
-(temperature; top-k + top-p; top-p alone, as Llama 3's generation config; min-p alone; a large top-k), at
+(temperature; top-k + top-p; top-p alone, as Llama 3's generation config; min-p alone; a large top-k; requests
+taking turns between top-k + top-p and top-p alone, as clients of one server send them), at
 B = 1, 8, 32 and 64, in one run, the settings taking turns. The ratio to greedy is what matters (target:
 <= 1.03x). A step that captured a key while timed is reported (warm-up covers every bucket).
 
@@ -25,7 +26,7 @@ from _timing import (
     step_bench_parser,
 )
 
-from stepgraph import SamplingParams
+from stepgraph import Sampling, SamplingParams
 from stepgraph.speculative.decoder import SpecDecoder
 
 SETTINGS = {
@@ -35,22 +36,28 @@ SETTINGS = {
     "top-p 0.9": SamplingParams(temperature=0.6, top_p=0.9),
     "min-p 0.1": SamplingParams(temperature=0.8, min_p=0.1),
     "top-k 1000": SamplingParams(temperature=0.8, top_k=1000),
+    "mix": (SamplingParams(temperature=0.8, top_k=50, top_p=0.9), SamplingParams(temperature=0.6, top_p=0.9)),
 }
 
 #: keys captured inside a timed generate() (should stay 0: warm-up captures every bucket first)
 CAPTURED_WHILE_TIMED: list[str] = []
 
 
-def step_ms(dec: SpecDecoder, batch: int, sampling: SamplingParams, tokens: int, repeats: int) -> tuple[float, float]:
+def step_ms(
+    dec: SpecDecoder, batch: int, setting: SamplingParams | tuple[SamplingParams, ...], tokens: int, repeats: int
+) -> tuple[float, float]:
     """Medians over ``repeats`` generate() calls of the wall time of a step (from one step's launch to the
-    next's) and of its device time (CUDA events around each step), in ms. Medians over a call's steps,
+    next's) and of its device time (CUDA events around each step), in ms; a tuple of settings is taken in
+    turns by the requests. Medians over a call's steps,
     not means: sampled requests accept different numbers of tokens, so they finish at different steps
     where greedy ones finish together, and a mean lets the steps where the batch changes weigh on the
     sampled settings alone."""
     prompts = [[(7 * i + j) % 1000 + 1 for j in range(32)] for i in range(batch)]
+    turns = setting if isinstance(setting, tuple) else (setting,)
+    sampling = [turns[i % len(turns)] for i in range(batch)]
     # as a server starts: every batch size's key captured before serving (sampled requests finish at
     # different steps, so the batch passes through smaller sizes, whose first-use captures are not steps)
-    dec.warmup(batch, sampling.sampling)
+    dec.warmup(batch, Sampling.most_general(p.sampling for p in sampling))
     dec.generate(prompts, max_new_tokens=8, sampling=sampling)
     captured = set(dec.info()["captured_keys"])
     times, device = [], []
