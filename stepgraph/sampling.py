@@ -55,7 +55,7 @@ class Sampling(enum.IntEnum):
     top-p without a top-k, or a larger top-k without top-p (min-p allowed), and everything before: these
     rows draw their token by a rising pivot and never look for their cut, so they cost a fraction of a
     cut-off search; in the same launches the rows of ``TOP_K`` requests find their cut as their own class
-    does, so a batch that mixes the two (chat traffic) costs about what each costs alone.
+    does, so a batch that mixes the two (chat traffic) takes no cut-off search either.
     """
 
     GREEDY = 0
