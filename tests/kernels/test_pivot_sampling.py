@@ -218,21 +218,24 @@ def test_the_draws_with_a_top_k_give_the_top_k_law(min_p):
 
 
 @pytest.mark.parametrize(
-    "gather_cap,top_k", [(_sampling_topk.GATHER_CAP, (300, 1000)), (256, (200, 250))], ids=["lists", "radix"]
+    "gather_cap,top_k,dtype",
+    [(_sampling_topk.GATHER_CAP, (300, 1000), torch.bfloat16), (256, (200, 250), torch.float16)],
+    ids=["lists", "radix"],
 )
-def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather_cap, top_k, monkeypatch):
+def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather_cap, top_k, dtype, monkeypatch):
     """A batch that mixes every kind of row runs in the ``top_p`` class: small top-k requests (with top-p,
     with min-p, hundreds of ties at the k-th value, a top-k of 1000) find their cut in the rounds' first
     launches as the small top-k class finds it in its own (with a gather cap of 256 the long lists take the
     row's radix select; a top-k stays within the cap), beside a pivot request, a large top-k with top-p and min-p alone (the cut-off
-    rounds) and a greedy row. Every cut but the pivot request's equals the reference's; the tokens are the
-    reference's, and the small top-k requests draw the small top-k class's tokens."""
+    rounds) and a greedy row, over bfloat16 (16-bit keys) and float16 logits (32-bit keys). Every cut but the
+    pivot request's equals the reference's; the tokens are the reference's, and the small top-k requests
+    draw the small top-k class's tokens."""
     monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
     g = torch.Generator().manual_seed(9)
     B, K, V = 7, 1, 2600
     x = torch.randn(B, K + 1, V, generator=g) * 1.5
     x[1, :, 900:1400] = 1.0  # 500 ties at the k-th value, across two splits
-    x = x.bfloat16().to(DEV)
+    x = x.to(dtype).to(DEV)
     drafts = torch.argmax(x[:, :K].float(), -1)
     drafts[1, 0] = 1000  # a tie: kept, its row's correction leaves it out
     T = torch.tensor([0.8, 1.0, 0.7, 0.9, 1.2, 0.0, 0.8], device=DEV)
