@@ -271,7 +271,8 @@ def _kept_mass_kernel(
         tl.store(s_ptr + row * n_splits + sp, tl.sum(s_lane, axis=0))
 
 
-def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None):
+def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None,
+                  pick=None):  # fmt: skip
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
     ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak)`` (``seed``,
@@ -279,7 +280,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     and the kept mass and draw in the stats launch and the rounds instead, into ``y``; those of small top-k
     requests find their cut as the small top-k class does in launches of its own: their subset maxima in the
     stats launch, the bound in round 0, the lists in round 1, then the cut and kept mass in a launch of their
-    own after the rounds (:func:`._sampling_topk.row_cuts`)."""
+    own after the rounds (:func:`._sampling_topk.row_cuts`), and with ``pick`` (``[rows]`` int64), their
+    samples from their lists."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -317,7 +319,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     if pivot is not None:  # before the kept mass, which sets the other rows' cut
-        row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut)
+        sample = (seed, offset, pick) if pick is not None else None
+        row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample)
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
         m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,

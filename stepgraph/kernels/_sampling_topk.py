@@ -15,10 +15,12 @@ radix select over the vocabulary, from a lower bound on the k-th key. Launches:
 4. one program per row: the k-th key ``cut`` among the listed entries, the top-p cut among those ``>=
    cut`` (a search for the least key whose larger entries hold less than ``top_p`` of the top-k mass, in
    float64), then the kept mass of every split without the row's draft token (with min-p). Those feed the
-   filtered class's last launch unchanged. The searches run over ``SMALL_LIST`` entries when the row
-   lists no more (a top-k of tens), else over ``GATHER_CAP``. A row whose splits list more than
-   ``GATHER_CAP`` entries (ties at ``T`` by the thousand) finds ``cut`` in this program by a radix select
-   over the whole row instead: slower, exact.
+   filtered class's last launch unchanged. In a verify, the row's sample too: the kept set is the list, so
+   the sample the last launch needs of the row (were it the chain's first miss or its bonus row) is found
+   here by the same number, and the last launch scans no split for it. The searches run over
+   ``SMALL_LIST`` entries when the row lists no more (a top-k of tens), else over ``GATHER_CAP``. A row
+   whose splits list more than ``GATHER_CAP`` entries (ties at ``T`` by the thousand) finds ``cut`` in
+   this program by a radix select over the whole row instead: slower, exact.
 
 Counts are exact integers and every float sum runs in a fixed order, so the kept set does not depend on
 how a row is split (it is the same at every batch size).
@@ -42,6 +44,7 @@ CAP: tl.constexpr = tl.constexpr(TOP_K_MAX)
 MAXIMA_PER_ROW = 4096  # subset maxima per row (>= 2 * TOP_K_MAX: a row's splits keep at least half of them)
 GATHER_CAP = 2048  # entries >= T one row may list (a power of 2 >= TOP_K_MAX); past it, the radix select
 SMALL_LIST = 512  # a row listing at most this many entries (a top-k of tens) searches a list this wide
+ONE_GATHER: tl.constexpr = tl.constexpr(SMALL_LIST)  # lists this wide are loaded at once (:func:`_gathered`)
 PASS_BLOCK, PASS_WARPS = 1024, 4  # entries per step (divides every split) and warps of the vocabulary passes
 CUT_WARPS = 8  # warps of the per-row program (its searches run over GATHER_CAP entries)
 #: registers a thread of the per-row program may hold: two programs fit an SM. Its searches of a short list
@@ -52,6 +55,10 @@ CUT_REGISTERS = 128
 P_PROBES: tl.constexpr = tl.constexpr(4)
 LOWEST: tl.constexpr = tl.constexpr(-(1 << 40))  # below every key (int64)
 NONE32: tl.constexpr = tl.constexpr(-2147483648)  # below every key in int32 (no NaN is canonicalised to it)
+V_NONE: tl.constexpr = tl.constexpr(2147483647)  # past every vocabulary index
+#: ``pick`` of a row whose sample the last launch finds by its scan: not a small top-k row, or one whose kept
+#: ties at the cut are not all listed
+UNLISTED: tl.constexpr = tl.constexpr(-2)
 
 
 @triton.jit
@@ -288,18 +295,31 @@ def _key_value(key, SHIFT: tl.constexpr):
 
 
 @triton.jit
-def _gathered(list_ptr, count_ptr, row, n_splits, GCAP: tl.constexpr, WIDTH: tl.constexpr):
+def _gathered(list_ptr, count_ptr, row, n_splits, NS_P2: tl.constexpr, GCAP: tl.constexpr, WIDTH: tl.constexpr):
     """The row's listed entries (launch 3's per-split lists of ``GCAP`` slots), one split after another:
-    ``(idx [WIDTH] int32, valid [WIDTH])`` for a row that lists at most ``WIDTH`` in all."""
+    ``(idx [WIDTH] int32, valid [WIDTH])`` for a row that lists at most ``WIDTH`` in all. A short list
+    (``WIDTH <= SMALL_LIST``) is loaded at once: position ``c`` lies in the split ``q`` whose list ends past
+    it, and ``q`` counts the lists ending at or before ``c`` (a histogram of the ends, summed). A long one is
+    loaded a split at a time: a histogram of ``GCAP`` bins costs more than the loop."""
     c = tl.arange(0, WIDTH)
-    idx = tl.zeros([WIDTH], tl.int32)
-    first = n_splits * 0
-    for q in range(0, n_splits):  # a loop over splits keeps the registers at one list's width
-        n_q = tl.load(count_ptr + row * n_splits + q)
-        here = (c >= first) & (c < first + n_q)
-        idx = tl.where(here, tl.load(list_ptr + (row * n_splits + q) * GCAP + c - first, mask=here, other=0), idx)
-        first += n_q
-    return idx, c < first
+    if WIDTH <= ONE_GATHER:
+        sps = tl.arange(0, NS_P2)
+        n = tl.load(count_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
+        ends = tl.cumsum(n, axis=0)
+        valid = c < tl.sum(n, axis=0)
+        q = tl.where(valid, tl.cumsum(tl.histogram(ends, WIDTH, mask=(sps < n_splits) & (ends < WIDTH)), axis=0), 0)
+        start = tl.gather(ends - n, q, 0)
+        idx = tl.load(list_ptr + (row * n_splits + q) * GCAP + c - start, mask=valid, other=0)
+    else:
+        idx = tl.zeros([WIDTH], tl.int32)
+        first = n_splits * 0
+        for q in range(0, n_splits):  # a loop over splits keeps the registers at one list's width
+            n_q = tl.load(count_ptr + row * n_splits + q)
+            here = (c >= first) & (c < first + n_q)
+            idx = tl.where(here, tl.load(list_ptr + (row * n_splits + q) * GCAP + c - first, mask=here, other=0), idx)
+            first += n_q
+        valid = c < first
+    return idx, valid
 
 
 @triton.jit
@@ -309,7 +329,7 @@ def _listed_cut(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, row, k, n_
     cut, unlisted ties, unlisted ties per split [NS_P2])``: the ties are the ``-inf`` entries when fewer
     than k are finite, which the lists leave out."""
     sps = tl.arange(0, NS_P2)
-    idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, GCAP, WIDTH)
+    idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, NS_P2, GCAP, WIDTH)
     idx = idx.to(tl.int64)
     x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
     key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
@@ -340,12 +360,11 @@ def _radix_cut(logits_row, list_ptr, row, k, V, n_splits, NS_P2: tl.constexpr, S
 
 
 @triton.jit
-def _split_sums(values, valid, split_of, scratch, NS_P2: tl.constexpr):
-    """Per split, the float64 sum of ``values`` over positions ``valid`` in split ``split_of`` ([W] int32,
-    not decreasing over the valid positions), as differences of a running sum kept in ``scratch`` (W
-    float64): ``[NS_P2]``. A sum over a register tile [W, NS_P2] would spill at W = 2048."""
-    running = tl.cumsum(tl.where(valid, values, 0.0).to(tl.float64), axis=0)
-    tl.store(scratch + tl.arange(0, values.shape[0]), running)
+def _split_sums(running, valid, split_of, scratch, NS_P2: tl.constexpr):
+    """Per split, the float64 sum of values over positions ``valid`` in split ``split_of`` ([W] int32,
+    not decreasing over the valid positions), as differences of their running sum ``running`` (kept in
+    ``scratch``, W float64): ``[NS_P2]``. A sum over a register tile [W, NS_P2] would spill at W = 2048."""
+    tl.store(scratch + tl.arange(0, running.shape[0]), running)
     per_split = tl.histogram(split_of, NS_P2, mask=valid)
     ends = tl.cumsum(per_split, axis=0)
     starts = ends - per_split
@@ -355,11 +374,28 @@ def _split_sums(values, valid, split_of, scratch, NS_P2: tl.constexpr):
 
 
 @triton.jit
+def _listed_sample(idx, kept, kept_w, running, whole, b, K, row, seed_ptr, offset_ptr, pick_ptr):
+    """The row's sample were it the one the last launch samples (the chain's first rejected row, or its
+    bonus row), stored at ``pick[row]``: by the request's number for the sample (its Philox stream, as
+    the last launch draws it), the first kept entry in vocabulary order whose running weight (float64,
+    ``running``) passes that number times the kept mass, or the last one of positive weight where float
+    sums leave none; -1 when nothing is kept. The listed entries are in vocabulary order. A row whose
+    list is not ``whole`` (kept ties left out) gets :data:`UNLISTED`: the last launch scans its split."""
+    stream = (tl.load(offset_ptr + b) * (K + 2) + K + 1) << 32  # verify_stream, with K1 = K + 1
+    goal = tl.rand(tl.load(seed_ptr + b), stream | (K + 1)).to(tl.float64) * tl.max(running, axis=0)
+    hit = tl.min(tl.where(kept & (running > goal), idx, V_NONE), axis=0)
+    last = tl.max(tl.where(kept & (kept_w > 0), idx, -1), axis=0)
+    tl.store(pick_ptr + row, tl.where(whole, tl.where(hit < V_NONE, hit, last), UNLISTED))
+
+
+@triton.jit
 def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft, temp_ptr,
-                  topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT,
-                  NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr):  # fmt: skip
+                  topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
+                  n_splits, SPLIT, NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
+                  PICK: tl.constexpr):  # fmt: skip
     """From the listed entries and the k-th key ``cut``: the top-p cut among those ``>= cut``, then the
-    kept mass of every split without the draft token (min-p applied), ``m`` and the cut, stored."""
+    kept mass of every split without the draft token (min-p applied), ``m`` and the cut, stored. With
+    ``PICK``, the row's sample too (:func:`_listed_sample`)."""
     sps = tl.arange(0, NS_P2)
     listed = valid & (key >= cut)
     t = tl.load(temp_ptr + b).to(tl.float32)
@@ -392,12 +428,17 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
     kept = listed & (key >= cut_p) & (w >= min_p) & (idx != excl)
     # the entries are listed in vocabulary order: each split's are one run of positions
     kept_w = tl.where(kept, w, 0.0)
-    mass = _split_sums(kept_w, valid, (idx // SPLIT).to(tl.int32), scratch_ptr + row * GCAP, NS_P2).to(tl.float32)
+    running = tl.cumsum(kept_w.to(tl.float64), axis=0)
+    tie_kept = (cut >= cut_p) & (w_tie >= min_p)  # the unlisted ties at the cut (if any) are kept
+    if PICK:
+        whole = (n_ties == 0) | ~tie_kept | (w_tie <= 0)  # the list holds every kept entry of weight
+        _listed_sample(idx, kept, kept_w, running, whole, b, K, row, seed_ptr, offset_ptr, pick_ptr)
+    mass = _split_sums(running, valid, (idx // SPLIT).to(tl.int32), scratch_ptr + row * GCAP, NS_P2).to(tl.float32)
     excl_ok = (excl >= 0) & (excl < V)
     x_excl = tl.load(logits_row + tl.where(excl_ok, excl, 0)).to(tl.float32)
     excl_tie = (n_ties > 0) & excl_ok & (row_key(x_excl, SHIFT) == cut)  # the draft is an unlisted tie
     tie_n -= (excl_tie & (sps == excl // SPLIT)).to(tie_n.dtype)
-    mass += tl.where((cut >= cut_p) & (w_tie >= min_p), tie_n.to(tl.float32) * w_tie, 0.0)
+    mass += tl.where(tie_kept, tie_n.to(tl.float32) * w_tie, 0.0)
     tl.store(m_ptr + row * n_splits + sps, tl.zeros([NS_P2], tl.float32) + m, mask=sps < n_splits)
     tl.store(s_ptr + row * n_splits + sps, mass, mask=sps < n_splits)
     tl.store(cut_ptr + row, cut_p)
@@ -405,25 +446,26 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
 
 @triton.jit
 def _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr, stride_draft,
-                         temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT,
-                         NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
-                         WIDTH: tl.constexpr):  # fmt: skip
+                         temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr,
+                         cut_ptr, V, K, n_splits, SPLIT, NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
+                         WIDTH: tl.constexpr, PICK: tl.constexpr):  # fmt: skip
     """:func:`_listed_cut`, then :func:`_cut_and_mass`, for a row listing at most ``WIDTH`` entries."""
     idx, valid, x, key, cut, n_ties, tie_n = _listed_cut(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, row, k,
                                                          n_splits, NS_P2, SHIFT, GCAP, WIDTH)  # fmt: skip
     _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft, temp_ptr,
-                  topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT,
-                  GCAP)  # fmt: skip
+                  topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
+                  n_splits, SPLIT, NS_P2, SHIFT, GCAP, PICK)  # fmt: skip
 
 
 @jit_any_batch
 def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, minp_ptr,
-                bound_ptr, list_ptr, count_ptr, ninf_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, K1, n_splits,
-                SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr, BITS: tl.constexpr,
-                GCAP: tl.constexpr, SMALL: tl.constexpr):  # fmt: skip
+                seed_ptr, offset_ptr, pick_ptr, bound_ptr, list_ptr, count_ptr, ninf_ptr, scratch_ptr, m_ptr, s_ptr,
+                cut_ptr, V, K, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
+                BITS: tl.constexpr, GCAP: tl.constexpr, SMALL: tl.constexpr, PICK: tl.constexpr):  # fmt: skip
     """Launch 4, one program per row: the k-th key, the top-p cut, then the kept mass of every split
-    without the draft token (min-p applied), and ``m``, for the last launch. A row listing at most
-    ``SMALL`` entries searches a list that wide. Other rows: the cut lets all through."""
+    without the draft token (min-p applied), and ``m``, for the last launch; with ``PICK``, the row's
+    sample from its list (:func:`_listed_sample`). A row listing at most ``SMALL`` entries searches a list
+    that wide. Other rows: the cut lets all through, and their sample is left to the last launch."""
     row = tl.program_id(0).to(tl.int64)
     b = row // K1
     j = row % K1
@@ -434,20 +476,24 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
         total = tl.sum(tl.load(count_ptr + row * n_splits + sps, mask=sps < n_splits, other=0), axis=0)
         if total <= SMALL:
             _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr,
-                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
-                                 n_splits, SPLIT, NS_P2, SHIFT, GCAP, SMALL)  # fmt: skip
+                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr,
+                                 scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT, GCAP, SMALL,
+                                 PICK)  # fmt: skip
         elif total <= GCAP:  # the entries >= T: each split's list, one after another
             _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr,
-                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
-                                 n_splits, SPLIT, NS_P2, SHIFT, GCAP, GCAP)  # fmt: skip
+                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr,
+                                 scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT, GCAP, GCAP,
+                                 PICK)  # fmt: skip
         else:  # more than GCAP entries reach T: the row's own radix select
             idx, valid, x, key, cut, n_ties, tie_n = _radix_cut(logits_row, list_ptr, row, k, V, n_splits, NS_P2,
                                                                 SPLIT, BLOCK, SHIFT, BITS, GCAP)  # fmt: skip
             _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft,
-                          temp_ptr, topp_ptr, minp_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT,
-                          NS_P2, SHIFT, GCAP)  # fmt: skip
+                          temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr,
+                          cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT, GCAP, PICK)  # fmt: skip
     else:
         tl.store(cut_ptr + row, LOWEST)
+        if PICK:
+            tl.store(pick_ptr + row, row * 0 + UNLISTED)
 
 
 def maxima_per_split(n_splits: int) -> int:
@@ -469,24 +515,30 @@ def list_buffers(rows: int, n_splits: int, device) -> tuple[torch.Tensor, ...]:
     return maxima, bound, listed, counts, ninf, scratch
 
 
-def row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut) -> None:
+def row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut,
+             sample=None) -> None:  # fmt: skip
     """Launch 4 (:func:`_cut_kernel`) over ``listed`` (:func:`list_buffers`' workspace after ``maxima``,
     with the lists made): the cut ``[rows]`` and ``m_part``, ``s_part`` (``[rows, n_splits]``) of every
-    candidate row; the other rows' cut lets all through."""
+    candidate row; the other rows' cut lets all through. ``sample``: ``None``, or ``(seed, offset, pick)``
+    (``[B]`` int64 each, and ``[rows]`` int64): each candidate row's sample from its list into ``pick``
+    (:func:`_listed_sample`; :data:`UNLISTED` for the rows the last launch scans)."""
     B, K1, V = logits.shape
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     bound, lists, counts, ninf, scratch = listed
+    seed, offset, pick = sample if sample is not None else (cut,) * 3  # unused without it
     _cut_kernel[(B * K1,)](logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0), temperature, top_k,
-                           top_p, min_p, bound, lists, counts, ninf, scratch, m_part, s_part, cut, V, K1 - 1, K1,
-                           n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=next_pow2(n_splits), SHIFT=shift,
-                           BITS=32 - shift, GCAP=GATHER_CAP, SMALL=min(SMALL_LIST, GATHER_CAP), num_warps=CUT_WARPS,
-                           maxnreg=CUT_REGISTERS, **EXACT_ROUNDING)  # fmt: skip
+                           top_p, min_p, seed, offset, pick, bound, lists, counts, ninf, scratch, m_part, s_part, cut,
+                           V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=next_pow2(n_splits),
+                           SHIFT=shift, BITS=32 - shift, GCAP=GATHER_CAP, SMALL=min(SMALL_LIST, GATHER_CAP),
+                           PICK=sample is not None, num_warps=CUT_WARPS, maxnreg=CUT_REGISTERS,
+                           **EXACT_ROUNDING)  # fmt: skip
 
 
-def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx):
+def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, sample=None):
     """The small-top-k class up to the kept mass (:func:`filtered_mass`'s contract): fills ``m_part``,
-    ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``."""
+    ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``; with
+    ``sample`` (:func:`row_cuts`), each candidate row's sample from its list too."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -505,5 +557,5 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
                            SHIFT=shift, num_warps=8, **EXACT_ROUNDING)  # fmt: skip
     _gather_kernel[grid](*head, temperature, top_k, bound, *lists[:3], V, K1, n_splits, SHIFT=shift,
                          GCAP=GATHER_CAP, **sizes)  # fmt: skip
-    row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, (bound, *lists), cut)
+    row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, (bound, *lists), cut, sample)
     return cut

@@ -53,7 +53,7 @@ from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
 from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
 from ._sampling_pivot import _pick, pivot_buffers
-from ._sampling_topk import TOP_K_MAX, _key_value, topk_mass
+from ._sampling_topk import TOP_K_MAX, UNLISTED, _key_value, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
     chain_verify_sampling_ref,
@@ -139,6 +139,7 @@ def _finalize_kernel(
     s_ptr,
     cut_ptr,
     pivot_ptr,
+    pick_ptr,
     tokens_ptr,
     ext_ptr,
     num_acc_ptr,
@@ -158,11 +159,14 @@ def _finalize_kernel(
     SHIFT: tl.constexpr,
     FILTERED: tl.constexpr,
     PIVOT: tl.constexpr,
+    LISTED: tl.constexpr,
     HAS_SEQ: tl.constexpr,
     HAS_ACCEPT_LEN: tl.constexpr,
     HAS_SELECT: tl.constexpr,
 ):
-    """One program per request: combine the partials, walk the chain, sample the correction or bonus."""
+    """One program per request: combine the partials, walk the chain, sample the correction or bonus. With
+    ``LISTED``, the rows of small top-k requests have their sample in ``pick`` (the cut launch drew it from
+    the row's list): the split is scanned for the others (``pick`` is ``UNLISTED``) alone."""
     b = tl.program_id(0).to(tl.int64)
     K1 = K + 1
     j = tl.arange(0, K1_P2)
@@ -227,8 +231,10 @@ def _finalize_kernel(
     cut_n = n * 0
     if FILTERED:
         cut_n = tl.sum(tl.where(on_n, cut, 0), axis=0)
-    sample = n * 0 - 1
-    if ~pivot:  # a pivot request has its token: no scan
+    sample = n * 0 + UNLISTED
+    if LISTED:
+        sample = tl.load(pick_ptr + b * K1 + n)
+    if ~pivot & (sample == UNLISTED):  # a pivot request has its token, a listed row its sample: no scan
         base = logits_ptr + b * stride_b + n * stride_j
         kept_by = (excl, cut_n, min_p, inv_t, m_sp, m_n)
         sample = _sample_in_split(base, chosen.to(tl.int64) * SPLIT, V, local, kept_by, SPLIT, BLOCK, NB_P2, SHIFT,
@@ -408,15 +414,17 @@ def chain_verify_sampling(
     m_part, s_part = (torch.empty((rows, n_splits), dtype=torch.float32, device=dev) for _ in range(2))
     gkey, gidx = (torch.empty((rows, n_splits), dtype=torch.int32, device=dev) for _ in range(2))
     head = (logits, logits.stride(0), logits.stride(1), drafts, drafts.stride(0))
-    drawn = None
+    drawn = pick = None
     if filtered:
         parts = (logits, drafts, temperature, top_k, top_p, min_p, (n_splits, split), m_part, s_part, gkey, gidx)
+        if small_top_k or pivot:  # small top-k rows draw their sample from their lists
+            pick = torch.empty(rows, dtype=torch.int64, device=dev)
         if small_top_k:
-            cut = topk_mass(*parts)
+            cut = topk_mass(*parts, sample=(seed, offset, pick))
         elif pivot:
             workspace = pivot_buffers(rows, n_splits, split, dev)
             drawn = workspace[1]
-            cut = filtered_mass(*parts, pivot=(seed, offset, *workspace))
+            cut = filtered_mass(*parts, pivot=(seed, offset, *workspace), pick=pick)
         else:
             cut = filtered_mass(*parts)
     else:
@@ -438,6 +446,7 @@ def chain_verify_sampling(
         s_part,
         cut,
         drawn if drawn is not None else cut,
+        pick if pick is not None else cut,
         res.tokens,
         res.extend_tokens,
         res.num_accepted,
@@ -457,6 +466,7 @@ def chain_verify_sampling(
         SHIFT=key_shift(logits.dtype),
         FILTERED=filtered,
         PIVOT=drawn is not None,
+        LISTED=pick is not None,
         HAS_SEQ=seq_lens is not None,
         HAS_ACCEPT_LEN=with_accept_len,
         HAS_SELECT=with_select,

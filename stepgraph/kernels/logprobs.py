@@ -178,7 +178,7 @@ def _finish_kernel(logits_ptr, stride_b, stride_r, tokens_ptr, stride_tb, stride
         listed = tl.sum(counts, axis=0)
         c = tl.arange(0, GCAP)
         if listed <= GCAP:  # the entries >= T, each split's list after the one before
-            idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, GCAP, GCAP)
+            idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, NS_P2, GCAP, GCAP)
             tie = (listed * 0 + NEG_INF_KEY_C).to(tl.int32)  # fewer than top_n listed: the rest are -inf
         else:  # more than GCAP entries reach T: the row's own radix select finds the top_n-th key
             out = list_ptr + row * n_splits * GCAP

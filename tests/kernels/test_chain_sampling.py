@@ -273,6 +273,42 @@ def test_small_top_k_up_to_its_largest_across_splits(gather_cap, top_k, monkeypa
     assert torch.equal(tokens[0], tokens[1])
 
 
+@pytest.mark.parametrize("mode", [{"small_top_k": True}, {"pivot": True}], ids=["top_k", "top_p"])
+def test_small_top_k_rows_draw_their_sample_from_their_lists(mode, monkeypatch):
+    """The cut launch draws each small top-k row's sample from its list, by the number the last launch
+    would draw it with; a row whose kept ties at the cut overflow the list (300 ties, a gather cap of 256)
+    is left to the last launch's scan of its split. Either way the tokens are the reference's, offset after
+    offset (fresh numbers), in the top_k class and among the top_p class's own launches."""
+    from stepgraph.kernels._sampling_topk import UNLISTED, topk_mass
+    from stepgraph.kernels.chain_sampling import split_layout
+
+    monkeypatch.setattr(_sampling_topk, "GATHER_CAP", 256)
+    torch.manual_seed(11)
+    B, K, V = 4, 2, 1500
+    logits = (torch.randn(B, K + 1, V, device=DEV) * 2).bfloat16()
+    logits[3, :, 400:700] = 9.0  # 300 ties at the top: top-k 10 keeps every one
+    drafts = torch.randint(0, V, (B, K), device=DEV)
+    drafts[1] = torch.argmax(logits[1, :K].float(), -1)  # likely accepted: the bonus row samples
+    T = torch.tensor([1.0, 0.8, 1.2, 0.7], device=DEV)
+    k = torch.tensor([20, 40, 5, 10], device=DEV)
+    p = torch.tensor([0.9, 1.0, 0.8, 1.0], device=DEV)
+    mp = torch.tensor([0.0, 0.05, 0.0, 0.0], device=DEV)
+    seed = torch.arange(B, device=DEV) + 5
+    rows = B * (K + 1)
+    layout = split_layout(rows, V)
+    parts = [torch.empty((rows, layout[0]), dtype=torch.float32, device=DEV) for _ in range(2)]
+    keys = [torch.empty((rows, layout[0]), dtype=torch.int32, device=DEV) for _ in range(2)]
+    pick = torch.empty(rows, dtype=torch.int64, device=DEV)
+    off = torch.zeros(B, dtype=torch.int64, device=DEV)
+    topk_mass(logits, drafts, T, k, p, mp, layout, *parts, *keys, sample=(seed, off, pick))
+    assert (pick.view(B, K + 1)[:3] >= 0).all() and (pick.view(B, K + 1)[3] == UNLISTED.value).all(), pick
+    for step in range(4):
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got = chain_verify_sampling(logits, drafts, T, k, p, seed, off.clone(), min_p=mp, filtered=True, **mode)
+        ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, off.clone(), min_p=mp, filtered=True, **mode)
+        assert torch.equal(got.tokens, ref.tokens), (step, got.tokens, ref.tokens)
+
+
 @pytest.mark.slow
 def test_small_top_k_class_emits_the_target_distribution():
     torch.manual_seed(1)
