@@ -51,6 +51,9 @@ class PromptLookupDraft:
     """
 
     hidden_size = 1
+    #: its logits only mark the proposals: the step does not penalise them (penalties would move a one-hot
+    #: row's argmax off its proposal)
+    marks_proposals = True
 
     def __init__(
         self,

@@ -60,7 +60,16 @@ def penalise(logits, counts, repetition, presence, frequency) -> torch.Tensor:
 
 
 def penalise_rows_ref(
-    logits, drafts, slots, seq_len, history, counts, settings, scratch: int, bans: Bans | None = None
+    logits,
+    drafts,
+    slots,
+    seq_len,
+    history,
+    counts,
+    settings,
+    scratch: int,
+    bans: Bans | None = None,
+    first_row: int = 0,
 ) -> torch.Tensor:
     """Reference of :func:`penalise_rows` (shapes there): a gather of every row's seen tokens, the
     definition, and a scatter into a copy; then the bans' ``-inf`` (the n-gram bans row by row on the
@@ -71,7 +80,8 @@ def penalise_rows_ref(
     rows = torch.where(slots < 0, scratch, slots)
     seen = history[rows, :L].long()  # [B, L]
     seen = torch.where(torch.arange(L, device=dev)[None, :] <= seq_len[:, None], seen, seen[:, :1])  # a repeat
-    chain = torch.arange(K, device=dev)[None, :] < torch.arange(R, device=dev)[:, None]  # [R, K]: j < i
+    chain_rows = first_row + torch.arange(R, device=dev)  # each row's place in the chain
+    chain = torch.arange(K, device=dev)[None, :] < chain_rows[:, None]  # [R, K]: j < i
     d = drafts.long()
     chained = torch.where(chain[None], d[:, None, :], seen[:, :1, None])  # [B, R, K]
     tokens = torch.cat([seen[:, None, :].expand(B, R, L), chained], 2)  # [B, R, L + K]
@@ -83,7 +93,7 @@ def penalise_rows_ref(
     )
     if bans is None:
         return out
-    on = seq_len[:, None] + 1 + torch.arange(R, device=dev)[None, :] < bans.until[rows][:, None]  # [B, R]
+    on = seq_len[:, None] + 1 + chain_rows[None, :] < bans.until[rows][:, None]  # [B, R]
     ids = bans.banned[rows].long()
     hit = torch.zeros(B, V + 1, dtype=torch.bool, device=dev).scatter_(1, torch.where(ids >= 0, ids, V), True)
     out.masked_fill_(on[:, :, None] & hit[:, None, :V], float("-inf"))
@@ -91,23 +101,33 @@ def penalise_rows_ref(
         if n > 0:
             seen = history[rows[b], : int(seq_len[b]) + 1].tolist()
             for i in range(R):
-                banned = repeated_ngram_bans(seen + drafts[b, : min(i, K)].tolist(), n)
+                banned = repeated_ngram_bans(seen + drafts[b, : min(first_row + i, K)].tolist(), n)
                 out[b, i, sorted(banned)] = float("-inf")
     return out
 
 
 def penalise_rows(
-    logits, drafts, slots, seq_len, history, counts, settings, scratch: int, bans: Bans | None = None
+    logits,
+    drafts,
+    slots,
+    seq_len,
+    history,
+    counts,
+    settings,
+    scratch: int,
+    bans: Bans | None = None,
+    first_row: int = 0,
 ) -> torch.Tensor:
-    """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``i`` of request
-    ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) with
-    the tokens ``history[row, 0..seq_len[b]]`` and ``drafts[b, :i]`` (``drafts [B, R - 1]``).
-    ``bans`` (:class:`Bans`): row ``i`` (the token at position ``seq_len[b] + 1 + i``) then gets ``-inf``
-    at the ids ``banned[row]`` while that position is below ``until[row]`` (min_tokens' EOS ban), and at
-    each token that would complete an ``no_repeat[row]``-gram already among its tokens. Graph-safe; the
-    torch reference off Triton devices."""
+    """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``r`` of request
+    ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) is row
+    ``i = first_row + r`` of the chain, penalised with the tokens ``history[row, 0..seq_len[b]]`` and
+    ``drafts[b, :i]`` (``drafts [B, K]``, ``K >= first_row + R - 1``; the verify's rows: ``first_row = 0``,
+    ``K = R - 1``). ``bans`` (:class:`Bans`): row ``i`` (the token at position ``seq_len[b] + 1 + i``) then
+    gets ``-inf`` at the ids ``banned[row]`` while that position is below ``until[row]`` (min_tokens' EOS
+    ban), and at each token that would complete an ``no_repeat[row]``-gram already among its tokens.
+    Graph-safe; the torch reference off Triton devices."""
     if not use_triton(logits):
-        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch, bans)
+        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch, bans, first_row)
     B, R, V = logits.shape
     K = drafts.shape[1]
     logits, drafts = logits.contiguous(), drafts.contiguous()
@@ -119,7 +139,7 @@ def penalise_rows(
     _penalise_rows_kernel[(B * R,)](
         logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
         banned.contiguous(), no_repeat,
-        R, K, V, history.shape[1] - 1, history.stride(0), scratch,
+        R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row,
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
         num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
@@ -143,13 +163,13 @@ def _banned(tok, ids, banning):
 @jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
-    banned_ptr, no_repeat_ptr, R, K, V, L, history_stride, scratch,
+    banned_ptr, no_repeat_ptr, R, K, V, L, history_stride, scratch, first_row,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
     b = pid // R
-    i = pid % R
+    i = first_row + pid % R  # the row's place in the chain
     slot = tl.load(slots_ptr + b)
     row = tl.where(slot < 0, scratch, slot).to(tl.int64)
     seq = tl.load(seq_ptr + b)

@@ -36,7 +36,7 @@ from stepgraph.config import RunnerConfig
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.runner import StepGraphRunner
 from stepgraph.sampling import REQUEST_FIELDS, Sampling, sampling_class
-from stepgraph.speculative.penalties import PenaltyState
+from stepgraph.speculative.penalties import PenaltyState, draft_penalties
 from stepgraph.speculative.step import Draft, Target
 
 MAX_CHUNKS = 8  # requests' chunks in one forward at most
@@ -69,7 +69,8 @@ class ChunkForward:
         The ranks' capture vote (tensor parallelism), as for the chain step.
     penalties:
         The requests' penalty state: each chunk's tokens go into it, and a finished prompt's first token
-        is sampled from its last logits penalised with its prompt (:mod:`stepgraph.speculative.penalties`).
+        is sampled from its last logits penalised with its prompt (:mod:`stepgraph.speculative.penalties`),
+        and its first draft from the draft's logits penalised with the prompt and that token.
     """
 
     def __init__(
@@ -90,7 +91,7 @@ class ChunkForward:
         penalties: PenaltyState | None = None,
     ) -> None:
         self.target, self.draft, self.chunk, self.max_seq_len = target, draft, chunk, max_seq_len
-        self.penalties = penalties
+        self.penalties, self.draft_penalties = penalties, draft_penalties(penalties, draft)
         self.device, self.hidden_size, self.hidden_dtype, self.kernels = device, hidden_size, hidden_dtype, kernels
         self._offsets = torch.arange(chunk + 1, device=device)
         self.sizes = tuple(n for n in (1, 2, 4, 8, 16) if n <= min(MAX_CHUNKS, max_chunks, chunk))
@@ -143,10 +144,13 @@ class ChunkForward:
         d_tokens[at, last + 1] = torch.where(extra >= 0, extra, first)  # the position after the chunk
         before = buf["before"][:, None].to(hidden.dtype)
         d_logits, d_hidden = self.draft(d_tokens, positions, torch.cat([before, hidden], 1), rows)
+        d_end = d_logits[at, last + 1][:, None]  # [n, 1, V]
+        if self.draft_penalties is not None:  # the first draft follows the first token: row 1 of a chain
+            d_end = self.draft_penalties.apply(d_end, first[:, None], buf["slots"], buf["start"] + last, 1)
         return {
             "first": first,
             "offset": offset,
-            "draft": torch.argmax(d_logits[at, last + 1], -1),
+            "draft": torch.argmax(d_end[:, 0], -1),
             "draft_hidden": d_hidden[at, last + 1],
             "hidden": end_hidden,
             "logits": end_logits,

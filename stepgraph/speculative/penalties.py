@@ -18,6 +18,11 @@ the output so far *and* drafts ``1..i``: if they are accepted, that row's token 
 row is never used. Each request keeps, in its relay slot's rows of :class:`PenaltyState`, its tokens by
 position (prompt then output) and its output counts; the step records what it emits, in the graph.
 
+The draft's proposals are penalised the same way (:func:`draft_penalties`): each draft step's logits with
+the output so far and the drafts before it, the draft-extend's rows with the tokens they follow, and the
+prefill's first draft with the first token. A draft that predicts the target then proposes the target's
+penalised choice, and a penalty costs no acceptance.
+
 ``min_tokens`` and ``no_repeat_ngram_size`` ride on the same copy, as transformers'
 ``MinNewTokensLengthLogitsProcessor`` and ``NoRepeatNGramLogitsProcessor`` define them. Each slot keeps
 the position from which its EOS ids may be drawn (the prompt's length plus ``min_tokens``), those ids (up
@@ -117,22 +122,39 @@ class PenaltyState:
         write_history(self.history, slots, positions, tokens, ok, self.scratch)
 
     def apply(
-        self, logits: torch.Tensor, drafts: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor
+        self,
+        logits: torch.Tensor,
+        drafts: torch.Tensor,
+        slots: torch.Tensor,
+        seq_len: torch.Tensor,
+        first_row: int = 0,
     ) -> torch.Tensor:
-        """``logits [B, K+1, V]`` penalised, in a new float32 tensor: row ``i`` of request ``b`` (relay slot
-        ``slots[b]``, its last token at position ``seq_len[b]``) with its tokens at positions
-        ``0..seq_len[b]`` and ``drafts[b, :i]`` (``drafts [B, K]``), and its EOS ids at ``-inf`` where its
-        token would come before ``min_tokens`` and at the tokens that would repeat an n-gram. Graph-safe (one
-        kernel after a copy)."""
+        """``logits [B, R, V]`` penalised, in a new float32 tensor: row ``r`` of request ``b`` (relay slot
+        ``slots[b]``, its last token at position ``seq_len[b]``) is row ``i = first_row + r`` of its chain,
+        penalised with its tokens at positions ``0..seq_len[b]`` and ``drafts[b, :i]`` (``drafts [B, K]``,
+        ``K >= first_row + R - 1``), with its EOS ids at ``-inf`` where its token would come before
+        ``min_tokens`` and at the tokens that would repeat an n-gram. The verify's ``[B, K+1, V]`` rows
+        start the chain (``first_row = 0``); a draft's rows continue it. Graph-safe (one kernel after a
+        copy)."""
         args = (self.history, self.counts, self.settings, self.scratch)
         bans = Bans(self.ban_until, self.banned, self.no_repeat)
-        return penalise_rows(logits, drafts, slots, seq_len, *args, bans=bans)
+        return penalise_rows(logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row)
 
     def record(self, tokens: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor) -> None:
         """A step's emitted ``tokens [B, R]`` (``-1``: none) of the requests in ``slots [B]``, whose last
         token was at ``seq_len [B]``: at positions ``seq_len + 1 ..`` and in the counts. Padded rows record
         nothing. Graph-safe (one kernel)."""
         record_tokens(tokens, slots, seq_len, self.history, self.counts, self.scratch)
+
+
+def draft_penalties(penalties: PenaltyState | None, draft) -> PenaltyState | None:
+    """The state that a draft's proposals are penalised with: ``penalties``, unless there are none or the
+    draft's logits only mark its proposals (``draft.marks_proposals``, as prompt lookup's one-hot rows do).
+    A draft that predicts the target proposes the target's next token when its logits are processed as
+    the target's are: with penalties, its unprocessed argmax is rejected wherever a penalty moves it."""
+    if penalties is None or getattr(draft, "marks_proposals", False):
+        return None
+    return penalties
 
 
 def penalised_logits_ref(

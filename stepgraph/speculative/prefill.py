@@ -18,7 +18,7 @@ import torch
 
 from stepgraph.sampling import REQUEST_FIELDS, Sampling
 from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
-from stepgraph.speculative.penalties import PenaltyState
+from stepgraph.speculative.penalties import PenaltyState, draft_penalties
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
 from stepgraph.speculative.scores import Scores, processed_scores, token_scores
@@ -35,7 +35,8 @@ class Prefill:
     ``fused_logprobs`` piece).
     ``chunks``: the batched chunk forward (``None``: each prompt whole, in one forward).
     ``penalties``: the requests' penalty state (:mod:`stepgraph.speculative.penalties`): a prompt's tokens
-    go in when its prefill starts, its first token is sampled from penalised logits and recorded.
+    go in when its prefill starts, its first token is sampled from penalised logits and recorded, and its
+    first draft is taken from the draft's logits penalised with the prompt and that token.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class Prefill:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
         self.logprobs_mode = logprobs_mode
         self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
+        self.draft_penalties = draft_penalties(penalties, draft)
         self.logprob_kernels = logprob_kernels
         if penalties is not None:  # the whole-prompt path's slot and last position, filled per request
             self._slot, self._last, self._zero = (torch.zeros(1, dtype=torch.int64, device=device) for _ in range(3))
@@ -89,7 +91,10 @@ class Prefill:
         d_tokens = torch.cat([tokens, first[:, None]], 1)
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
         d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)
-        ready = {"first": first, "offset": offset, "draft": torch.argmax(d_logits[:, -1], -1)}
+        d_end = d_logits[:, -1:]
+        if self.draft_penalties is not None:  # the first draft follows the first token: row 1 of a chain
+            d_end = self.draft_penalties.apply(d_end, first[:, None], self._slot, self._last, 1)
+        ready = {"first": first, "offset": offset, "draft": torch.argmax(d_end[:, 0], -1)}
         out = {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1], "scored": end}
         return self._ready([r], [0], out).get(0)
 

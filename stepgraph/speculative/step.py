@@ -35,7 +35,7 @@ from stepgraph.kv import KVCache
 from stepgraph.outputs import StepOutputs
 from stepgraph.runner import StepGraphRunner, WarmupReport
 from stepgraph.sampling import Sampling, sampling_class
-from stepgraph.speculative.penalties import PenaltyState
+from stepgraph.speculative.penalties import PenaltyState, draft_penalties
 from stepgraph.speculative.pieces import Pieces
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.scores import check_logprobs_mode, check_top_logprobs, processed_scores, token_scores
@@ -53,7 +53,9 @@ class Target(Protocol):
 
 class Draft(Protocol):
     """``draft(tokens, positions, hidden [B, T, D], cache_rows) -> (logits [B, T, V], hidden [B, T, Dd])``;
-    a plain draft model ignores ``hidden``."""
+    a plain draft model ignores ``hidden``. With penalties, the draft's logits are penalised as the
+    target's are before its argmax; a draft whose logits only mark its proposals (one-hot rows) says so
+    with ``marks_proposals = True``, and they are left as they are."""
 
     def __call__(self, tokens, positions, hidden, cache_rows): ...
 
@@ -156,6 +158,7 @@ class ChainStep:
         if penalties is not None and penalties.rows != num_slots + 1:
             raise ValueError(f"penalties has {penalties.rows} rows; the step needs num_slots + 1 = {num_slots + 1}")
         self.penalties = self.relay.penalties = penalties
+        self.draft_penalties = draft_penalties(penalties, draft)
         workspace = torch.zeros(max_batch * (self.max_draft_len + 1), dtype=torch.int32, device=self.device)
         self.pieces = Pieces(self.toggles, self.device, workspace)
         self._offsets = {k: torch.arange(k + 1, device=self.device) for k in self.draft_lens}  # [K+1] positions
@@ -263,6 +266,8 @@ class ChainStep:
         drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
         for i in range(1, K):
             logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
+            if self.draft_penalties is not None:  # row i of the chain: the drafts before it count
+                logits = self.draft_penalties.apply(logits, torch.stack(drafts, 1), ctx.slots[: ctx.batch], s, i)
             tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
             drafts.append(tok)
         return Drafted(torch.stack(drafts, 1))
@@ -309,6 +314,9 @@ class ChainStep:
         """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""
         v, nxt = ctx.verified, ctx.next
         d_logits, d_hidden = self.draft(v.extend_tokens, v.positions + 1, v.hidden, ctx.state["cache_row"])
+        if self.draft_penalties is not None:  # row j follows extend tokens 0..j: rows 1..K+1 of the chain
+            slots, seq_len = ctx.slots[: ctx.batch], ctx.state["seq_len"]
+            d_logits = self.draft_penalties.apply(d_logits, v.extend_tokens, slots, seq_len, 1)
         flat = ctx.batch * (ctx.draft_len + 1)  # [B, K+1, V] as rows
         self.pieces.tail(
             d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), v.accepted_row, nxt["draft"], nxt["hidden"]

@@ -146,6 +146,31 @@ def test_greedy_with_penalties_equals_the_reference_decode(overlap, k, chunk):
     assert dec.info()["penalties"] is True
 
 
+@pytest.mark.parametrize("overlap,chunk", [(False, None), (True, 4)], ids=["sync-whole", "overlapped-chunked"])
+def test_a_copy_of_the_target_has_every_draft_accepted_under_penalties(overlap, chunk):
+    """The draft's proposals are penalised as the target's logits are (each draft step, the draft-extend
+    and the prefill's first draft): a draft identical to the target proposes the target's penalised
+    choices, so under strong penalties every draft is accepted (K + 1 tokens a step) and the output is the
+    reference decode's. Left as they are (a draft that says ``marks_proposals``), its proposals lose
+    drafts wherever a penalty moves the argmax; the output stays the same."""
+    target, draft = build("tiny", draft="same")
+    prompts = [*PROMPTS, [9, 9, 9, 9], [180]]  # the last: its first draft would repeat its prompt
+    params = [SamplingParams(presence_penalty=2.0, frequency_penalty=2.0), SamplingParams(repetition_penalty=3.0),
+              SamplingParams(no_repeat_ngram_size=1), SamplingParams(presence_penalty=1.0, repetition_penalty=1.5),
+              SamplingParams(no_repeat_ngram_size=1)]  # fmt: skip
+    accept, outs = [], []
+    for marks in (False, True):
+        draft.marks_proposals = marks
+        dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=5, penalties=True,
+                                      prefill_chunk=chunk)  # fmt: skip
+        outs.append(dec.generate(prompts, max_new_tokens=40, sampling=params, overlap=overlap))
+        accept.append(dec.stats.mean_accept_len)
+    for prompt, tokens, p in zip(prompts, outs[0], params):
+        assert tokens == reference_greedy(target, prompt, len(tokens), p)
+    assert outs[1] == outs[0]
+    assert accept[0] == 4.0 and accept[1] < 4.0, accept
+
+
 def test_sampled_with_penalties_reproduces_its_seed_on_both_loops():
     target, draft = build("tiny")
     params = SamplingParams(temperature=0.9, top_k=20, seed=11, repetition_penalty=1.3, frequency_penalty=0.5)

@@ -86,6 +86,37 @@ def test_the_ngram_ban_equals_its_reference(n, K):
         assert (want[0, 0, :4] == float("-inf")).any()  # 300 tokens over 4 ids: short n-grams repeat
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("first_row,R", [(1, 1), (2, 2), (1, 4)])
+def test_rows_later_in_the_chain_equal_those_rows_of_the_whole_chain(first_row, R, dtype):
+    """A draft's rows continue a chain: ``first_row = i`` penalises input row ``r`` as chain row ``i + r``,
+    with the drafts before it and its position's bans. So rows ``i..`` of the whole chain, penalised from
+    ``i`` on, equal those rows penalised with the whole chain, in the kernel and in the reference, with the
+    min_tokens ban and the n-gram ban on."""
+    S, V, L, B = 6, 301, 40, 4
+    K = first_row + R - 1  # drafts the last row follows
+    history, counts, settings = state(S, V, L, seed=first_row + 20)
+    history[:, :] = torch.randint(0, 5, (S, L + 1), generator=torch.Generator().manual_seed(R)).to(history)
+    g = torch.Generator().manual_seed(first_row)
+    logits = odd_logits((B, K + 1, V), dtype, seed=R).to(DEV)
+    drafts = torch.randint(0, 5, (B, K), generator=g).to(DEV)
+    slots = torch.tensor([4, -1, 0, 2], device=DEV)
+    seq_len = torch.tensor([L // 2, 0, 3, L - 1], device=DEV)
+    until = torch.tensor([0, 0, 0, 0, L // 2 + 3, 0], dtype=torch.int32, device=DEV)  # the ban ends mid-chain
+    banned = torch.full((S, 8), -1, dtype=torch.int32, device=DEV)
+    banned[4, :2] = torch.tensor([1, 3])
+    bans = Bans(until, banned, torch.tensor([2, 0, 1, 3, 2, 0], dtype=torch.int32, device=DEV))
+    args = (slots, seq_len, history, counts, settings, S - 1)
+    whole = penalise_rows(logits, drafts, *args, bans=bans)
+    later = logits[:, first_row:].contiguous()
+    got = penalise_rows(later, drafts, *args, bans=bans, first_row=first_row)
+    want = penalise_rows_ref(later, drafts, *args, bans=bans, first_row=first_row)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got, whole[:, first_row:], rtol=0, atol=0, equal_nan=True)
+    as_first = penalise_rows(later, drafts, *args, bans=bans)  # the same rows as the chain's first ones
+    assert not torch.equal(torch.nan_to_num(as_first), torch.nan_to_num(got))  # where a row stands matters
+
+
 def test_record_tokens_equals_its_reference():
     S, V, L = 5, 50, 12
     history, counts, _ = state(S, V, L, seed=1)
