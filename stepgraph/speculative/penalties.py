@@ -21,7 +21,7 @@ position (prompt then output) and its output counts; the step records what it em
 The draft's proposals are penalised the same way (:func:`draft_penalties`): each draft step's logits with
 the output so far and the drafts before it, the draft-extend's rows with the tokens they follow, and the
 prefill's first draft with the first token. A draft that predicts the target then proposes the target's
-penalised choice, and a penalty costs no acceptance.
+penalised choice: a penalty takes no acceptance from a draft that agrees with the target.
 
 ``min_tokens`` and ``no_repeat_ngram_size`` ride on the same copy, as transformers'
 ``MinNewTokensLengthLogitsProcessor`` and ``NoRepeatNGramLogitsProcessor`` define them. Each slot keeps
