@@ -56,8 +56,8 @@ FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
 SEPARATE = 4
-#: Registers a thread of the round kernel that makes the draws (its ``maxnreg``). The compiler takes 128, and
-#: four programs share an SM: at B = 8 (544 programs) a launch of masses then runs in two waves, not one.
+#: Registers a thread of the round kernel that makes the draws (its ``maxnreg``). The compiler takes 128, at
+#: which four programs share an SM (five at 96), and a launch of masses at B = 8 runs in more waves.
 REGISTERS = 96
 
 

@@ -75,13 +75,16 @@ __all__ = [
 ]
 
 MAX_SPLITS = 32
+#: Programs a launch over (row, split) aims at: eight an SM of an H200. The passes are bound by the latency
+#: of their loads, and take at most 64 registers a thread (four warps), so eight programs share an SM.
+PROGRAMS = 1056
 
 
 def split_layout(rows: int, vocab: int) -> tuple[int, int]:
-    """``(splits per row, entries per split)``: about four programs per SM of an H200 in all, at least
-    eight splits per row (the last launch scans one split) and at most 32, unless a split would exceed 255
+    """``(splits per row, entries per split)``: about :data:`PROGRAMS` programs in all, at least eight
+    splits per row (the last launch scans one split) and at most 32, unless a split would exceed 255
     blocks (the count rounds keep one byte per lane); a split is a multiple of ``BLOCK``."""
-    per_row = max(min(MAX_SPLITS, max(8, triton.cdiv(528, max(rows, 1)))), triton.cdiv(vocab, 255 * BLOCK))
+    per_row = max(min(MAX_SPLITS, max(8, triton.cdiv(PROGRAMS, max(rows, 1)))), triton.cdiv(vocab, 255 * BLOCK))
     split = triton.cdiv(triton.cdiv(vocab, per_row), BLOCK) * BLOCK
     return triton.cdiv(vocab, split), split
 

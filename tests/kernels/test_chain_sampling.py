@@ -383,3 +383,23 @@ def test_the_sample_is_found_in_its_block_of_the_split(name, top_k, monkeypatch)
     assert torch.equal(got.tokens, ref.tokens)
     blocks = (got.bonus // BLOCK).tolist()
     assert len(set(blocks)) >= 5 and any(b % 5 == 4 for b in blocks), blocks  # a split's last block too
+
+
+@pytest.mark.parametrize("vocab", [1, 1000, 1500, 32_000, 151_936, 262_144, 4_000_000])
+def test_the_split_layout_keeps_what_the_kernels_rely_on(vocab):
+    """Every entry in one split and no split empty; a split a whole number of blocks, at most 255 of them
+    (the count rounds keep one byte per lane); at least eight splits a row where the vocabulary has the
+    blocks for them, at most 32 unless the 255 blocks need more; and above those floors, no more programs
+    than the layout aims at, but for the rounding up of a split a row."""
+    from stepgraph.kernels._sampling_filter import BLOCK
+    from stepgraph.kernels.chain_sampling import MAX_SPLITS, PROGRAMS, split_layout
+
+    blocks = -(-vocab // BLOCK)
+    for rows in [*range(1, 70), 128, 132, 256, 1024]:
+        n_splits, split = split_layout(rows, vocab)
+        assert split % BLOCK == 0 and split // BLOCK <= 255, (rows, split)
+        assert (n_splits - 1) * split < vocab <= n_splits * split, (rows, n_splits, split)
+        assert n_splits >= min(8, blocks), (rows, n_splits)
+        assert n_splits <= max(MAX_SPLITS, -(-blocks // 255)), (rows, n_splits)
+        if n_splits > max(8, -(-blocks // 255)):  # above its floors: the programs, a split a row rounded up
+            assert rows * (n_splits - 1) < PROGRAMS, (rows, n_splits)
