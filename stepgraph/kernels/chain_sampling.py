@@ -76,7 +76,8 @@ __all__ = [
 
 MAX_SPLITS = 32
 #: Programs a launch over (row, split) aims at: eight an SM of an H200. The passes are bound by the latency
-#: of their loads, and take at most 64 registers a thread (four warps), so eight programs share an SM.
+#: of their loads, and most take at most 64 registers a thread at four warps, so eight programs can share an
+#: SM (the round kernel that makes the pivot draws takes 96: five).
 PROGRAMS = 1056
 
 
