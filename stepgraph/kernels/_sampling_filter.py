@@ -144,6 +144,14 @@ def store_stats(out, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_pt
 
 
 @triton.jit
+def verify_stream(offset, K1):
+    """A request's random stream at ``offset`` for a chain of ``K1`` verify rows, in the counter's high word
+    (:func:`.philox.verify_stream`): every number a sampled verify draws for the request is ``tl.rand(seed,
+    verify_stream(offset, K1) | counter)``."""
+    return (offset * (K1 + 1) + K1) << 32
+
+
+@triton.jit
 def pivot_request(t, k, top_p):
     """A request whose rows draw by a rising pivot (:mod:`._sampling_pivot`) and skip the cut-off search:
     sampled, with top-p on and top-k off, or top-p off and a top-k above ``SMALL_TOP_K_MAX``

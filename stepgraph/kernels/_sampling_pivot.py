@@ -37,7 +37,15 @@ import triton.language as tl
 
 from ._argmax import sortable_key, track_argmax
 from ._common import jit_any_batch
-from ._sampling_filter import INF_KEY_C, NEG_INF_KEY_C, pivot_request, small_top_k_request, split_stats, store_stats
+from ._sampling_filter import (
+    INF_KEY_C,
+    NEG_INF_KEY_C,
+    pivot_request,
+    small_top_k_request,
+    split_stats,
+    store_stats,
+    verify_stream,
+)
 from ._sampling_topk import split_maxima
 from .chain_sampling_ref import PIVOT_ROUNDS, PIVOT_SUB
 
@@ -244,7 +252,7 @@ def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: t
 def _number(seed_ptr, offset_ptr, row, K1, draw_no):
     """The number of draw ``draw_no`` of ``row``: :func:`.philox.pivot_counter` in the request's stream."""
     b = row // K1
-    stream = (tl.load(offset_ptr + b) * (K1 + 1) + K1) << 32  # verify_stream
+    stream = verify_stream(tl.load(offset_ptr + b), K1)
     return tl.rand(tl.load(seed_ptr + b), stream | (K1 + 1 + draw_no * K1 + row % K1))
 
 

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
-from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key, small_top_k_request, split_softmax
+from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key, small_top_k_request, split_softmax, verify_stream
 from .chain_sampling_ref import SMALL_TOP_K_MAX
 
 #: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
@@ -381,7 +381,7 @@ def _listed_sample(idx, kept, kept_w, running, whole, b, K, row, seed_ptr, offse
     ``running``) passes that number times the kept mass, or the last one of positive weight where float
     sums leave none; -1 when nothing is kept. The listed entries are in vocabulary order. A row whose
     list is not ``whole`` (kept ties left out) gets :data:`UNLISTED`: the last launch scans its split."""
-    stream = (tl.load(offset_ptr + b) * (K + 2) + K + 1) << 32  # verify_stream, with K1 = K + 1
+    stream = verify_stream(tl.load(offset_ptr + b), K + 1)
     goal = tl.rand(tl.load(seed_ptr + b), stream | (K + 1)).to(tl.float64) * tl.max(running, axis=0)
     hit = tl.min(tl.where(kept & (running > goal), idx, V_NONE), axis=0)
     last = tl.max(tl.where(kept & (kept_w > 0), idx, -1), axis=0)

@@ -50,7 +50,7 @@ import triton.language as tl
 
 from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
-from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key
+from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key, verify_stream
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
 from ._sampling_pivot import _pick, pivot_buffers
 from ._sampling_topk import TOP_K_MAX, UNLISTED, _key_value, topk_mass
@@ -208,7 +208,7 @@ def _finalize_kernel(
     q_d = w_d / (tl.where(m_row > float("-inf"), s_row * tl.exp(m_row - m_all), 0.0) + w_d)
     seed = tl.load(seed_ptr + b)
     off = tl.load(offset_ptr + b)
-    stream = (off * (K1 + 1) + K1) << 32
+    stream = verify_stream(off, K1)
     coin = tl.rand(seed, stream | j.to(tl.int64))
     accept = d_ok & tl.where(greedy, d == predict, coin < q_d)
     pivot = b < 0
