@@ -50,12 +50,12 @@ class Sampling(enum.IntEnum):
     request exactly (a temperature-0 row inside a TEMPERATURE batch gives the greedy result).
 
     ``TOP_K``: a top-k of 1 to :data:`SMALL_TOP_K_MAX`, with or without top-p and min-p (its kernels look
-    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: a larger top-k with top-p (min-p
-    allowed) and min-p without a top-k (the kernels search the vocabulary for each row's cut). ``TOP_P``:
-    top-p without a top-k, or a larger top-k without top-p (min-p allowed), and everything before: these
-    rows draw their token by a rising pivot and never look for their cut, so they cost a fraction of a
-    cut-off search; in the same launches the rows of ``TOP_K`` requests find their cut as their own class
-    does, so a batch that mixes the two (chat traffic) takes no cut-off search either.
+    for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: min-p without a top-k or top-p (the
+    kernels weigh each row's kept set). ``TOP_P``: top-p without a top-k, or a larger top-k with or without
+    top-p (min-p allowed), and everything before: these rows draw their token by a rising pivot and never
+    look for their top-p cut (a larger top-k finds its own cut first), so they cost a fraction of a cut-off
+    search; in the same launches the rows of ``TOP_K`` requests find their cut as their own class does, so a
+    batch that mixes the two (chat traffic) takes no top-p search either.
     """
 
     GREEDY = 0
@@ -103,8 +103,8 @@ class SamplingParams:
     ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
     ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
     probable one). A top-k of 1 to 1024 puts the request in the ``TOP_K`` class (top-p and min-p may come
-    with it); top-p without a top-k, or a larger top-k without top-p, in the ``TOP_P`` class; any other filter
-    in the ``TOP_K_TOP_P`` class.
+    with it); top-p without a top-k, or a larger top-k, in the ``TOP_P`` class; min-p alone in the
+    ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
 
     Penalties (:mod:`stepgraph.speculative.penalties`; a decoder built with ``penalties=True``):
@@ -213,10 +213,9 @@ def _filtered(p: SamplingParams) -> bool:
 
 
 def _pivot(p: SamplingParams) -> bool:
-    """Sampled top-p without a top-k, or a top-k above :data:`SMALL_TOP_K_MAX` without top-p: the kernels'
-    pivot requests (:func:`stepgraph.kernels.chain_sampling_ref.pivot_requests`)."""
-    large_top_k_alone = p.top_k > SMALL_TOP_K_MAX and p.top_p >= 1.0
-    return p.temperature > 0.0 and ((p.top_k == 0 and p.top_p < 1.0) or large_top_k_alone)
+    """Sampled top-p without a top-k, or a top-k above :data:`SMALL_TOP_K_MAX`: the kernels' pivot requests
+    (:func:`stepgraph.kernels.chain_sampling_ref.pivot_requests`)."""
+    return p.temperature > 0.0 and ((p.top_k == 0 and p.top_p < 1.0) or p.top_k > SMALL_TOP_K_MAX)
 
 
 #: Every sampling class, least general first (the order of :class:`Sampling`).
@@ -238,15 +237,15 @@ CLASSES: tuple[SamplingClass, ...] = (
     ),
     SamplingClass(
         Sampling.TOP_K_TOP_P,
-        f"temperature with a top-k above {SMALL_TOP_K_MAX} and top-p (min-p allowed), or min-p alone",
+        "temperature with min-p alone",
         lambda p: not _pivot(p),
         {"filtered": True, "small_top_k": False, "pivot": False},
-        SamplingParams(temperature=0.8, top_k=5000, top_p=0.9),
+        SamplingParams(temperature=0.8, min_p=0.1),
     ),
     SamplingClass(
         Sampling.TOP_P,
-        f"temperature with top-p and no top-k, or a top-k above {SMALL_TOP_K_MAX} and no top-p (min-p allowed), "
-        "drawn without finding the cut",
+        f"temperature with top-p and no top-k, or a top-k above {SMALL_TOP_K_MAX} with or without top-p (min-p "
+        "allowed), drawn without finding the top-p cut",
         lambda p: True,
         {"filtered": True, "small_top_k": False, "pivot": True},
         SamplingParams(temperature=0.8, top_p=0.9),

@@ -153,11 +153,18 @@ def verify_stream(offset, K1):
 
 @triton.jit
 def pivot_request(t, k, top_p):
-    """A request whose rows draw by a rising pivot (:mod:`._sampling_pivot`) and skip the cut-off search:
-    sampled, with top-p on and top-k off, or top-p off and a top-k above ``SMALL_TOP_K_MAX``
-    (``chain_sampling_ref.pivot_requests``)."""
+    """A request whose rows draw by a rising pivot (:mod:`._sampling_pivot`) and skip the top-p cut-off
+    search: sampled, with top-p on and top-k off, or a top-k above ``SMALL_TOP_K_MAX`` (with or without
+    top-p: :func:`late_pivot_request`) (``chain_sampling_ref.pivot_requests``)."""
     top_p_alone = (k <= 0) & (top_p > 0) & (top_p < 1.0)
-    return (t > 0) & (top_p_alone | ((k > SMALL_TOP_K) & (top_p >= 1.0)))
+    return (t > 0) & (top_p_alone | ((k > SMALL_TOP_K) & (top_p > 0)))
+
+
+@triton.jit
+def late_pivot_request(t, k, top_p):
+    """A pivot request with a top-k above ``SMALL_TOP_K_MAX`` and top-p: its rows find their top-k cut in the
+    rounds' top-k phase, then draw from it (``chain_sampling_ref.late_pivot_requests``)."""
+    return pivot_request(t, k, top_p) & (k > SMALL_TOP_K) & (top_p < 1.0)
 
 
 @triton.jit
@@ -210,7 +217,7 @@ def row_state(
 ):  # fmt: skip
     """The row's search state before round ``r``: from the stats (``r == 0``) or from the state before
     round ``r - 1`` and that round's bucket sums (``PIVOT``: the rows of pivot and small top-k requests are
-    done at once).
+    done at once, but the top-k phase of late pivot requests, and no row searches a top-p cut).
     Returns ``(lo, hi, g_hi, target, phase, m, k_max, top_p)``."""
     sp = tl.arange(0, NS_P2)
     if r == 0:
@@ -225,9 +232,14 @@ def row_state(
         top_p = tl.load(topp_ptr + b).to(tl.float64)
         regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
         if PIVOT:  # pivot requests draw without the cut; small top-k requests find it from their lists
-            regular = regular & ~pivot_request(t, k, top_p) & ~small_top_k_request(t, k)
+            late = late_pivot_request(t, k, top_p)  # its top-k cut here, then draws from it
+            regular = regular & (~pivot_request(t, k, top_p) | late) & ~small_top_k_request(t, k)
+            top_p = tl.where(late, 1.0, top_p)
         k_on = (k > 0) & (k < V)
         phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
+        if PIVOT:  # no top-p search: every top-p row here is a pivot or small top-k row, or keeps nothing
+            lo = tl.where(regular & (top_p < 1.0), k_max + 1, lo)  # top_p <= 0: the reference keeps no entry
+            phase = tl.where(top_p < 1.0, DONE, phase)
         hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)
         target = k.to(tl.float64)
     else:

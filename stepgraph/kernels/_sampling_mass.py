@@ -31,7 +31,7 @@ from ._sampling_filter import (
     small_top_k_request,
     split_softmax,
 )
-from ._sampling_pivot import SUB, pivot_options, pivot_step
+from ._sampling_pivot import SUB, pivot_options, pivot_step, start_late
 from ._sampling_pivot import _stats_kernel as _pivot_stats_kernel
 from ._sampling_topk import list_buffers, list_split, maxima_per_split, row_bound, row_cuts
 
@@ -119,18 +119,20 @@ def _round_kernel(
     PIVOT_ROUNDS: tl.constexpr,
     LIST_M: tl.constexpr,
     LIST_GCAP: tl.constexpr,
+    LAUNCHES: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
-    ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`), and the
-    small top-k requests' bound (round 0) and lists (round 1, :func:`._sampling_topk.list_split`): their rows
-    have no round work."""
+    ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`; late ones
+    draw from the cut their top-k phase found), and the small top-k requests' bound (round 0) and lists
+    (round 1, :func:`._sampling_topk.list_split`): their rows have no round work. No row searches a top-p
+    cut there."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr, r,
-                   row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
-                   PIVOT_SEPARATE, PIVOT_ROUNDS)  # fmt: skip
+                   row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_SEPARATE,
+                   PIVOT_ROUNDS, LAUNCHES)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
             if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
                 if r == 0:  # the bound, from the subset maxima of every split
@@ -143,6 +145,10 @@ def _round_kernel(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
         state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
     )  # fmt: skip
+    if PIVOT:  # noqa: SIM102 (a constexpr)
+        if (r == LAUNCHES // 2) & (sp == 0):  # the late rows' top-k cut is found: their draws start
+            start_late(temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, row, lo, K1,
+                       n_splits, NS_P2)  # fmt: skip
     if sp == 0:
         s = state_ptr + (r * n_rows + row) * STATE
         tl.store(s, lo.to(tl.float64))
@@ -183,15 +189,16 @@ def _round_kernel(
                 c1 += tl.where(word == 1, field, 0)
                 c2 += tl.where(word == 2, field, 0)
                 c3 += tl.where(word == 3, field, 0)
-            elif tl.max(live.to(tl.int32), axis=0) > 0:  # top-p: few live entries once top-k has cut
-                for q in range(0, BLOCK, MASS_BLOCK):
-                    o = start + i + q + tl.arange(0, MASS_BLOCK)[None, :]  # [1, MB]: broadcasts to the bins
-                    xs = tl.load(base + o, mask=o < V, other=float("-inf")).to(tl.float32)
-                    ks = sortable_key(xs) >> SHIFT
-                    ls = (o < V) & (ks >= lo32) & (ks < hi32)
-                    bs = tl.where(ls, ((ks - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32), -1)
-                    w = tl.where(ls, tl.exp(xs * inv_t - m), 0.0).to(tl.float64)
-                    mass += tl.where(bins[:, None] == bs, w, 0.0)
+            elif not PIVOT:  # noqa: SIM102 (a constexpr: the top-p class draws its top-p rows)
+                if tl.max(live.to(tl.int32), axis=0) > 0:  # top-p: few live entries once top-k has cut
+                    for q in range(0, BLOCK, MASS_BLOCK):
+                        o = start + i + q + tl.arange(0, MASS_BLOCK)[None, :]  # [1, MB]: broadcasts to the bins
+                        xs = tl.load(base + o, mask=o < V, other=float("-inf")).to(tl.float32)
+                        ks = sortable_key(xs) >> SHIFT
+                        ls = (o < V) & (ks >= lo32) & (ks < hi32)
+                        bs = tl.where(ls, ((ks - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32), -1)
+                        w = tl.where(ls, tl.exp(xs * inv_t - m), 0.0).to(tl.float64)
+                        mass += tl.where(bins[:, None] == bs, w, 0.0)
         count = tl.zeros([NBINS], tl.int32)
         for f in tl.static_range(4):
             count = tl.where(bins == f, tl.sum((c0 >> (8 * f)) & 255, axis=0), count)
@@ -317,7 +324,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,
-                            num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+                            LAUNCHES=rounds, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     if pivot is not None:  # before the kept mass, which sets the other rows' cut
         sample = (seed, offset, pick) if pick is not None else None
         row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample)

@@ -1,4 +1,4 @@
-"""A draw from the top-p (or large top-k) distribution of every pivot row
+"""A draw from the top-p (or large top-k, with or without top-p) distribution of every pivot row
 (:func:`.chain_sampling_ref.pivot_draws`), without the cut-off: rejection by a rising pivot.
 
 Top-p and top-k keep an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in
@@ -25,8 +25,13 @@ is slower while most rows draw, as a row's draw waits for its last program under
 still drawing after the last launch goes on alone there, a pass over the row per draw, up to
 :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
 
+A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
+rows first find their top-k cut in the rounds' top-k phase, which ends within half of them. Then
+:func:`start_late` sets ``lo`` to the cut, and the launches after it draw as above from there, each one doing
+both (masses, then the draw): the first also weighs the top-k set, the total the checks compare with.
+
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
-the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request).
+the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ._common import jit_any_batch
 from ._sampling_filter import (
     INF_KEY_C,
     NEG_INF_KEY_C,
+    late_pivot_request,
     pivot_request,
     small_top_k_request,
     split_stats,
@@ -87,16 +93,21 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 
 @triton.jit
-def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole):
+def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole,
+                above):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
     be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
     ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
-    ``whole``, the mass of all its entries at ``out[1]``. Returns the first two."""
-    if whole:  # two loops: a branch inside one would keep its loads from being pipelined
-        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True)
+    ``whole``, the mass of all its entries at ``out[1]`` (with ``above`` too, of those with a key ``>= lo``).
+    Returns the first two."""
+    if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
+        if above:
+            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, True)
+        else:
+            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, False)
         tl.store(out + 1, every)
     else:
-        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False)
+        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False)
     tl.store(out, total)
     tl.store(out + 2, count.to(tl.float64))
     return total, count
@@ -117,10 +128,11 @@ def _load_tile(base, offs, V, end):
 
 @triton.jit
 def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
-               WHOLE: tl.constexpr):  # fmt: skip
+               WHOLE: tl.constexpr, ABOVE: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, the number of
-    entries in it, and the mass of all its entries with ``WHOLE`` (else 0). A tile ``[BLOCK / SUB, SUB]``
-    holds a sub-block a warp: its sums need no exchange between warps."""
+    entries in it, and with ``WHOLE`` the mass of all its entries (with ``ABOVE``, of those with a key ``>=
+    lo``; else 0). A tile ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no exchange between
+    warps."""
     N_SUB: tl.constexpr = BLOCK // SUB
     lo32 = tl.minimum(tl.maximum(lo, -2147483648), 2147483647).to(tl.int32)  # keys >> SHIFT are int32
     sub = tl.arange(0, N_SUB)
@@ -134,12 +146,15 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         x = ahead.to(tl.float32)
         ahead = _load_tile(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
-        live = inb & ((sortable_key(x) >> SHIFT) >= lo32) & (w >= min_p)
+        high = inb & ((sortable_key(x) >> SHIFT) >= lo32)
+        live = high & (w >= min_p)
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
         tl.store(out + HEAD + i // SUB + sub, sums)
         per_warp += sums
         count += tl.sum(live.to(tl.int32), axis=1)
-        if WHOLE:
+        if ABOVE:
+            every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
+        elif WHOLE:
             every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
     return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
 
@@ -266,7 +281,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
     the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest
     key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest
-    key, other requests' rows ``y = -2``. The rows of small top-k requests store their argmax and ``M``
+    key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k requests
+    store their argmax and ``M``
     subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their bound from them."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
@@ -279,7 +295,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     part = part_ptr + row * n_splits * per_split
     peak = peak_ptr + row * n_splits * (per_split - HEAD)
     k = tl.load(topk_ptr + b).to(tl.int64)
-    pivot = pivot_request(t, k, tl.load(topp_ptr + b))
+    top_p = tl.load(topp_ptr + b)
+    pivot = pivot_request(t, k, top_p) & ~late_pivot_request(t, k, top_p)  # late ones: from their cut on
     first = pivot & (tl.load(minp_ptr + b) <= 0)  # draws here; with min-p, in the rounds (from its set)
     if first:
         masses_out = part + sp * per_split + HEAD
@@ -326,13 +343,13 @@ def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_
 
 @triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-               total_ptr, part_ptr, d, last, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
+               total_ptr, part_ptr, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
                NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
-    ``d == 1``, the first, beside the mass of every entry, the total the checks compare with), then, if it
-    failed, draw ``d``; in the ``last`` launch then on alone, a pass over the row and a check, then a draw,
-    at a time. Past ``ROUNDS`` draws the row takes its argmax. A row done (its draw kept, or its argmax)
-    sets ``lo`` to the lowest key, which the launches after it skip."""
+    ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the total the
+    checks compare with), then, if it failed, draw ``d``; in the ``last`` launch then on alone, a pass over
+    the row and a check, then a draw, at a time. Past ``ROUNDS`` draws the row takes its argmax. A row done
+    (its draw kept, or its argmax) sets ``lo`` to the lowest key, which the launches after it skip."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
@@ -353,7 +370,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
     kept = drawn & _kept(base, tl.maximum(token, 0), mass, count, total, top_k, top_p, min_p, inv_t, m)
     lo = tl.load(lo_ptr + row)
-    draw_no = d - (min_p > 0).to(tl.int64)  # with min-p, each draw a step after the others
+    draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each draw a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
     pending = drawing & ~last  # a draw that the next launch checks
     while drawing:
@@ -367,7 +384,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
                 split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                      part + s * per_split, False)  # fmt: skip
+                                                      part + s * per_split, False, False)  # fmt: skip
                 mass += split_mass
                 count += split_count
             tl.debug_barrier()  # and they see the new ones
@@ -383,36 +400,62 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
 def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, r, row, sp, V, K1, n_splits, SPLIT,
                BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
-    """Step ``r`` of the draws (module docstring), run by program (row, split) of launch ``r`` of the cut-off
-    rounds for a row whose last draw waits for its check (``lo`` above the lowest key); nothing for ``r >=
-    STEPS``. Launches ``r < SEPARATE`` take turns: the split's masses above the last draw (even ``r``; with
-    the mass of every entry in launch 0), then the check and draw ``r // 2 + 1`` (split 0's program, odd
-    ``r``; one less for a row with min-p, which has not drawn yet). The later ones do both: the split's
-    masses, then the row's last program to store them checks and draws."""
-    both = r >= SEPARATE
-    if (r < STEPS) & (both | (r % 2 == 0) | (sp == 0)):  # a launch of draws needs split 0's programs alone
-        lo = tl.load(lo_ptr + row)
-        if lo > LOWEST:
+               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr):  # fmt: skip
+    """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
+    ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
+    steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`,
+    started by :func:`start_late`) the launches after ``LAUNCHES // 2``, ``STEPS`` at most (``q = r -
+    LAUNCHES // 2 - 1``). Steps ``q < SEPARATE`` (none of a late row's) take turns: the split's masses above
+    the last draw (even ``q``; with the mass of every entry, or of a late row's top-k set, in step 0), then
+    the check and draw ``q // 2 + 1`` (split 0's program, odd ``q``; one less for a row with min-p or late,
+    which has not drawn yet). The later ones do both: the split's masses, then the row's last program to
+    store them checks and draws."""
+    LATE_START: tl.constexpr = LAUNCHES // 2 + 1
+    b = row // K1
+    lo = row * 0 + LOWEST  # a tensor first: a constexpr first would stay one
+    late = row < 0
+    if (r < STEPS) | (r >= LATE_START):  # the loads side by side: one wait
+        lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
+        late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+    if lo > LOWEST:
+        q = tl.where(late, r - LATE_START, r)
+        steps = tl.where(late, min(STEPS, LAUNCHES - LATE_START), STEPS)
+        separate = tl.where(late, 0, SEPARATE)  # a late row has fewer launches left: each does both
+        both = q >= separate
+        if (q >= 0) & (q < steps) & (both | (q % 2 == 0) | (sp == 0)):  # a launch of draws: split 0's alone
             _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-            draws = r % 2 == 1  # split 0's program in a launch of draws
-            if both | (r % 2 == 0):
-                b = row // K1
+            draws = q % 2 == 1  # split 0's program in a launch of draws
+            if both | (q % 2 == 0):
                 min_p = tl.load(minp_ptr + b).to(tl.float32)
                 out = part_ptr + (row * n_splits + sp) * (HEAD + tl.cdiv(SPLIT, SUB))
-                _split_mass(logits_ptr + b * stride_b + (row % K1) * stride_j, sp.to(tl.int64) * SPLIT, V, lo, min_p,
-                            inv_t, m, SPLIT, BLOCK, SHIFT, out, r == 0)  # fmt: skip
-                draws = r < 0
+                base = logits_ptr + b * stride_b + (row % K1) * stride_j
+                # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
+                start = sp.to(tl.int64) * SPLIT
+                _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, late)
+                draws = q < 0
                 if both:
                     tl.debug_barrier()  # every thread's stores are issued before the count says so
                     draws = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1
             if draws:
                 if both:
                     tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
-                d = tl.where(both, SEPARATE // 2 + 1 + r - SEPARATE, r // 2 + 1)  # the draw this launch makes
+                d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
                 _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
-                           y_ptr, total_ptr, part_ptr, d, r == STEPS - 1, row, inv_t, m, V, K1, n_splits, SPLIT,
+                           y_ptr, total_ptr, part_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits, SPLIT,
                            BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+
+
+@triton.jit
+def start_late(temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr, y_ptr, row, cut, K1, n_splits,
+               NS_P2: tl.constexpr):  # fmt: skip
+    """A late row's start, by one program of launch ``LAUNCHES // 2`` of the rounds, where its top-k phase has
+    found its ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet) if its logits are
+    regular, else it takes its argmax. Other rows are left alone."""
+    b = row // K1
+    if late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)):
+        _, active, _, _ = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+        tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
+        tl.store(lo_ptr + row, tl.where(active, cut, LOWEST))
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:

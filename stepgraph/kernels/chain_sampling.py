@@ -9,9 +9,10 @@ min-p set (probability ``>= min_p`` times the largest), renormalised. Then:
 * at ``n < K`` emit a correction sampled from ``q_n`` with ``d_{n+1}`` removed (renormalised);
   if all ``K`` are accepted, emit a bonus sampled from ``q_K``.
 
-A pivot request (top-p on, top-k off: :func:`.chain_sampling_ref.pivot_requests`), in the filtered class
-with ``pivot`` on, follows the same law another way: every row ``j`` draws ``y_j ~ q_j`` (by a rising
-pivot, which never finds the top-p cut: :mod:`._sampling_pivot`), the drafts are accepted while
+A pivot request (top-p on and top-k off, or a top-k above ``SMALL_TOP_K_MAX``:
+:func:`.chain_sampling_ref.pivot_requests`), in the filtered class with ``pivot`` on, follows the same law
+another way: every row ``j`` draws ``y_j ~ q_j`` (by a rising pivot, which never finds the top-p cut:
+:mod:`._sampling_pivot`), the drafts are accepted while
 ``y_j == d_{j+1}`` and the first ``y_j`` that differs (or ``y_K``) is emitted. ``P(y = d) = q(d)``, and
 given ``y != d``, ``y`` follows ``q`` without ``d``: the two rules give one distribution, and this one needs
 no kept mass.
@@ -32,7 +33,9 @@ Launches, each over (row, vocabulary split) except the last:
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split. With
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
-  first launch and the rounds' first eight instead (:mod:`._sampling_pivot`), and the rows of small top-k
+  first launch and the rounds' first eight instead (:mod:`._sampling_pivot`; a late one, with a top-k and
+  top-p, finds its top-k cut in the rounds' first half and draws in the rest), no row searches a top-p
+  cut, and the rows of small top-k
   requests find their cut as the small top-k class does: their bound in round 0, their lists in round 1,
   their cut and kept mass in a launch before the kept mass's;
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
@@ -306,7 +309,8 @@ def filter_cut_keys(
     regular logits (``T > 0``, no NaN or ``+inf``, not all ``-inf``). For tests and debugging; equals
     :func:`filter_cut_keys_ref` on such rows. ``small_top_k``: the small top-k class's kernels (rows with
     ``1 <= top_k <= TOP_K_MAX``); ``pivot``: the ``top_p`` class's, where the rows of pivot requests
-    (:func:`.chain_sampling_ref.pivot_requests`) draw without a cut, and theirs is meaningless."""
+    (:func:`.chain_sampling_ref.pivot_requests`) draw without a top-p cut: a late request's cut is its top-k
+    cut, the others' are meaningless."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     check(use_triton(logits), f"filter_cut_keys runs the Triton kernels; {dev} cannot run them")
@@ -366,8 +370,9 @@ def chain_verify_sampling(
         min-p) or no filter at all (the small top-k class, :class:`stepgraph.Sampling`). A row with top-p
         or min-p but no such top-k breaks this promise and is sampled without its filters.
     pivot:
-        With ``filtered`` and not ``small_top_k``: pivot requests (top-p on, top-k off) draw a token per
-        row by a rising pivot instead of finding their cut, and small top-k requests find theirs as the
+        With ``filtered`` and not ``small_top_k``: pivot requests (top-p on and top-k off, or a top-k above
+        ``TOP_K_MAX``) draw a token per row by a rising pivot instead of finding their top-p cut (with a
+        top-k, after finding that one), and small top-k requests find theirs as the
         small top-k class does (the ``top_p`` class: a batch of mixed requests). Either way the tokens
         follow the same distribution; for a given seed a pivot request's differ.
 

@@ -236,12 +236,19 @@ def chain_verify_sampling_ref(
 
 def pivot_requests(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """``[B]`` bool: the sampled requests whose rows draw by a rising pivot in the filtered class with
-    ``pivot`` on: top-p on (``0 < top_p < 1``) and top-k off (``0``), or top-p off and a top-k above
-    :data:`SMALL_TOP_K_MAX` (a top-k of ``V`` or more is not off here, so that a request is a pivot request
-    exactly when its class is ``top_p``); min-p may be on."""
+    ``pivot`` on: top-p on (``0 < top_p < 1``) and top-k off (``0``), or a top-k above
+    :data:`SMALL_TOP_K_MAX` (with or without top-p; a top-k of ``V`` or more is not off here, so that a
+    request is a pivot request exactly when its class is ``top_p``); min-p may be on. Those with both a
+    top-k and top-p are :func:`late_pivot_requests`."""
     k = top_k.long()
     top_p_alone = (k <= 0) & (top_p > 0) & (top_p < 1)
-    return (temperature > 0) & (top_p_alone | ((k > SMALL_TOP_K_MAX) & (top_p >= 1)))
+    return (temperature > 0) & (top_p_alone | ((k > SMALL_TOP_K_MAX) & (top_p > 0)))
+
+
+def late_pivot_requests(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: the pivot requests with a top-k above :data:`SMALL_TOP_K_MAX` and top-p. Their top-p
+    weighs the top-k set alone, so their draws start from its cut, once the cut-off rounds have found it."""
+    return pivot_requests(temperature, top_k, top_p) & (top_k.long() > SMALL_TOP_K_MAX) & (top_p < 1)
 
 
 def pivot_draws(
@@ -256,23 +263,28 @@ def pivot_draws(
     """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p or top-k (with
     min-p): ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter`. Without
     min-p the first is by :func:`first_pivot_draw`, from every entry; every other by inverse CDF (float64,
-    vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` (``lo`` starts
-    below every key) and a weight ``>= min_p``. A draw is kept when fewer than ``top_k`` keys are strictly
-    larger (``top_k > 0``), the float64 mass of the strictly larger keys that can be drawn is ``< top_p *``
-    the total of every entry (``top_p < 1``) and its weight is ``>= min_p``; else no key ``<=`` its key is
-    kept, ``lo`` rises past it and the row draws again (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU
-    it runs every round (no host sync); on the CPU it stops once every row has kept its draw."""
+    vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` and a weight
+    ``>= min_p``. ``lo`` starts below every key, or at the top-k cut (the k-th largest key) for
+    :func:`late_pivot_requests`, whose first draw is then by inverse CDF too. A draw is kept when fewer than
+    ``top_k`` keys are strictly larger (``top_k > 0``), the float64 mass of the strictly larger keys that
+    can be drawn is ``< top_p *`` the total of every entry ``>=`` the starting ``lo`` (``top_p < 1``) and its
+    weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo`` rises past it and the row draws again
+    (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs every round (no host sync); on the CPU it
+    stops once every row has kept its draw."""
     B, K1, V = logits.shape
     w32 = _weights(logits, temperature)
     mp = min_p.float().view(B, 1, 1)
     w = w32.double()
-    goal_p = top_p.double().view(B, 1) * w.sum(-1)
     k = top_k.long().view(B, 1)
-    w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
     key = sortable_keys(logits)
+    late = late_pivot_requests(temperature, top_k, top_p).view(B, 1, 1)
+    kth = torch.sort(key, dim=-1, descending=True).values.gather(-1, (k.clamp(1, V) - 1)[..., None].expand(B, K1, 1))
+    lo = torch.where(late & (k[..., None] < V), kth, -(2**62))  # [B, K1, 1]: the top-k cut of late requests
+    goal_p = top_p.double().view(B, 1) * torch.where(key >= lo, w, 0.0).sum(-1)
+    w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
     stream = verify_stream(offset, K1)[:, None]
     rows = torch.arange(K1, device=logits.device)[None, :]
-    lo = torch.full((B, K1, 1), -(2**62), dtype=torch.long, device=logits.device)
+    inverse_first = (mp > 0) | late  # their first draw by inverse CDF, from what they can draw
     y = torch.zeros((B, K1), dtype=torch.long, device=logits.device)
     done = torch.zeros((B, K1), dtype=torch.bool, device=logits.device)
     for rnd in range(PIVOT_ROUNDS):
@@ -280,7 +292,7 @@ def pivot_draws(
         cdf = torch.cumsum(torch.where(key >= lo, w, 0.0), -1)
         pick = torch.searchsorted(cdf, (u.double() * cdf[..., -1])[..., None], right=True).clamp(max=V - 1)
         if rnd == 0:
-            pick = torch.where(mp > 0, pick, first_pivot_draw(logits, temperature, u)[..., None])
+            pick = torch.where(inverse_first, pick, first_pivot_draw(logits, temperature, u)[..., None])
         y = torch.where(done, y, pick.squeeze(-1))
         k_y = key.gather(-1, pick)
         above = torch.where(key > k_y, w, 0.0).sum(-1)

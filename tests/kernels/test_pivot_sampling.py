@@ -6,7 +6,13 @@ import torch
 
 from stepgraph.kernels import _sampling_pivot, _sampling_topk, chain_sampling_ref
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref, filter_cut_keys
-from stepgraph.kernels.chain_sampling_ref import filter_cut_keys_ref, kept_mask, pivot_draws, pivot_requests
+from stepgraph.kernels.chain_sampling_ref import (
+    filter_cut_keys_ref,
+    kept_mask,
+    late_pivot_requests,
+    pivot_draws,
+    pivot_requests,
+)
 from tests.conftest import HAS_CUDA
 
 DEV = "cuda" if HAS_CUDA else "cpu"
@@ -21,23 +27,25 @@ def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
 @pytest.mark.parametrize("dtype,V", [(torch.bfloat16, 3001), (torch.float16, 777), (torch.float32, 1031)])
 def test_pivot_rows_draw_the_references_tokens(dtype, V):
     """Pivot requests among others in the filtered class: ties, a NaN row, -inf entries, min-p, a top-k
-    above 1024 without top-p (of V or more where V is smaller), drafts that match and drafts that do not;
-    two offsets. A top-k of V with top-p (off in the cut search) is no pivot request.
+    above 1024 without top-p (of V or more where V is smaller) and with it (late requests: of V, and of 1030,
+    below V but for float16, with min-p; at V = 777 a top-k of V is a small one), drafts that match and drafts that do not; two offsets.
     Without ``pivot`` (bf16, at the first offset) every row takes its cut, and the other requests' tokens are
     the same either way."""
     g = torch.Generator().manual_seed(0)
-    B, K = 7, 3
+    B, K = 8, 3
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
     x[1, 2] = float("nan")  # a degenerate row in a pivot request: its argmax
     x[2, :, : V // 3] = float("-inf")
     x = x.to(dtype).to(DEV)
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
     drafts[3, 0] = (drafts[3, 0] + 1) % V
-    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.7, 0.0, 1.2], device=DEV)
-    k = torch.tensor([0, 0, 0, 0, V, 50, 1500], device=DEV)
-    p = torch.tensor([0.9, 0.5, 0.95, 0.3, 0.9, 0.9, 1.0], device=DEV)
-    mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0], device=DEV)
-    assert pivot_requests(T, k, p).tolist() == [True, True, True, True, False, False, True]
+    T = torch.tensor([0.8, 1.0, 0.6, 0.9, 0.7, 0.0, 1.2, 0.9], device=DEV)
+    k = torch.tensor([0, 0, 0, 0, V, 50, 1500, 1030], device=DEV)
+    p = torch.tensor([0.9, 0.5, 0.95, 0.3, 0.9, 0.9, 1.0, 0.8], device=DEV)
+    mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0, 0.01], device=DEV)
+    large = V > 1024  # a top-k of V: a small one at V = 777
+    assert pivot_requests(T, k, p).tolist() == [True, True, True, True, large, False, True, True]
+    assert late_pivot_requests(T, k, p).tolist() == [False] * 4 + [large, False, False, True]
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 3
     for step in range(2):
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
@@ -46,7 +54,7 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
         if step == 0 and dtype == torch.bfloat16:
             cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
             assert torch.equal(cut, cut_ref), (cut.tolist(), cut_ref.tolist())
-            assert torch.equal(cut[4:6], got[4:6])
+            assert torch.equal(cut[5], got[5])
 
 
 def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
@@ -56,15 +64,17 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     masses, one that checks and draws, then one that does both) or from the second (a launch of masses,
     then one that checks and draws). Past the bound on draws both take the row's argmax, whether a launch
     that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
-    their entries): they make their first draw in the rounds."""
+    their entries): they make their first draw in the rounds. Half are late (a top-k of 1100 with the top-p):
+    they draw from their top-k cut in the rounds' second half."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
     drafts = torch.zeros(B, K, dtype=torch.int64, device=DEV)
     T = torch.ones(B, device=DEV)
-    k = torch.zeros(B, dtype=torch.int64, device=DEV)
+    k = torch.tensor([0, 0, 1100, 1100] * (B // 4), device=DEV)
     p = torch.full((B,), 0.1, device=DEV)
     mp = torch.tensor([0.0, 0.01] * (B // 2), device=DEV)  # min-p rows make each draw a step later
+    assert late_pivot_requests(T, k, p).tolist() == [False, False, True, True] * (B // 4)
     seed = torch.arange(B, dtype=torch.int64, device=DEV)
     off = torch.zeros(B, dtype=torch.int64, device=DEV)
     y = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())
@@ -85,6 +95,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     short = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 draws at most
     ran_out = short != y
     assert ran_out.any() and (short == torch.argmax(x.cpu().float(), -1))[ran_out].all()
+    assert ran_out[2::4].any()  # late rows draw many times too
 
 
 @pytest.mark.parametrize("top_p,min_p", [(0.8, 0.0), (0.9, 0.1)])
@@ -217,6 +228,26 @@ def test_the_draws_with_a_top_k_give_the_top_k_law(min_p):
     assert tv < 3 * (V / (2 * 3.1416 * B)) ** 0.5
 
 
+@pytest.mark.parametrize("min_p", [0.0, 0.6])
+def test_late_draws_give_the_top_k_top_p_law(min_p, monkeypatch):
+    """A late request (a large top-k with top-p; the bound is lowered to 2 here, so a top-k of 3 is large)
+    draws from its top-k cut, and its top-p weighs the top-k set alone: over many seeds the draws follow
+    ``q``. Top-p 0.6 keeps 2.0 and 1.5 of the top-3 set; over every entry's mass it would keep the 1.0s too.
+    Min-p 0.6 cuts 1.5 as well."""
+    monkeypatch.setattr(chain_sampling_ref, "SMALL_TOP_K_MAX", 2)
+    B, V = 20000, 8
+    x = torch.tensor([[[2.0, 0.5, 1.0, 1.0, -1.0, 0.0, 1.5, -0.5]]])
+    T, k, p = torch.full((B,), 0.9), torch.full((B,), 3), torch.full((B,), 0.6)
+    mp = torch.full((B,), min_p)
+    assert late_pivot_requests(T, k, p).all()
+    y = pivot_draws(x.expand(B, -1, -1), T, k, p, mp, torch.arange(B), torch.zeros(B, dtype=torch.long))[:, 0]
+    q = chain_sampling_ref.sampling_probs(x, T[:1], k[:1], p[:1], min_p=mp[:1])[0, 0].double()
+    assert (q > 0).nonzero().flatten().tolist() == ([0] if min_p else [0, 6])
+    freq = torch.bincount(y, minlength=V).double() / B
+    tv = 0.5 * (freq - q).abs().sum().item()
+    assert tv < 3 * (V / (2 * 3.1416 * B)) ** 0.5
+
+
 @pytest.mark.parametrize(
     "gather_cap,top_k,dtype",
     [(_sampling_topk.GATHER_CAP, (300, 1000), torch.bfloat16), (256, (200, 250), torch.float16)],
@@ -226,10 +257,10 @@ def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather
     """A batch that mixes every kind of row runs in the ``top_p`` class: small top-k requests (with top-p,
     with min-p, hundreds of ties at the k-th value, a top-k of 1000) find their cut in the rounds' first
     launches as the small top-k class finds it in its own (with a gather cap of 256 the long lists take the
-    row's radix select; a top-k stays within the cap), beside a pivot request, a large top-k with top-p and min-p alone (the cut-off
-    rounds) and a greedy row, over bfloat16 (16-bit keys) and float16 logits (32-bit keys). Every cut but the
-    pivot request's equals the reference's; the tokens are the reference's, and the small top-k requests
-    draw the small top-k class's tokens."""
+    row's radix select; a top-k stays within the cap), beside a pivot request, a late one (a large top-k with
+    top-p: its cut is its top-k cut, then it draws), min-p alone and a greedy row, over bfloat16 (16-bit keys)
+    and float16 logits (32-bit keys). Every other cut equals the reference's; the tokens are the
+    reference's, and the small top-k requests draw the small top-k class's tokens."""
     monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
     g = torch.Generator().manual_seed(9)
     B, K, V = 7, 1, 2600
@@ -242,10 +273,11 @@ def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather
     k = torch.tensor([50, top_k[0], 0, 1500, top_k[1], 20, 0], device=DEV)
     p = torch.tensor([0.9, 1.0, 0.9, 0.8, 1.0, 0.9, 1.0], device=DEV)
     mp = torch.tensor([0.0, 0.02, 0.0, 0.0, 0.0, 0.0, 0.1], device=DEV)
-    assert pivot_requests(T, k, p).tolist() == [False, False, True, False, False, False, False]
+    assert pivot_requests(T, k, p).tolist() == [False, False, True, True, False, False, False]
     cut = filter_cut_keys(x, T, k, p, pivot=True)
-    cut_rows = [0, 1, 3, 4, 6]  # sampled, not drawn by the pivot
+    cut_rows = [0, 1, 4, 6]  # sampled, not drawn by the pivot
     assert torch.equal(cut[cut_rows], filter_cut_keys_ref(x, T, k, p)[cut_rows])
+    assert torch.equal(cut[3], filter_cut_keys_ref(x, T, k, torch.ones_like(p))[3])
     small = [0, 1, 4, 5]  # the small top-k class's rows (and the greedy one)
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 5
     for step in range(2):

@@ -48,7 +48,7 @@ def test_sampling_parse_error_lists_choices():
         (SamplingParams(temperature=0.7, top_k=1025, min_p=0.1), Sampling.TOP_P),
         (SamplingParams(temperature=1.0, top_p=0.9), Sampling.TOP_P),
         (SamplingParams(temperature=1.0, top_p=0.9, min_p=0.05), Sampling.TOP_P),
-        (SamplingParams(temperature=1.0, top_k=1025, top_p=0.9), Sampling.TOP_K_TOP_P),
+        (SamplingParams(temperature=1.0, top_k=1025, top_p=0.9), Sampling.TOP_P),
         (SamplingParams(temperature=0.0, top_p=0.9), Sampling.GREEDY),
         (SamplingParams(temperature=0.0, top_k=20), Sampling.GREEDY),
         (SamplingParams(temperature=0.7, min_p=0.05), Sampling.TOP_K_TOP_P),
@@ -140,7 +140,7 @@ def test_each_request_runs_in_the_least_general_class_that_serves_it():
         SamplingParams(temperature=0.7, top_k=1024, top_p=0.5): Sampling.TOP_K,
         SamplingParams(temperature=0.7, top_k=1025): Sampling.TOP_P,
         SamplingParams(temperature=0.7, top_p=0.9): Sampling.TOP_P,
-        SamplingParams(temperature=0.7, top_k=3000, top_p=0.9): Sampling.TOP_K_TOP_P,
+        SamplingParams(temperature=0.7, top_k=3000, top_p=0.9): Sampling.TOP_P,
         SamplingParams(temperature=0.7, min_p=0.1): Sampling.TOP_K_TOP_P,
     }
     for params, want in cases.items():
