@@ -1,6 +1,8 @@
 """Tiny temperatures and huge logits: where the largest logit over T leaves float32, every sampling path
 gives the argmax (the limit as T -> 0), never a token at the end of the vocabulary."""
 
+import os
+
 import pytest
 import torch
 
@@ -76,6 +78,7 @@ def test_a_sampled_generate_at_a_tiny_temperature_is_the_greedy_decode():
         assert out == [greedy_reference(target, p, 8) for p in prompts], t
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="records the interpreter's launches")
 @pytest.mark.parametrize("mode", list(MODES))
 def test_every_sampling_launch_rounds_each_product_apart(mode, monkeypatch):
     """On a GPU a contracted ``x * inv_t - m`` (one fused multiply-add) carries the product's rounding error
