@@ -103,26 +103,30 @@ def bench_tail(rows: list, record: dict) -> None:
 
 
 #: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords) and the targets they are held to.
-#: A request with 1 <= top_k <= 1024 is in the small top-k class; the general filtered class is timed too. A tuple
-#: of top-k values is taken in turns by the requests (a batch of chat traffic: its class is the most general one).
+#: A request with 1 <= top_k <= 1024 is in the small top-k class; the top_k_top_p class's kernels (every cut searched)
+#: are timed too. A tuple of top-k values is taken in turns by the requests (a batch of chat traffic: its class is
+#: the most general one).
 TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
 PIVOT = {"filtered": True, "pivot": True}  # the top_p class
 SAMPLING_CASES = (
     ("temperature", 0.8, 0, 1.0, 0.0, TEMPERATURE),
     ("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0.0, SMALL_TOP_K),
-    ("top-k 50 + top-p 0.9, general class", 0.8, 50, 0.9, 0.0, FILTERED),
+    ("top-k 50 + top-p 0.9, top_k_top_p class", 0.8, 50, 0.9, 0.0, FILTERED),
     ("top-k 20 + min-p 0.1", 0.8, 20, 1.0, 0.1, SMALL_TOP_K),
     ("top-k 1000", 0.8, 1000, 1.0, 0.0, SMALL_TOP_K),
     ("top-k 1000 + top-p 0.9", 0.8, 1000, 0.9, 0.0, SMALL_TOP_K),
     ("top-p 0.9", 0.8, 0, 0.9, 0.0, PIVOT),
     ("top-p 0.9, top_k_top_p class", 0.8, 0, 0.9, 0.0, FILTERED),
     ("top-k 50 + top-p 0.9 / top-p 0.9 in turns", 0.8, (50, 0), 0.9, 0.0, PIVOT),
+    ("top-k 2000 + top-p 0.9", 0.8, 2000, 0.9, 0.0, PIVOT),
     ("min-p 0.1", 0.8, 0, 1.0, 0.1, FILTERED),
 )
 SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,
                        ("top-k 50 + top-p 0.9", 8): 60.0, ("top-k 50 + top-p 0.9", 64): 400.0,
                        ("top-p 0.9", 1): 40.0, ("top-p 0.9", 8): 60.0, ("top-p 0.9", 64): 400.0,
                        ("top-k 1000", 1): 40.0, ("top-k 1000", 8): 60.0, ("top-k 1000", 64): 400.0,
+                       ("top-k 2000 + top-p 0.9", 1): 40.0, ("top-k 2000 + top-p 0.9", 8): 60.0,
+                       ("top-k 2000 + top-p 0.9", 64): 400.0,
                        **{("top-k 50 + top-p 0.9 / top-p 0.9 in turns", B): t for B, t in ((1, 40.0), (8, 60.0),
                                                                                           (64, 400.0))}}  # fmt: skip
 

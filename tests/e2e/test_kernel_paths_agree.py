@@ -21,7 +21,7 @@ CASES = {
         SamplingParams(temperature=0.7, top_k=40, top_p=0.8, seed=2, repetition_penalty=1.2, min_tokens=4),
         SamplingParams(temperature=1.0, top_k=10, min_p=0.1, seed=3),
     ],
-    "general": [  # top-p and min-p alone: the general class (slow in the interpreter)
+    "general": [  # top-p and min-p alone: the top_p class (slow in the interpreter)
         SamplingParams(temperature=0.9, top_k=20, seed=1, no_repeat_ngram_size=3),
         SamplingParams(temperature=0.7, top_p=0.8, seed=2, repetition_penalty=1.2, min_tokens=4),
         SamplingParams(temperature=1.0, min_p=0.1, seed=3),

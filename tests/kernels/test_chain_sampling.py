@@ -251,7 +251,7 @@ def test_small_top_k_up_to_its_largest_across_splits(gather_cap, top_k, monkeypa
     """Top-k up to TOP_K_MAX over three vocabulary splits: rows listing hundreds of entries (the wide
     search), a few tens (the narrow one), and ties at the k-th value. With a gather cap of 256 the rows
     listing more take the row's own radix select instead. The cuts equal the reference's, and the small
-    top-k class draws the general class's tokens, so each split's kept mass is its own."""
+    top-k class draws the top_k_top_p class's tokens, so each split's kept mass is its own."""
     monkeypatch.setattr(_sampling_topk, "GATHER_CAP", gather_cap)
     torch.manual_seed(8)
     B, K, V = 4, 1, 2600
