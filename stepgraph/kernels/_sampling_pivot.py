@@ -281,9 +281,9 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
     the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest
     key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest
-    key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k requests
-    store their argmax and ``M``
-    subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their bound from them."""
+    key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k
+    requests store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the
+    rounds find their bound from them."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1

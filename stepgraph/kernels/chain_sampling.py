@@ -12,10 +12,9 @@ min-p set (probability ``>= min_p`` times the largest), renormalised. Then:
 A pivot request (top-p on and top-k off, or a top-k above ``SMALL_TOP_K_MAX``:
 :func:`.chain_sampling_ref.pivot_requests`), in the filtered class with ``pivot`` on, follows the same law
 another way: every row ``j`` draws ``y_j ~ q_j`` (by a rising pivot, which never finds the top-p cut:
-:mod:`._sampling_pivot`), the drafts are accepted while
-``y_j == d_{j+1}`` and the first ``y_j`` that differs (or ``y_K``) is emitted. ``P(y = d) = q(d)``, and
-given ``y != d``, ``y`` follows ``q`` without ``d``: the two rules give one distribution, and this one needs
-no kept mass.
+:mod:`._sampling_pivot`), the drafts are accepted while ``y_j == d_{j+1}`` and the first ``y_j`` that
+differs (or ``y_K``) is emitted. ``P(y = d) = q(d)``, and given ``y != d``, ``y`` follows ``q`` without
+``d``: the two rules give one distribution, and this one needs no kept mass.
 
 The emitted tokens follow the target distribution exactly. Rows with ``T == 0`` are greedy and give
 exactly :func:`greedy_chain_verify`'s tokens; so do rows whose logits contain NaN or ``+inf`` or are all
@@ -35,9 +34,8 @@ Launches, each over (row, vocabulary split) except the last:
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
   first launch and the rounds' first eight instead (:mod:`._sampling_pivot`; a late one, with a top-k and
   top-p, finds its top-k cut in the rounds' first half and draws in the rest), no row searches a top-p
-  cut, and the rows of small top-k
-  requests find their cut as the small top-k class does: their bound in round 0, their lists in round 1,
-  their cut and kept mass in a launch before the kept mass's;
+  cut, and the rows of small top-k requests find their cut as the small top-k class does: their bound in
+  round 0, their lists in round 1, their cut and kept mass in a launch before the kept mass's;
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the

@@ -286,3 +286,22 @@ def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
         in_class = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, small_top_k=True).tokens
         assert torch.equal(got[small], in_class[small])
+
+
+def test_a_top_p_of_zero_keeps_nothing_in_the_top_p_class():
+    """The ``top_p`` class searches no top-p cut: a row with ``top_p = 0`` (which ``SamplingParams`` refuses, a
+    kernel caller may pass) and no small top-k keeps no entry there, as the reference defines it: its drafts
+    are rejected, even the argmax, and it emits its argmax. With no top-k, and with a top-k above 1024 (whose
+    count phase still runs)."""
+    g = torch.Generator().manual_seed(3)
+    B, K, V = 2, 2, 1500
+    x = (torch.randn(B, K + 1, V, generator=g) * 2).bfloat16().to(DEV)
+    drafts = torch.argmax(x[:, :K].float(), -1)
+    T = torch.tensor([0.8, 0.9], device=DEV)
+    k = torch.tensor([0, 1200], device=DEV)
+    p = torch.zeros(B, device=DEV)
+    seed = torch.arange(B, device=DEV)
+    off = torch.zeros(B, dtype=torch.int64, device=DEV)
+    got, ref = verify_both(x, drafts, T, k, p, torch.zeros(B, device=DEV), seed, off)
+    assert torch.equal(got, ref)
+    assert torch.equal(got[:, 0], torch.argmax(x[:, 0].float(), -1)) and (got[:, 1:] == -1).all()
