@@ -1,11 +1,12 @@
 """Whole-step cost of sampling: the time of a step of the example model's step graph (28 layers, K = 3)
 through ``SpecDecoder.generate``, greedy against each sampling class chat traffic brings
-(temperature; top-k + top-p; top-p alone, as Llama 3's generation config; min-p alone; a large top-k; requests
-taking turns between top-k + top-p and top-p alone, as clients of one server send them), at
+(temperature; top-k + top-p; top-p alone, as Llama 3's generation config; min-p alone; a large top-k, alone and
+with top-p; requests taking turns between top-k + top-p and top-p alone, as clients of one server send them), at
 B = 1, 8, 32 and 64, in one run, the settings taking turns. The ratio to greedy is what matters (target:
 <= 1.03x). A step that captured a key while timed is reported (warm-up covers every bucket).
 
     python benchmarks/bench_sampling.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96] [--batches 1,8]
+        [--settings "top-p 0.9,mix"]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ SETTINGS = {
     "top-p 0.9": SamplingParams(temperature=0.6, top_p=0.9),
     "min-p 0.1": SamplingParams(temperature=0.8, min_p=0.1),
     "top-k 1000": SamplingParams(temperature=0.8, top_k=1000),
+    "top-k 2000 + top-p 0.9": SamplingParams(temperature=0.8, top_k=2000, top_p=0.9),
     "mix": (SamplingParams(temperature=0.8, top_k=50, top_p=0.9), SamplingParams(temperature=0.6, top_p=0.9)),
 }
 
@@ -74,8 +76,17 @@ def step_ms(
 
 def main() -> None:
     ap = step_bench_parser(__doc__)
+    ap.add_argument(
+        "--settings",
+        default=",".join(SETTINGS),
+        help="comma-separated settings to time beside greedy (default: every one): " + ", ".join(SETTINGS),
+    )
     add_smoke_flag(ap)
     args, batches = parse_step_bench(ap)
+    unknown = [n for n in args.settings.split(",") if n not in SETTINGS]
+    if unknown:
+        ap.error(f"--settings: unknown {', '.join(unknown)}; use names from: {', '.join(SETTINGS)}")
+    settings = {n: v for n, v in SETTINGS.items() if n == "greedy" or n in args.settings.split(",")}
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches))
     record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}
@@ -84,11 +95,11 @@ def main() -> None:
         f"# Sampled steps vs greedy steps, {args.layers} layers, K = 3, {env['date']}, {env['gpu']}, "
         f"torch {env['torch']}, triton {env['triton']}",
         "",
-        "| B | " + " | ".join(SETTINGS) + " |",
-        "| --- |" + " --- |" * len(SETTINGS),
+        "| B | " + " | ".join(settings) + " |",
+        "| --- |" + " --- |" * len(settings),
     ]
     for B in batches:
-        ms, dev = in_turns(SETTINGS, args.rounds, lambda name, B=B: step_ms(dec, B, SETTINGS[name], args.tokens, 1))
+        ms, dev = in_turns(settings, args.rounds, lambda name, B=B: step_ms(dec, B, settings[name], args.tokens, 1))
         record["ms_per_step"][f"B={B}"] = {"wall": ms, "device": dev}
         rows.append(f"| {B} | " + " | ".join(ratio_cells(ms, dev, "greedy")) + " |")
         print(rows[-1], flush=True)  # a run cut short still shows the batches it finished
