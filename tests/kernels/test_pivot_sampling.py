@@ -35,6 +35,7 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
     B, K = 8, 3
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
     x[1, 2] = float("nan")  # a degenerate row in a pivot request: its argmax
+    x[7, 0, 5] = float("nan")  # and in a late one: its argmax, which is its draft
     x[2, :, : V // 3] = float("-inf")
     x = x.to(dtype).to(DEV)
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
