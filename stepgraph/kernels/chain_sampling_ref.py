@@ -277,9 +277,11 @@ def pivot_draws(
     w = w32.double()
     k = top_k.long().view(B, 1)
     key = sortable_keys(logits)
+    lo = torch.full((B, K1, 1), -(2**62), dtype=torch.long, device=logits.device)  # below every key
     late = late_pivot_requests(temperature, top_k, top_p).view(B, 1, 1)
-    kth = torch.sort(key, dim=-1, descending=True).values.gather(-1, (k.clamp(1, V) - 1)[..., None].expand(B, K1, 1))
-    lo = torch.where(late & (k[..., None] < V), kth, -(2**62))  # [B, K1, 1]: the top-k cut of late requests
+    if V > SMALL_TOP_K_MAX:  # else a late request's top-k is V or more: no cut (and no sort)
+        kth = torch.sort(key, dim=-1, descending=True).values.gather(-1, (k.clamp(1, V) - 1)[..., None].expand_as(lo))
+        lo = torch.where(late & (k[..., None] < V), kth, lo)  # the top-k cut of late requests
     goal_p = top_p.double().view(B, 1) * torch.where(key >= lo, w, 0.0).sum(-1)
     w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
     stream = verify_stream(offset, K1)[:, None]
