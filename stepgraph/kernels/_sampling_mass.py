@@ -146,9 +146,11 @@ def _round_kernel(
         state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
     )  # fmt: skip
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if (r == LAUNCHES // 2) & (sp == 0):  # the late rows' top-k cut is found: their draws start
-            start_late(temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, row, lo, K1,
-                       n_splits, NS_P2)  # fmt: skip
+        if r == LAUNCHES // 2:  # the late rows' top-k cut is found: their draws start
+            start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                       gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
+                       row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_ROUNDS,
+                       LAUNCHES)  # fmt: skip
     if sp == 0:
         s = state_ptr + (r * n_rows + row) * STATE
         tl.store(s, lo.to(tl.float64))

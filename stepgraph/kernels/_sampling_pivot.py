@@ -26,9 +26,10 @@ still drawing after the last launch goes on alone there, a pass over the row per
 :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
 
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
-rows first find their top-k cut in the rounds' top-k phase, which ends within half of them. Then
-:func:`start_late` sets ``lo`` to the cut, and the launches after it draw as above from there, each one doing
-both (masses, then the draw): the first also weighs the top-k set, the total the checks compare with.
+rows first find their top-k cut in the rounds' top-k phase, which ends within half of them. In the launch
+where it ends, :func:`start_late` sets ``lo`` to the cut once the search state holds it, and that launch and
+the ones after it draw as above from there, each one doing both (masses, then the draw): the first also
+weighs the top-k set, the total the checks compare with.
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
@@ -403,59 +404,81 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
-    steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`,
-    started by :func:`start_late`) the launches after ``LAUNCHES // 2``, ``STEPS`` at most (``q = r -
-    LAUNCHES // 2 - 1``). Steps ``q < SEPARATE`` (none of a late row's) take turns: the split's masses above
-    the last draw (even ``q``; with the mass of every entry, or of a late row's top-k set, in step 0), then
-    the check and draw ``q // 2 + 1`` (split 0's program, odd ``q``; one less for a row with min-p or late,
-    which has not drawn yet). The later ones do both: the split's masses, then the row's last program to
-    store them checks and draws."""
-    LATE_START: tl.constexpr = LAUNCHES // 2 + 1
+    steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
+    the launches from ``LAUNCHES // 2`` on, ``STEPS`` at most (``q = r - LAUNCHES // 2``); its step 0 runs
+    after the launch's search state (:func:`start_late`), the others here. Steps ``q < SEPARATE`` (none of a
+    late row's) take turns: the split's masses above the last draw (even ``q``; with the mass of every entry
+    in step 0), then the check and draw ``q // 2 + 1`` (split 0's program, odd ``q``; one less for a row with
+    min-p, which has not drawn yet). The later ones do both: the split's masses, then the row's last program
+    to store them checks and draws."""
+    LATE_START: tl.constexpr = LAUNCHES // 2
     b = row // K1
     lo = row * 0 + LOWEST  # a tensor first: a constexpr first would stay one
     late = row < 0
-    if (r < STEPS) | (r >= LATE_START):  # the loads side by side: one wait
+    if (r < STEPS) | (r > LATE_START):  # the loads side by side: one wait
         lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
         late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
     if lo > LOWEST:
         q = tl.where(late, r - LATE_START, r)
         steps = tl.where(late, min(STEPS, LAUNCHES - LATE_START), STEPS)
         separate = tl.where(late, 0, SEPARATE)  # a late row has fewer launches left: each does both
-        both = q >= separate
-        if (q >= 0) & (q < steps) & (both | (q % 2 == 0) | (sp == 0)):  # a launch of draws: split 0's alone
-            _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-            draws = q % 2 == 1  # split 0's program in a launch of draws
-            if both | (q % 2 == 0):
-                min_p = tl.load(minp_ptr + b).to(tl.float32)
-                out = part_ptr + (row * n_splits + sp) * (HEAD + tl.cdiv(SPLIT, SUB))
-                base = logits_ptr + b * stride_b + (row % K1) * stride_j
-                # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
-                start = sp.to(tl.int64) * SPLIT
-                _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, late)
-                draws = q < 0
-                if both:
-                    tl.debug_barrier()  # every thread's stores are issued before the count says so
-                    draws = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1
-            if draws:
-                if both:
-                    tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
-                d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
-                _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
-                           y_ptr, total_ptr, part_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits, SPLIT,
-                           BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+        if (q >= late.to(tl.int32)) & (q < steps) & ((q >= separate) | (q % 2 == 0) | (sp == 0)):
+            _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate,
+                  late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
 
 
 @triton.jit
-def start_late(temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, lo_ptr, y_ptr, row, cut, K1, n_splits,
-               NS_P2: tl.constexpr):  # fmt: skip
-    """A late row's start, by one program of launch ``LAUNCHES // 2`` of the rounds, where its top-k phase has
-    found its ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet) if its logits are
-    regular, else it takes its argmax. Other rows are left alone."""
+def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, gkey_ptr,
+          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate, late, V, K1,
+          n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+          ROUNDS: tl.constexpr):  # fmt: skip
+    """Step ``q`` of a row's draws by program (row, split) (:func:`pivot_step`)."""
+    b = row // K1
+    both = q >= separate
+    _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+    draws = q % 2 == 1  # split 0's program in a launch of draws
+    if both | (q % 2 == 0):
+        min_p = tl.load(minp_ptr + b).to(tl.float32)
+        out = part_ptr + (row * n_splits + sp) * (HEAD + tl.cdiv(SPLIT, SUB))
+        base = logits_ptr + b * stride_b + (row % K1) * stride_j
+        # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
+        start = sp.to(tl.int64) * SPLIT
+        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, late)
+        draws = q < 0
+        if both:
+            tl.debug_barrier()  # every thread's stores are issued before the count says so
+            draws = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1
+    if draws:
+        if both:
+            tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
+        d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
+        _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
+                   y_ptr, total_ptr, part_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits, SPLIT,
+                   BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+
+
+@triton.jit
+def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, cut, V, K1, n_splits,
+               SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               STEPS: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr):  # fmt: skip
+    """A late row's start and step 0, by its programs of launch ``LAUNCHES // 2`` of the rounds once its search
+    state holds its top-k ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet) if its
+    logits are regular, else it takes its argmax; split 0's program stores them before it counts, so the
+    row's last program draws from there. Other rows are left alone."""
     b = row // K1
     if late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)):
         _, active, _, _ = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-        tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
-        tl.store(lo_ptr + row, tl.where(active, cut, LOWEST))
+        lo = tl.where(active, cut, LOWEST)
+        if sp == 0:
+            tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
+            tl.store(lo_ptr + row, lo)
+        if active:
+            _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, row * 0,
+                  min(STEPS, LAUNCHES - LAUNCHES // 2), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
+                  SHIFT, ROUNDS)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:
