@@ -92,6 +92,13 @@ def _stats_kernel(
 
 
 @triton.jit
+def load_ahead(base, offs, V, end):
+    """The entries at ``offs``, ``-inf`` from ``min(V, end)`` on. The passes load each step's next block
+    first, so that its load runs under the work on this one."""
+    return tl.load(base + offs, mask=(offs < V) & (offs < end), other=float("-inf"))
+
+
+@triton.jit
 def split_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr):
     """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, max of x * inv_t, min key
     >> SHIFT)``."""
@@ -99,10 +106,12 @@ def split_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.con
     g_idx = tl.zeros([BLOCK], tl.int32)
     k_min = tl.full([BLOCK], 2147483647, tl.int32)
     z_max = tl.full([BLOCK], float("-inf"), tl.float32)
+    ahead = load_ahead(base, start + tl.arange(0, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
         offs = start + i + tl.arange(0, BLOCK)
         inb = offs < V
-        x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+        x = ahead.to(tl.float32)
+        ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
         z_max = tl.maximum(z_max, x * inv_t)

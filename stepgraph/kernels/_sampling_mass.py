@@ -24,6 +24,7 @@ from ._sampling_filter import (
     _stats_kernel,
     bucket_log2,
     key_shift,
+    load_ahead,
     num_rounds,
     pivot_request,
     row_key,
@@ -177,10 +178,12 @@ def _round_kernel(
         c3 = tl.zeros([BLOCK], tl.int32)
         mass = tl.zeros([NBINS, MASS_BLOCK], tl.float64)  # per bucket and lane; reduced once
         start = sp.to(tl.int64) * SPLIT
+        ahead = load_ahead(base, start + tl.arange(0, BLOCK), V, start + SPLIT)
         for i in range(0, SPLIT, BLOCK):
             offs = start + i + tl.arange(0, BLOCK)
             inb = offs < V
-            x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
+            x = ahead.to(tl.float32)
+            ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
             key = sortable_key(x) >> SHIFT
             live = inb & (key >= lo32) & (key < hi32)
             if phase == TOPK:

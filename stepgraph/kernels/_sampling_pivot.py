@@ -47,6 +47,7 @@ from ._sampling_filter import (
     INF_KEY_C,
     NEG_INF_KEY_C,
     late_pivot_request,
+    load_ahead,
     pivot_request,
     small_top_k_request,
     split_stats,
@@ -121,13 +122,6 @@ def _tile(start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(base, offs, V, end):
-    """The entries at ``offs``, ``-inf`` from ``min(V, end)`` on. The passes load each step's next tile
-    first, so that its load runs under the work on this one."""
-    return tl.load(base + offs, mask=(offs < V) & (offs < end), other=float("-inf"))
-
-
-@triton.jit
 def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
                WHOLE: tl.constexpr, ABOVE: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, the number of
@@ -140,12 +134,12 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
     per_warp = tl.zeros([N_SUB], tl.float64)
     count = tl.zeros([N_SUB], tl.int32)
     every = tl.zeros([N_SUB], tl.float64)
-    ahead = _load_tile(base, _tile(start, BLOCK), V, start + SPLIT)
+    ahead = load_ahead(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
         offs = _tile(start + i, BLOCK)
         inb = offs < V
         x = ahead.to(tl.float32)
-        ahead = _load_tile(base, offs + BLOCK, V, start + SPLIT)
+        ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
         high = inb & ((sortable_key(x) >> SHIFT) >= lo32)
         live = high & (w >= min_p)
@@ -245,12 +239,12 @@ def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: t
     g_idx = tl.zeros([N_SUB, SUB], tl.int32)
     k_min = tl.full([N_SUB, SUB], 2147483647, tl.int32)
     z_max = tl.full([N_SUB], float("-inf"), tl.float32)
-    ahead = _load_tile(base, _tile(start, BLOCK), V, start + SPLIT)
+    ahead = load_ahead(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
         offs = _tile(start + i, BLOCK)
         inb = offs < V
         x = ahead.to(tl.float32)
-        ahead = _load_tile(base, offs + BLOCK, V, start + SPLIT)
+        ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         k_min = tl.minimum(k_min, tl.where(inb, key >> SHIFT, 2147483647))
         z = x * inv_t
