@@ -13,6 +13,9 @@ over the key interval ``[lo, hi)`` in rounds; each round is one launch over (row
 G(hi)`` and narrows the interval sixteen-fold per round, so a phase takes at most four rounds over
 16-bit keys and eight over 32-bit keys, and every row finishes within :func:`num_rounds` launches. The
 top-k phase comes first; the top-p phase then searches ``[cut_k, max]`` with target ``top_p * G(cut_k)``.
+In the ``top_p`` class, the rows that search a top-k cut (late pivot requests) count their entries in the
+stats launch already, over 16 fixed buckets of every key (:func:`split_counts`), so their search takes a
+round fewer.
 Float64 sums of float32 terms are exact for all terms above 2**-35 of the total, so the kept set does
 not depend on how the row is split (it is the same at every batch size) and matches the reference.
 Entries outside ``[lo, hi)`` are skipped a block at a time, so later rounds cost little when the
@@ -120,6 +123,73 @@ def split_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.con
 
 
 @triton.jit
+def split_counts(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr):
+    """:func:`split_stats` for a row that searches its top-k cut from every key, with its entries counted in
+    the 16 :func:`first_bucket` buckets: ``(argmax key, its lowest index, max of x * inv_t, lowest key,
+    counts [16] int32)``. The max of ``x * inv_t`` is the argmax's (rounding keeps the order), and the
+    lowest key of all stands for the min key: the search starts below every key anyway. Fewer registers
+    than both loops' state together."""
+    g_best = tl.full([BLOCK], -2147483648, tl.int32)
+    g_idx = tl.zeros([BLOCK], tl.int32)
+    c0, c1, c2, c3 = no_counts(BLOCK)
+    ahead = load_ahead(base, start + tl.arange(0, BLOCK), V, start + SPLIT)
+    for i in range(0, SPLIT, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        inb = offs < V
+        x = ahead.to(tl.float32)
+        ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
+        g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
+        c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, first_bucket(key >> SHIFT, SHIFT), inb)
+    gk, gi = lanes_argmax(g_best, g_idx)
+    bits = gk ^ ((gk >> 31) & 0x7FFFFFFF)  # sortable_key's inverse
+    z_max = tl.where(gk > -2147483648, bits.to(tl.float32, bitcast=True) * inv_t, float("-inf"))
+    return gk, gi, z_max, gk * 0 + lowest_key(SHIFT), bucket_totals(c0, c1, c2, c3)
+
+
+@triton.jit
+def first_bucket(key, SHIFT: tl.constexpr):
+    """Which of the 16 equal buckets of every key ``>> SHIFT`` (int32, from :func:`lowest_key` on) holds
+    ``key``: its top four bits, in key order."""
+    return ((key - lowest_key(SHIFT)).to(tl.uint32, bitcast=True) >> (28 - SHIFT)).to(tl.int32)
+
+
+@triton.jit
+def lowest_key(SHIFT: tl.constexpr):
+    """The lowest key ``>> SHIFT`` of all: ``-2**(31 - SHIFT)``."""
+    return -(1 << (31 - SHIFT))
+
+
+@triton.jit
+def no_counts(BLOCK: tl.constexpr):
+    """Four int32 words a lane, all zero: :func:`add_counts`'s 16 counts."""
+    return (tl.zeros([BLOCK], tl.int32), tl.zeros([BLOCK], tl.int32), tl.zeros([BLOCK], tl.int32),
+            tl.zeros([BLOCK], tl.int32))  # fmt: skip
+
+
+@triton.jit
+def add_counts(c0, c1, c2, c3, bucket, live):
+    """One more entry in bucket ``bucket`` (0..15) of each lane where ``live``: a byte a bucket, four
+    buckets a word (a lane sees fewer than 256 entries)."""
+    field = tl.where(live, 1 << ((bucket & 3) * 8), 0)
+    word = bucket >> 2
+    return (c0 + tl.where(word == 0, field, 0), c1 + tl.where(word == 1, field, 0),
+            c2 + tl.where(word == 2, field, 0), c3 + tl.where(word == 3, field, 0))  # fmt: skip
+
+
+@triton.jit
+def bucket_totals(c0, c1, c2, c3):
+    """``[16]`` int32: :func:`add_counts`'s words summed over the lanes, bucket by bucket."""
+    bins = tl.arange(0, NBINS)
+    count = tl.zeros([NBINS], tl.int32)
+    for f in tl.static_range(4):
+        count = tl.where(bins == f, tl.sum((c0 >> (8 * f)) & 255, axis=0), count)
+        count = tl.where(bins == f + 4, tl.sum((c1 >> (8 * f)) & 255, axis=0), count)
+        count = tl.where(bins == f + 8, tl.sum((c2 >> (8 * f)) & 255, axis=0), count)
+        count = tl.where(bins == f + 12, tl.sum((c3 >> (8 * f)) & 255, axis=0), count)
+    return count
+
+
+@triton.jit
 def split_softmax(base, start, V, excl, inv_t, SPLIT, BLOCK: tl.constexpr):
     """Over ``[start, start + SPLIT) ∩ [0, V)``: ``(argmax key, its lowest index, m = max z, sum exp(z - m))``
     with ``z = x * inv_t``; the mass leaves out entry ``excl``."""
@@ -222,12 +292,14 @@ def _settle(lo, hi, g_hi, phase, k_max, top_p):
 @triton.jit
 def row_state(
     r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, state_ptr,
-    part_ptr, n_rows, NS_P2: tl.constexpr, PIVOT: tl.constexpr,
+    part_ptr, first_ptr, n_rows, NS_P2: tl.constexpr, SHIFT: tl.constexpr, PIVOT: tl.constexpr,
 ):  # fmt: skip
     """The row's search state before round ``r``: from the stats (``r == 0``) or from the state before
     round ``r - 1`` and that round's bucket sums (``PIVOT``: the rows of pivot and small top-k requests are
-    done at once, but the top-k phase of late pivot requests, and no row searches a top-p cut).
-    Returns ``(lo, hi, g_hi, target, phase, m, k_max, top_p)``."""
+    done at once, but the top-k phase of late pivot requests, and no row searches a top-p cut; the stats
+    launch counted a late row's entries in the 16 :func:`first_bucket` buckets, ``first_ptr [rows,
+    n_splits, 16]`` int32, so its search starts in one of them). Returns ``(lo, hi, g_hi, target, phase, m,
+    k_max, top_p)``."""
     sp = tl.arange(0, NS_P2)
     if r == 0:
         b = row // K1
@@ -251,6 +323,14 @@ def row_state(
             phase = tl.where(top_p < 1.0, DONE, phase)
         hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)
         target = k.to(tl.float64)
+        if PIVOT:  # noqa: SIM102 (a constexpr)
+            if late & (phase == TOPK):  # its first count is done: [lo, hi) narrows from every key's
+                bins = tl.arange(0, NBINS)
+                p = first_ptr + (row * n_splits + sp[:, None]) * NBINS + bins[None, :]
+                hist = tl.sum(tl.load(p, mask=m_sp[:, None], other=0), axis=0).to(tl.float64)
+                every = row * 0 + lowest_key(SHIFT)
+                lo, hi, g_hi = _narrow(every, -every, top_p * 0.0, hist, target)
+                hi, g_hi, phase = _settle(lo, tl.minimum(hi, k_max + 1), g_hi, phase, k_max, top_p)
     else:
         s = state_ptr + ((r - 1) * n_rows + row) * STATE
         lo = tl.load(s).to(tl.int64)

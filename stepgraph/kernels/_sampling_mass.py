@@ -22,9 +22,12 @@ from ._sampling_filter import (
     STATE,
     TOPK,
     _stats_kernel,
+    add_counts,
     bucket_log2,
+    bucket_totals,
     key_shift,
     load_ahead,
+    no_counts,
     num_rounds,
     pivot_request,
     row_key,
@@ -91,6 +94,7 @@ def _round_kernel(
     zmax_ptr,
     state_ptr,
     part_ptr,
+    first_ptr,
     minp_ptr,
     seed_ptr,
     offset_ptr,
@@ -129,11 +133,14 @@ def _round_kernel(
     cut there."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
+    # the launches hold two phases of LAUNCHES // 2 rounds; the late rows' top-k phase is a round shorter (the
+    # stats launch made its first count), so their cut is known here
+    LATE_START: tl.constexpr = LAUNCHES // 2 - 1
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr, r,
                    row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_SEPARATE,
-                   PIVOT_ROUNDS, LAUNCHES)  # fmt: skip
+                   PIVOT_ROUNDS, LAUNCHES, LATE_START)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
             if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
                 if r == 0:  # the bound, from the subset maxima of every split
@@ -144,14 +151,14 @@ def _round_kernel(
                                V, K1, n_splits, SPLIT, BLOCK, SHIFT, LIST_GCAP)  # fmt: skip
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
-        state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
+        state_ptr, part_ptr, first_ptr, n_rows, NS_P2, SHIFT, PIVOT,
     )  # fmt: skip
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if r == LAUNCHES // 2:  # the late rows' top-k cut is found: their draws start
+        if r == LATE_START:  # the late rows' top-k cut is found: their draws start
             start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                        gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
                        row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_ROUNDS,
-                       LAUNCHES)  # fmt: skip
+                       LAUNCHES, LATE_START)  # fmt: skip
     if sp == 0:
         s = state_ptr + (r * n_rows + row) * STATE
         tl.store(s, lo.to(tl.float64))
@@ -171,11 +178,7 @@ def _round_kernel(
         lo32 = lo.to(tl.int32)
         hi32 = hi.to(tl.int32)  # hi <= sortable_key(+inf) + 1 for a regular row
         bins = tl.arange(0, NBINS)
-        # counts: one byte per bucket and lane (a lane sees < 256 entries), four buckets per int32
-        c0 = tl.zeros([BLOCK], tl.int32)
-        c1 = tl.zeros([BLOCK], tl.int32)
-        c2 = tl.zeros([BLOCK], tl.int32)
-        c3 = tl.zeros([BLOCK], tl.int32)
+        c0, c1, c2, c3 = no_counts(BLOCK)
         mass = tl.zeros([NBINS, MASS_BLOCK], tl.float64)  # per bucket and lane; reduced once
         start = sp.to(tl.int64) * SPLIT
         ahead = load_ahead(base, start + tl.arange(0, BLOCK), V, start + SPLIT)
@@ -188,12 +191,7 @@ def _round_kernel(
             live = inb & (key >= lo32) & (key < hi32)
             if phase == TOPK:
                 bucket = ((key - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32)
-                field = tl.where(live, 1 << ((bucket & 3) * 8), 0)
-                word = bucket >> 2
-                c0 += tl.where(word == 0, field, 0)
-                c1 += tl.where(word == 1, field, 0)
-                c2 += tl.where(word == 2, field, 0)
-                c3 += tl.where(word == 3, field, 0)
+                c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, bucket, live)
             elif not PIVOT:  # noqa: SIM102 (a constexpr: the top-p class draws its top-p rows)
                 if tl.max(live.to(tl.int32), axis=0) > 0:  # top-p: few live entries once top-k has cut
                     for q in range(0, BLOCK, MASS_BLOCK):
@@ -204,13 +202,7 @@ def _round_kernel(
                         bs = tl.where(ls, ((ks - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32), -1)
                         w = tl.where(ls, tl.exp(xs * inv_t - m), 0.0).to(tl.float64)
                         mass += tl.where(bins[:, None] == bs, w, 0.0)
-        count = tl.zeros([NBINS], tl.int32)
-        for f in tl.static_range(4):
-            count = tl.where(bins == f, tl.sum((c0 >> (8 * f)) & 255, axis=0), count)
-            count = tl.where(bins == f + 4, tl.sum((c1 >> (8 * f)) & 255, axis=0), count)
-            count = tl.where(bins == f + 8, tl.sum((c2 >> (8 * f)) & 255, axis=0), count)
-            count = tl.where(bins == f + 12, tl.sum((c3 >> (8 * f)) & 255, axis=0), count)
-        total = tl.where(phase == TOPK, count.to(tl.float64), tl.sum(mass, axis=1))
+        total = tl.where(phase == TOPK, bucket_totals(c0, c1, c2, c3).to(tl.float64), tl.sum(mass, axis=1))
         tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, total)
 
 
@@ -254,7 +246,7 @@ def _kept_mass_kernel(
     sp = tl.program_id(1)
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
         r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
-        state_ptr, part_ptr, n_rows, NS_P2, PIVOT,
+        state_ptr, part_ptr, part_ptr, n_rows, NS_P2, SHIFT, PIVOT,  # no first counts past round 0
     )  # fmt: skip
     b = row // K1
     j = row % K1
@@ -305,6 +297,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     kmax = torch.empty_like(kmin)
     state = torch.empty((rounds, rows, 8), dtype=torch.float64, device=dev)
     part = torch.empty((rounds, rows, n_splits, 16), dtype=torch.float64, device=dev)
+    first = torch.empty((rows, n_splits, 16), dtype=torch.int32, device=dev) if pivot is not None else kmin
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
@@ -320,11 +313,11 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         seed, offset, lo, y, total, masses, count, peak = pivot
         requests = (temperature, top_k, top_p, min_p, seed, offset)
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
-        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, V, K1, n_splits,
+        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, V, K1, n_splits,
                                   SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
                                   M=maxima_per_split(n_splits), num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, seed, offset, lo, y, total, masses, count)
-    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part)
+    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
     for r in range(rounds):
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,

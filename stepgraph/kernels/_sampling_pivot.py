@@ -26,10 +26,11 @@ still drawing after the last launch goes on alone there, a pass over the row per
 :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
 
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
-rows first find their top-k cut in the rounds' top-k phase, which ends within half of them. In the launch
-where it ends, :func:`start_late` sets ``lo`` to the cut once the search state holds it, and that launch and
-the ones after it draw as above from there, each one doing both (masses, then the draw): the first also
-weighs the top-k set, the total the checks compare with.
+rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
+rounds' top-k phase narrows from there, ending a launch before half of them. In the launch where it ends,
+:func:`start_late` sets ``lo`` to the cut once the search state holds it, and that launch and the ones
+after it draw as above from there, each one doing both (masses, then the draw): the first also weighs the
+top-k set, the total the checks compare with.
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
@@ -45,11 +46,13 @@ from ._argmax import sortable_key, track_argmax
 from ._common import jit_any_batch
 from ._sampling_filter import (
     INF_KEY_C,
+    NBINS,
     NEG_INF_KEY_C,
     late_pivot_request,
     load_ahead,
     pivot_request,
     small_top_k_request,
+    split_counts,
     split_stats,
     store_stats,
     verify_stream,
@@ -269,8 +272,8 @@ def _number(seed_ptr, offset_ptr, row, K1, draw_no):
 @jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                   gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr,
-                  maxima_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
-                  SHIFT: tl.constexpr, M: tl.constexpr):  # fmt: skip
+                  maxima_ptr, first_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+                  NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr):  # fmt: skip
     """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
     requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the
     row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
@@ -278,7 +281,9 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest
     key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k
     requests store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the
-    rounds find their bound from them."""
+    rounds find their bound from them. Those of late requests count their split's entries in the 16
+    :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first
+    count of their top-k search (:func:`._sampling_filter.row_state`)."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -291,7 +296,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     peak = peak_ptr + row * n_splits * (per_split - HEAD)
     k = tl.load(topk_ptr + b).to(tl.int64)
     top_p = tl.load(topp_ptr + b)
-    pivot = pivot_request(t, k, top_p) & ~late_pivot_request(t, k, top_p)  # late ones: from their cut on
+    late = late_pivot_request(t, k, top_p)  # draws from its top-k cut, whose search starts here
+    pivot = pivot_request(t, k, top_p) & ~late
     first = pivot & (tl.load(minp_ptr + b) <= 0)  # draws here; with min-p, in the rounds (from its set)
     if first:
         masses_out = part + sp * per_split + HEAD
@@ -303,6 +309,10 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
         gk, gi = split_maxima(base, sp * SPLIT, V, SPLIT, BLOCK, M, maxima_ptr + out * M)
         tl.store(gkey_ptr + out, gk)
         tl.store(gidx_ptr + out, gi)
+    elif late:
+        gk, gi, z_max, k_min, counts = split_counts(base, start, V, inv_t, SPLIT, BLOCK, SHIFT)
+        store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
+        tl.store(first_ptr + (row * n_splits + sp) * NBINS + tl.arange(0, NBINS), counts)
     else:
         gk, gi, z_max, k_min = split_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT)
         store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
@@ -395,17 +405,17 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
 def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, r, row, sp, V, K1, n_splits, SPLIT,
                BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr):  # fmt: skip
+               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr,
+               LATE_START: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
     steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
-    the launches from ``LAUNCHES // 2`` on, ``STEPS`` at most (``q = r - LAUNCHES // 2``); its step 0 runs
-    after the launch's search state (:func:`start_late`), the others here. Steps ``q < SEPARATE`` (none of a
+    the launches from ``LATE_START`` on, ``STEPS`` at most (``q = r - LATE_START``); its step 0 runs after
+    the launch's search state (:func:`start_late`), the others here. Steps ``q < SEPARATE`` (none of a
     late row's) take turns: the split's masses above the last draw (even ``q``; with the mass of every entry
     in step 0), then the check and draw ``q // 2 + 1`` (split 0's program, odd ``q``; one less for a row with
     min-p, which has not drawn yet). The later ones do both: the split's masses, then the row's last program
     to store them checks and draws."""
-    LATE_START: tl.constexpr = LAUNCHES // 2
     b = row // K1
     lo = row * 0 + LOWEST  # a tensor first: a constexpr first would stay one
     late = row < 0
@@ -456,11 +466,12 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
 def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, cut, V, K1, n_splits,
                SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr):  # fmt: skip
-    """A late row's start and step 0, by its programs of launch ``LAUNCHES // 2`` of the rounds once its search
-    state holds its top-k ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet) if its
-    logits are regular, else it takes its argmax; split 0's program stores them before it counts, so the
-    row's last program draws from there. Other rows are left alone."""
+               STEPS: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr,
+               LATE_START: tl.constexpr):  # fmt: skip
+    """A late row's start and step 0, by its programs of launch ``LATE_START`` of the ``LAUNCHES`` rounds once
+    its search state holds its top-k ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet)
+    if its logits are regular, else it takes its argmax; split 0's program stores them before it counts, so
+    the row's last program draws from there. Other rows are left alone."""
     b = row // K1
     if late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)):
         _, active, _, _ = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
@@ -471,7 +482,7 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
         if active:
             _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                   gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, row * 0,
-                  min(STEPS, LAUNCHES - LAUNCHES // 2), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
+                  min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
                   SHIFT, ROUNDS)  # fmt: skip
 
 

@@ -58,6 +58,30 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
             assert torch.equal(cut[5], got[5])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_starts(dtype):
+    """Late rows whose top-k binds (flat rows, a top-p near 1): the stats launch counts their entries over 16
+    buckets of every key, the rounds narrow from there, and each row's first draw is from the keys at or
+    above the cut (inverse CDF), so a cut off by a key changes the tokens. Ties at the cut and a row of
+    negative logits (its cut below zero) included."""
+    g = torch.Generator().manual_seed(2)
+    B, K, V = 6, 1, 2500
+    x = torch.randn(B, K + 1, V, generator=g) * 0.3
+    x[0] = x[0].round(decimals=1)  # ties
+    x[1] = -x[1].abs() - 1.0
+    x = x.to(dtype).to(DEV)
+    drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
+    T = torch.ones(B, device=DEV)
+    k = torch.tensor([1100, 1500, 2000, 1025, 2499, 1300], device=DEV)
+    p = torch.full((B,), 0.999, device=DEV)
+    assert late_pivot_requests(T, k, p).all()
+    seed = torch.arange(B, dtype=torch.int64, device=DEV) + 11
+    for step in range(3):
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got, ref = verify_both(x, drafts, T, k, p, torch.zeros(B, device=DEV), seed, off)
+        assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
+
+
 def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
     """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws). They agree with
     the reference under the module's settings (the first draw in the stats launch, the others in launches
