@@ -61,9 +61,9 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_starts(dtype):
     """Late rows whose top-k binds (flat rows, a top-p near 1): the stats launch counts their entries over 16
-    buckets of every key, the rounds narrow from there, and each row's first draw is from the keys at or
-    above the cut (inverse CDF), so a cut off by a key changes the tokens. Ties at the cut and a row of
-    negative logits (its cut below zero) included."""
+    buckets of every key and the rounds narrow from there to the top-k cut, which the kernels report; each
+    row's first draw is from the keys at or above it (inverse CDF), so a cut off by a key changes the
+    tokens too. Ties at the cut and a row of negative logits (its cut below zero) included."""
     g = torch.Generator().manual_seed(2)
     B, K, V = 6, 1, 2500
     x = torch.randn(B, K + 1, V, generator=g) * 0.3
@@ -75,8 +75,10 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
     k = torch.tensor([1100, 1500, 2000, 1025, 2499, 1300], device=DEV)
     p = torch.full((B,), 0.999, device=DEV)
     assert late_pivot_requests(T, k, p).all()
+    top_k_cut = filter_cut_keys_ref(x, T, k, torch.ones_like(p))
+    assert torch.equal(filter_cut_keys(x, T, k, p, pivot=True), top_k_cut)
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 11
-    for step in range(3):
+    for step in range(2):
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
         got, ref = verify_both(x, drafts, T, k, p, torch.zeros(B, device=DEV), seed, off)
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
