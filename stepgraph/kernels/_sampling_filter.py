@@ -127,8 +127,9 @@ def split_counts(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.co
     """:func:`split_stats` for a row that searches its top-k cut from every key, with its entries counted in
     the 16 :func:`first_bucket` buckets: ``(argmax key, its lowest index, max of x * inv_t, lowest key,
     counts [16] int32)``. The max of ``x * inv_t`` is the argmax's (rounding keeps the order), and the
-    lowest key of all stands for the min key: the search starts below every key anyway. Fewer registers
-    than both loops' state together."""
+    lowest key of all stands for the min key: the search starts below every key anyway. Two running values
+    a lane where :func:`split_stats` keeps four leave the stats kernel no more registers than its other rows'
+    passes take."""
     g_best = tl.full([BLOCK], -2147483648, tl.int32)
     g_idx = tl.zeros([BLOCK], tl.int32)
     c0, c1, c2, c3 = no_counts(BLOCK)
