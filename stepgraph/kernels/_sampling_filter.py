@@ -65,6 +65,14 @@ def row_key(x, SHIFT: tl.constexpr):
     return (sortable_key(x) >> SHIFT).to(tl.int64)
 
 
+@triton.jit
+def key_value(key, SHIFT: tl.constexpr):
+    """The float32 value of a row key (the inverse of :func:`row_key`; -0.0 comes back as +0.0). The
+    bits ``>> SHIFT`` dropped are ones in a negative value's key (its float's are zeros)."""
+    b = ((key << SHIFT) | tl.where(key < 0, (1 << SHIFT) - 1, 0)).to(tl.int32)
+    return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
 @jit_any_batch
 def _stats_kernel(
     logits_ptr,
@@ -142,8 +150,7 @@ def split_counts(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.co
         g_best, g_idx, key = track_argmax(g_best, g_idx, x, inb, offs)
         c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, first_bucket(key >> SHIFT, SHIFT), inb)
     gk, gi = lanes_argmax(g_best, g_idx)
-    bits = gk ^ ((gk >> 31) & 0x7FFFFFFF)  # sortable_key's inverse
-    z_max = tl.where(gk > -2147483648, bits.to(tl.float32, bitcast=True) * inv_t, float("-inf"))
+    z_max = tl.where(gk > -2147483648, key_value(gk, 0) * inv_t, float("-inf"))
     return gk, gi, z_max, gk * 0 + lowest_key(SHIFT), bucket_totals(c0, c1, c2, c3)
 
 

@@ -417,11 +417,8 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     min-p, which has not drawn yet). The later ones do both: the split's masses, then the row's last program
     to store them checks and draws."""
     b = row // K1
-    lo = row * 0 + LOWEST  # a tensor first: a constexpr first would stay one
-    late = row < 0
-    if (r < STEPS) | (r > LATE_START):  # the loads side by side: one wait
-        lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
-        late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+    lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
+    late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
     if lo > LOWEST:
         q = tl.where(late, r - LATE_START, r)
         steps = tl.where(late, min(STEPS, LAUNCHES - LATE_START), STEPS)

@@ -34,7 +34,15 @@ import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
-from ._sampling_filter import NEG_INF_KEY_C, key_shift, row_key, small_top_k_request, split_softmax, verify_stream
+from ._sampling_filter import (
+    NEG_INF_KEY_C,
+    key_shift,
+    key_value,
+    row_key,
+    small_top_k_request,
+    split_softmax,
+    verify_stream,
+)
 from .chain_sampling_ref import SMALL_TOP_K_MAX
 
 #: The largest top-k of the small top-k path: its kernels list the entries at or above a bound on the k-th
@@ -287,14 +295,6 @@ def _row_radix_list(base, V, k, out, NS_P2: tl.constexpr, SPLIT, BLOCK: tl.const
 
 
 @triton.jit
-def _key_value(key, SHIFT: tl.constexpr):
-    """The float32 value of a row key (the inverse of :func:`row_key`; -0.0 comes back as +0.0). The
-    bits ``>> SHIFT`` dropped are ones in a negative value's key (its float's are zeros)."""
-    b = ((key << SHIFT) | tl.where(key < 0, (1 << SHIFT) - 1, 0)).to(tl.int32)
-    return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _gathered(list_ptr, count_ptr, row, n_splits, NS_P2: tl.constexpr, GCAP: tl.constexpr, WIDTH: tl.constexpr):
     """The row's listed entries (launch 3's per-split lists of ``GCAP`` slots), one split after another:
     ``(idx [WIDTH] int32, valid [WIDTH])`` for a row that lists at most ``WIDTH`` in all. A short list
@@ -404,9 +404,9 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
     min_p = tl.load(minp_ptr + b).to(tl.float32)
     top = tl.max(tl.where(listed, key, NONE32), axis=0).to(tl.int64)
     top = tl.where(top > NONE32, top, cut)  # the row's largest key
-    m = _key_value(top, SHIFT) * inv_t  # max z, as the reference computes it (z rises with the key)
+    m = key_value(top, SHIFT) * inv_t  # max z, as the reference computes it (z rises with the key)
     w = tl.where(listed, tl.exp(x * inv_t - m), 0.0)
-    w_tie = tl.exp(_key_value(cut, SHIFT) * inv_t - m)
+    w_tie = tl.exp(key_value(cut, SHIFT) * inv_t - m)
     cut_p = cut
     if top_p < 1.0:
         # M(c), the mass of listed entries with a key > c, falls as c rises; an entry is kept when

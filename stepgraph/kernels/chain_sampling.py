@@ -51,10 +51,10 @@ import triton.language as tl
 
 from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, check, jit_any_batch, next_pow2, use_triton
-from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, row_key, verify_stream
+from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, key_value, row_key, verify_stream
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
 from ._sampling_pivot import _pick, pivot_buffers
-from ._sampling_topk import TOP_K_MAX, UNLISTED, _key_value, topk_mass
+from ._sampling_topk import TOP_K_MAX, UNLISTED, topk_mass
 from .chain_sampling_ref import (
     SampledVerifyOutput,
     chain_verify_sampling_ref,
@@ -190,7 +190,7 @@ def _finalize_kernel(
 
     t = tl.load(temp_ptr + b).to(tl.float32)
     inv_t = 1.0 / tl.where(t > 0, t, 1.0)
-    z_max = _key_value(gmax, 0) * inv_t  # the largest logit (gkey: 32-bit keys) over T: past float32, the argmax
+    z_max = key_value(gmax, 0) * inv_t  # the largest logit (gkey: 32-bit keys) over T: past float32, the argmax
     # finite by its bits (exponent not all ones): comparisons with inf may be folded under fast-math rules
     finite = (z_max.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
     greedy = (gmax >= INF_KEY_C) | (gmax == NEG_INF_KEY_C) | ((tl.zeros([K1_P2], tl.float32) + t) <= 0) | ~finite

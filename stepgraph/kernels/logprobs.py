@@ -30,13 +30,12 @@ import triton.language as tl
 
 from ._argmax import sortable_key
 from ._common import check, jit_any_batch, next_pow2, use_triton
-from ._sampling_filter import NEG_INF_KEY_C
+from ._sampling_filter import NEG_INF_KEY_C, key_value
 from ._sampling_topk import (
     NONE32,
     PASS_BLOCK,
     PASS_WARPS,
     _gathered,
-    _key_value,
     _kth_largest_by_digits,
     _list_selected,
     _row_radix_list,
@@ -124,7 +123,7 @@ def _row_shift(key_ptr, row, n_splits, NS_P2: tl.constexpr):
     """The row's largest logit from the splits' keys, as the shift ``s`` (0 when it is infinite; NaN stays)."""
     sp = tl.arange(0, NS_P2)
     top = tl.max(tl.load(key_ptr + row * n_splits + sp, mask=sp < n_splits, other=NONE32), axis=0)
-    m = _key_value(top, 0)
+    m = key_value(top, 0)
     infinite = (m.to(tl.int32, bitcast=True) & 0x7FFFFFFF) == 0x7F800000  # by its bits: fast-math may fold inf tests
     return tl.where(infinite, 0.0, m)
 
