@@ -66,6 +66,19 @@ def row_key(x, SHIFT: tl.constexpr):
 
 
 @triton.jit
+def regular_key(x, SHIFT: tl.constexpr):
+    """:func:`row_key` as int32 for entries of a regular row (no NaN: NaN keys are not canonical here) in the
+    logits' dtype, with fewer instructions: a bfloat16 key (``SHIFT`` 16) comes from the 16 bits as they are
+    loaded."""
+    if SHIFT == 16:
+        b = x.to(tl.int16, bitcast=True).to(tl.int32)  # sign-extended: the float32 key's high half
+    else:
+        b = x.to(tl.float32).to(tl.int32, bitcast=True)
+    b = tl.where(b == -(1 << (31 - SHIFT)), 0, b)  # -0.0 is +0.0
+    return b ^ ((b >> 31) & ((1 << (31 - SHIFT)) - 1))
+
+
+@triton.jit
 def key_value(key, SHIFT: tl.constexpr):
     """The float32 value of a row key (the inverse of :func:`row_key`; -0.0 comes back as +0.0). The
     bits ``>> SHIFT`` dropped are ones in a negative value's key (its float's are zeros)."""

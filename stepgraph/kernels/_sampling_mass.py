@@ -30,6 +30,7 @@ from ._sampling_filter import (
     no_counts,
     num_rounds,
     pivot_request,
+    regular_key,
     row_key,
     row_state,
     small_top_k_request,
@@ -177,6 +178,7 @@ def _round_kernel(
         shift = bucket_log2(lo, hi).to(tl.uint32)
         lo32 = lo.to(tl.int32)
         hi32 = hi.to(tl.int32)  # hi <= sortable_key(+inf) + 1 for a regular row
+        width = (hi - lo).to(tl.uint32)  # a key k is in [lo, hi) when k - lo, unsigned, is below it
         bins = tl.arange(0, NBINS)
         c0, c1, c2, c3 = no_counts(BLOCK)
         mass = tl.zeros([NBINS, MASS_BLOCK], tl.float64)  # per bucket and lane; reduced once
@@ -185,13 +187,12 @@ def _round_kernel(
         for i in range(0, SPLIT, BLOCK):
             offs = start + i + tl.arange(0, BLOCK)
             inb = offs < V
-            x = ahead.to(tl.float32)
+            x = ahead
             ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
-            key = sortable_key(x) >> SHIFT
-            live = inb & (key >= lo32) & (key < hi32)
+            above = (regular_key(x, SHIFT) - lo32).to(tl.uint32, bitcast=True)
+            live = inb & (above < width)
             if phase == TOPK:
-                bucket = ((key - lo32).to(tl.uint32, bitcast=True) >> shift).to(tl.int32)
-                c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, bucket, live)
+                c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, (above >> shift).to(tl.int32), live)
             elif not PIVOT:  # noqa: SIM102 (a constexpr: the top-p class draws its top-p rows)
                 if tl.max(live.to(tl.int32), axis=0) > 0:  # top-p: few live entries once top-k has cut
                     for q in range(0, BLOCK, MASS_BLOCK):

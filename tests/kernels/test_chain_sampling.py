@@ -125,15 +125,17 @@ def test_filters_keep_the_documented_sets():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_filter_cut_equals_reference(dtype):
     """The kernels' cut-off equals the reference's, row by row, with settings mixed per request, ties
-    (rounded logits), -inf entries, peaked and flat rows. Full vocabulary on the GPU: tests/gpu."""
+    (rounded logits; +0.0 and -0.0 are one key), -inf entries, peaked and flat rows. Full vocabulary on the
+    GPU: tests/gpu."""
     torch.manual_seed(5)
     B, K1, V = 8, 2, 401
     x = torch.randn(B, K1, V, device=DEV) * torch.tensor([0.3, 1.0, 4.0, 1.0] * 2, device=DEV).view(B, 1, 1)
     x[::2] = torch.round(x[::2] * 2) / 2
     x[1, 1, :150] = float("-inf")
+    x[6] = torch.cat([torch.full((8,), 1.0), torch.zeros(100), -torch.zeros(100), -torch.rand(V - 208) - 0.5])
     x = x.to(dtype)
     T = torch.rand(B, device=DEV) + 0.2
-    k = torch.tensor([0, 1, 3, 40, 400, 0, 12, 300], device=DEV)
+    k = torch.tensor([0, 1, 3, 40, 400, 0, 150, 300], device=DEV)  # row 6 keeps 8 entries and 142 zeros
     p = torch.tensor([0.9, 1.0, 0.5, 0.95, 0.2, 0.99, 1.0, 0.7], device=DEV)
     assert torch.equal(filter_cut_keys(x, T, k, p), filter_cut_keys_ref(x, T, k, p))
 

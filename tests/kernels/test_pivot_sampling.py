@@ -63,7 +63,8 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
     """Late rows whose top-k binds (flat rows, a top-p near 1): the stats launch counts their entries over 16
     buckets of every key and the rounds narrow from there to the top-k cut, which the kernels report; each
     row's first draw is from the keys at or above it (inverse CDF), so a cut off by a key changes the
-    tokens too. Ties at the cut and a row of negative logits (its cut below zero) included."""
+    tokens too. Ties at the cut (+0.0 and -0.0, one key) and a row of negative logits (its cut below zero)
+    included."""
     g = torch.Generator().manual_seed(2)
     B, K, V = 6, 1, 2500
     x = torch.randn(B, K + 1, V, generator=g) * 0.3
@@ -72,7 +73,7 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
     x = x.to(dtype).to(DEV)
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
     T = torch.ones(B, device=DEV)
-    k = torch.tensor([1100, 1500, 2000, 1025, 2499, 1300], device=DEV)
+    k = torch.tensor([1350, 1500, 2000, 1025, 2499, 1300], device=DEV)  # row 0: ~1110 above zero, ~170 +0.0
     p = torch.full((B,), 0.999, device=DEV)
     assert late_pivot_requests(T, k, p).all()
     top_k_cut = filter_cut_keys_ref(x, T, k, torch.ones_like(p))
