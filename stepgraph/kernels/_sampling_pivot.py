@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import sortable_key, track_argmax
-from ._common import jit_any_batch
+from ._common import jit_any_batch, triton_interprets
 from ._sampling_filter import (
     INF_KEY_C,
     NBINS,
@@ -75,6 +75,8 @@ FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
 SEPARATE = 4
+#: Whether the kernels store sub-block sums by PTX (:func:`_store_sums`): not under the interpreter.
+PTX_STORES: tl.constexpr = tl.constexpr(not triton_interprets())
 #: Registers a thread of the round kernel that makes the draws (its ``maxnreg``). The compiler takes 128, at
 #: which four programs share an SM (five at 96), and a launch of masses at B = 8 runs in more waves.
 REGISTERS = 96
@@ -147,7 +149,7 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         high = inb & ((sortable_key(x) >> SHIFT) >= lo32)
         live = high & (w >= min_p)
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
-        tl.store(out + HEAD + i // SUB + sub, sums)
+        _store_sums(out + HEAD + i // SUB + sub, sums)
         per_warp += sums
         count += tl.sum(live.to(tl.int32), axis=1)
         if ABOVE:
@@ -155,6 +157,24 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         elif WHOLE:
             every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
     return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
+
+
+@triton.jit
+def _store_sums(ptr, sums):
+    """``ptr[j] = sums[j]`` for a tile's ``[BLOCK / SUB]`` sub-block sums (float64 or float32), where the
+    reduction leaves them: a sum in its sub-block's warp. ``tl.store`` would first move them to the
+    lanes of one warp through shared memory (Triton lays a store's pointers out for coalescing), two
+    barriers an iteration of the loops that store them; the interpreter has no PTX, and stores them so."""
+    if PTX_STORES:
+        address = ptr.to(tl.int64, bitcast=True)
+        if sums.dtype == tl.float64:
+            tl.inline_asm_elementwise("st.global.f64 [$1], $2; mov.u32 $0, 0;", "=r,l,d", [address, sums],
+                                      dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+        else:
+            tl.inline_asm_elementwise("st.global.f32 [$1], $2; mov.u32 $0, 0;", "=r,l,f", [address, sums],
+                                      dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+    else:
+        tl.store(ptr, sums)
 
 
 @triton.jit
@@ -253,8 +273,8 @@ def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: t
         z = x * inv_t
         p = tl.max(z, axis=1)
         w = tl.where((p > float("-inf"))[:, None], tl.exp(z - p[:, None]), 0.0)
-        tl.store(mass_out + i // SUB + sub, tl.sum(w.to(tl.float64), axis=1))
-        tl.store(peak_out + i // SUB + sub, p)
+        _store_sums(mass_out + i // SUB + sub, tl.sum(w.to(tl.float64), axis=1))
+        _store_sums(peak_out + i // SUB + sub, p)
         z_max = tl.maximum(z_max, p)
     gk = tl.max(tl.max(g_best, axis=1), axis=0)
     gi = tl.min(tl.min(tl.where(g_best == gk, g_idx, 2147483647), axis=1), axis=0)
