@@ -4,14 +4,16 @@ The example model at the Qwen3-0.6B shape (28 layers, bf16) with a twin draft wh
 the target at a chosen rate (``draft="twin:A"``), for acceptance A in {0.3, 0.6, 0.9}, batch sizes
 B in {1, 4, 8, 16, 32, 64}, and K in {0, 1, 2, 3, 5} fixed or chosen each step by ``auto`` (which
 measures every key's step time at warm-up and tracks each request's acceptance). One decoder per
-acceptance holds every K's keys; each point decodes the same prompts, greedy, and the decode time counts
-(prefill apart): the median of ``--rounds`` runs of every policy in rotating order, after one untimed run
-at the batch size. Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the
+acceptance holds every K's keys; each point decodes at least ``--requests`` requests (distinct prompts),
+batches of B one after another, greedy, and the decode time counts (prefill apart): the median of
+``--rounds`` runs of every policy in rotating order, after one untimed run at the batch size. With one
+request a point, a batch of one would measure the luck of one prompt's draws: the best fixed K in hindsight
+for that prompt, which no policy learning online can match (``--simulate`` shows the spread). Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the
 keys' warm-up runs and captures, and graph memory), against the largest key's pool alone; ``--warmup-only``
 measures that alone.
 
     python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64] [--rounds 3]
-        [--acceptance 0.3,0.6,0.9] [--warmup-only | --no-warmup-set] [--compile]
+        [--acceptance 0.3,0.6,0.9] [--requests 8] [--warmup-only | --no-warmup-set] [--compile]
     python benchmarks/bench_adaptive.py --simulate benchmarks/results/<dir>/adaptive.json [--host-ms 0.3]   # no GPU
 """
 
@@ -36,14 +38,25 @@ BATCHES = (1, 4, 8, 16, 32, 64)
 LENS = (0, 1, 2, 3, 5)
 
 
-def decode_tps(dec: SpecDecoder, prompts: list[list[int]], tokens: int) -> tuple[float, dict]:
-    """Tokens per second of decoding (prefill apart) and the K chosen per step."""
+def point_batches(prompts: list[list[int]], batch: int, requests: int) -> list[list[list[int]]]:
+    """The batches one point decodes in turn: ``ceil(requests / batch)`` batches of ``batch`` distinct prompts
+    (at least one batch)."""
+    n = max(1, -(-requests // batch))
+    if n * batch > len(prompts):
+        raise ValueError(f"{n} batches of {batch} need {n * batch} prompts, got {len(prompts)}")
+    return [prompts[i * batch : (i + 1) * batch] for i in range(n)]
+
+
+def decode_tps(dec: SpecDecoder, batches: list[list[list[int]]], tokens: int) -> tuple[float, dict]:
+    """Tokens per second of decoding ``batches`` one after another (prefill apart), and the K chosen per step."""
     dec.stats = type(dec.stats)()
-    sync()
-    out = dec.generate(prompts, max_new_tokens=tokens)
-    sync()
+    made = 0
+    for prompts in batches:
+        sync()
+        made += sum(len(o) for o in dec.generate(prompts, max_new_tokens=tokens))
+        sync()
     st = dec.stats
-    return sum(len(o) for o in out) / st.decode_seconds, dict(st.draft_len_steps)
+    return made / st.decode_seconds, dict(st.draft_len_steps)
 
 
 def warmup_of_a_realistic_set(target, draft, compile: bool = False) -> dict:
@@ -86,22 +99,24 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="the realistic set's warm-ups with compile=True")
     ap.add_argument("--acceptance", help="comma-separated acceptance rates (default: 0.3,0.6,0.9)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of every policy per point, in rotating order (median)")
+    ap.add_argument("--requests", type=int, default=8, help="requests a point decodes at least: batches of B in turn")
     ap.add_argument("--simulate", metavar="JSON", help="no GPU: the policies on a saved run's step times (simulate())")
     ap.add_argument("--host-ms", type=float, default=0.0, help="with --simulate: the loop's host time per step")
     add_smoke_flag(ap)
     args = ap.parse_args()
     if args.simulate:
-        print(simulated(args.simulate, args.tokens, args.host_ms))
+        print(simulated(args.simulate, args.tokens, args.host_ms, args.requests))
         return
     batches = BATCHES
     acceptance = tuple(float(a) for a in args.acceptance.split(",")) if args.acceptance else ACCEPTANCE
     if smoke(args):
-        batches, acceptance, args.tokens, args.rounds = (1, 2), (0.6,), 6, 1
+        batches, acceptance, args.tokens, args.rounds, args.requests = (1, 2), (0.6,), 6, 1, 2
     target, draft = example_models(num_layers=args.layers, max_requests=max(*batches, 8) + 1, draft="same")
     vocab = target.cfg.vocab_size
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, vocab, (32,), generator=g).tolist() for _ in range(max(batches))]
-    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "rounds": args.rounds, "results": {}}
+    prompts = [torch.randint(0, vocab, (32,), generator=g).tolist() for _ in range(max(batches) + args.requests)]
+    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "rounds": args.rounds,
+              "requests": args.requests, "results": {}}  # fmt: skip
     buckets = tuple(sorted(set(batches)))
     for a in () if args.warmup_only else acceptance:
         twin = TwinDraft(draft.model, a)  # one copy of the target's weights and cache for every acceptance
@@ -113,15 +128,16 @@ def main() -> None:
         warm_s = time.perf_counter() - t0
         rows = record["results"][f"acceptance {a}"] = {"warmup_s": warm_s, "step_ms": dec.step_times(), "by_batch": {}}
         for B in batches:
+            point = point_batches(prompts, B, args.requests)
             dec.policy = FixedDraftLength(1)
-            decode_tps(dec, prompts[:B], args.tokens)  # untimed: the first run at a batch size is slower
+            decode_tps(dec, point[:1], args.tokens)  # untimed: the first run at a batch size is slower
             policies = [(f"K={k}", FixedDraftLength(k)) for k in LENS] + [("auto", auto)]
             runs = {name: [] for name, _ in policies}
             chosen = Counter()
             for rnd in range(args.rounds):  # rotating order; auto keeps what it learnt, as a server's would
                 for name, policy in policies[rnd % len(policies) :] + policies[: rnd % len(policies)]:
                     dec.policy = policy
-                    tps, lens = decode_tps(dec, prompts[:B], args.tokens)
+                    tps, lens = decode_tps(dec, point, args.tokens)
                     runs[name].append(tps)
                     if policy is auto:
                         chosen.update(lens)
@@ -149,15 +165,16 @@ def main() -> None:
         _plot(record, args.out)
 
 
-def simulated(path: str, tokens: int, host_ms: float = 0.0, seeds: int = 8) -> str:
-    """Auto against the best fixed K on the step times of a saved run, by :func:`simulate` (mean of
-    ``seeds`` draws, a fresh policy each: a cold start). ``host_ms`` is added to every step: the time the
-    loop spends on the host between steps, which the measured step times (device time) leave out; the
-    policy keeps choosing from the measured ones."""
+def simulated(path: str, tokens: int, host_ms: float = 0.0, requests: int = 8, seeds: int = 16) -> str:
+    """Auto against the best fixed K on the step times of a saved run, by :func:`simulate`, as the benchmark
+    measures a point: ``ceil(requests / B)`` batches of B in turn, one policy carried through them from a cold
+    start, against the best fixed K on the same draws. Per cell, the median over ``seeds`` draws and the
+    lowest. ``host_ms`` is added to every step: the time the loop spends on the host between steps, which the
+    measured step times (device time) leave out; the policy keeps choosing from the measured ones."""
     record = json.loads(Path(path).read_text())
     lines = [
-        f"Simulated on the step times of {path}, {tokens} tokens, {seeds} seeds, {host_ms} ms of host time per "
-        "step: auto / best fixed K",
+        f"Simulated on the step times of {path}, {tokens} tokens, at least {requests} requests a point, {seeds} "
+        f"seeds, {host_ms} ms of host time per step: auto / best fixed K, median (lowest)",
         "",
     ]
     lines += ["| A | " + " | ".join(f"B = {b}" for b in BATCHES) + " |", "| --- " * (len(BATCHES) + 1) + "|"]
@@ -167,14 +184,20 @@ def simulated(path: str, tokens: int, host_ms: float = 0.0, seeds: int = 8) -> s
             b, k = key.split("/")
             ms[int(b[3:]), int(k[2:])] = v
         a, cells = float(name.split()[-1]), []
+        took = lambda b, k: ms[b, k] + host_ms  # noqa: E731
         for B in BATCHES:
+            n = max(1, -(-requests // B))
 
-            def mean(make, B=B):
-                took = lambda b, k: ms[b, k] + host_ms  # noqa: E731
-                return sum(simulate(make(), a, B, tokens, took, seed=s)[0] for s in range(seeds)) / seeds
+            def tps(policy, seed: int, B=B, n=n) -> float:  # the point's batches in turn, one policy through them
+                return B * tokens * n / sum(B * tokens / simulate(policy, a, B, tokens, took, seed=seed * n + i)[0]
+                                            for i in range(n))  # fmt: skip
 
-            best = max(mean(lambda k=k: FixedDraftLength(k)) for k in LENS)
-            cells.append(f"{mean(lambda: AutoDraftLength(draft_lens=LENS, step_ms=lambda b, k: ms[b, k])) / best:.3f}")
+            ratios = sorted(
+                tps(AutoDraftLength(draft_lens=LENS, step_ms=lambda b, k: ms[b, k]), s)
+                / max(tps(FixedDraftLength(k), s) for k in LENS)
+                for s in range(seeds)
+            )
+            cells.append(f"{statistics.median(ratios):.3f} ({ratios[0]:.3f})")
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

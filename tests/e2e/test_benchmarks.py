@@ -40,21 +40,28 @@ def test_benchmark_smoke_run(script, tmp_path):
 def test_the_draft_length_policies_simulate_on_a_saved_runs_step_times():
     saved = BENCHMARKS / "results" / "2026-12-01-h200-run27" / "adaptive" / "adaptive.json"
     tables = {}
-    for host_ms in ("0", "50"):  # 50 ms of host time a step: every K costs about the same, the longest pays
+    for host_ms, requests in (("0", "8"), ("50", "8"), ("0", "1")):
+        # 50 ms of host time a step: every K costs about the same, the longest pays
         proc = subprocess.run(
-            [sys.executable, "bench_adaptive.py", "--simulate", str(saved), "--tokens", "12", "--host-ms", host_ms],
+            [sys.executable, "bench_adaptive.py", "--simulate", str(saved), "--tokens", "12", "--host-ms", host_ms,
+             "--requests", requests],
             cwd=BENCHMARKS,
             capture_output=True,
             text=True,
             timeout=300,
-        )
+        )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"at least {requests} requests a point" in proc.stdout
         assert f"{float(host_ms)} ms of host time per step" in proc.stdout
         rows = [line for line in proc.stdout.splitlines() if line.startswith("| 0.")]
         assert [r.split(" | ")[0] for r in rows] == ["| 0.3", "| 0.6", "| 0.9"]
-        tables[host_ms] = [float(c) for r in rows for c in r.strip("| ").split(" | ")[1:]]
-    assert all(0.5 < c < 1.5 for c in tables["0"])
-    assert tables["50"] != tables["0"]
+        cells = [c.replace("(", "").replace(")", "").split() for r in rows for c in r.strip("| ").split(" | ")[1:]]
+        tables[host_ms, requests] = [(float(median), float(lowest)) for median, lowest in cells]
+    assert all(0.5 < lowest <= median < 1.5 for median, lowest in tables["0", "8"])
+    assert tables["50", "8"] != tables["0", "8"]
+    # a point of B >= 8 decodes one batch either way; at B = 1 eight requests in turn are not one request
+    one, eight = ([row[i::6] for i in range(6)] for row in (tables["0", "1"], tables["0", "8"]))
+    assert one[2:] == eight[2:] and one[0] != eight[0]
 
 
 def test_bench_hf_upper_scale_makes_the_two_layer_draft_agree(monkeypatch):
