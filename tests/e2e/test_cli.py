@@ -160,6 +160,7 @@ def test_bisect_timeout_keeps_the_finished_runs(capsys):
     assert captured.err.strip().count("\n") == 0 and "--timeout" in captured.err
 
 
+@pytest.mark.slow  # a dozen runs of the demo: over a minute on two cores
 def test_the_demo_is_bisectable_as_it_is():
     """The README's main job under bisect, sampled: its standard output does not depend on the toggles
     (seeded requests get the same tokens from the kernels and their torch references; greedy output is
