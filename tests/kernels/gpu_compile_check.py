@@ -3,11 +3,23 @@
 ``record OUT``: decode through every kind of kernel in Triton's interpreter (CPU), recording each launch's
 kernel, argument types and constexprs into OUT (JSON). ``compile IN``: compile each recorded variant for
 a CUDA target (sm_90) with Triton's compiler, no GPU needed, and print the ones that fail.
+
+``sass IN OUT_DIR [--kernel NAME] [--set NAME=VALUE ...]``: compile the recorded variants of ``NAME`` (every
+kernel without it), with constexprs set as given (a GPU run's tile sizes, say: the recording is a tiny
+decode's), write each one's SASS to ``OUT_DIR``, and print its registers, stack (spills) and every loop of its
+SASS: instructions, local loads and stores, global loads and stores, barriers, shuffles, float64 adds. A
+kernel's cost at a glance, without a GPU::
+
+    TRITON_INTERPRET=1 python tests/kernels/gpu_compile_check.py record /tmp/rec.json
+    python tests/kernels/gpu_compile_check.py sass /tmp/rec.json /tmp/sass --kernel _round_kernel --set NS_P2=8
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +46,14 @@ def _type_of(value) -> str | None:
     return None
 
 
+def _divisible_by_16(value) -> bool:
+    """Whether Triton's launcher would tell the compiler an argument is a multiple of 16 (a pointer 16-byte
+    aligned, an integer divisible by 16), where the argument does not opt out (:func:`_compiled` checks)."""
+    if isinstance(value, torch.Tensor):
+        return value.data_ptr() % 16 == 0
+    return isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
+
+
 def record(out: str) -> None:
     import inspect
 
@@ -47,7 +67,7 @@ def record(out: str) -> None:
         names = list(inspect.signature(fn).parameters)
         bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
         constexprs = {n for n, p in inspect.signature(fn).parameters.items() if "constexpr" in str(p.annotation)}
-        sig, consts = {}, {}
+        sig, consts, div16 = {}, {}, []
         for name in names:
             if name not in bound:
                 continue  # a default: the compiler takes it
@@ -55,10 +75,13 @@ def record(out: str) -> None:
             kind = None if name in constexprs else _type_of(value)
             if kind is None:
                 consts[name] = value if isinstance(value, (int, float, bool, str, type(None))) else str(value)
-            else:
-                sig[name] = kind
+                continue
+            sig[name] = kind
+            if _divisible_by_16(value):
+                div16.append(name)
         options = {k: v for k, v in kwargs.items() if k in OPTIONS}
-        entry = {"module": fn.__module__, "name": fn.__name__, "sig": sig, "constexprs": consts, "options": options}
+        entry = {"module": fn.__module__, "name": fn.__name__, "sig": sig, "constexprs": consts, "options": options,
+                 "div16": div16}  # fmt: skip
         seen[json.dumps(entry, sort_keys=True, default=str)] = entry
         return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
@@ -122,23 +145,36 @@ def _direct_calls() -> None:
         token_logprobs(rows.view(2, 3, 300), torch.zeros(2, 3, dtype=torch.int64), 0)  # no alternatives
 
 
-def compile_all(path: str) -> None:
+def _compiled(entry: dict, overrides: dict | None = None):
+    """``entry``'s variant compiled for sm_90 (constexprs in ``overrides`` replaced), with the divisibility by
+    16 the launcher would have given its arguments."""
     import importlib
 
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    fn = getattr(importlib.import_module(entry["module"]), entry["name"])
+    names = fn.arg_names
+    constexprs = entry["constexprs"] | {n: v for n, v in (overrides or {}).items() if n in entry["constexprs"]}
+    sig = {n: entry["sig"].get(n, "constexpr") for n in names if n in entry["sig"] or n in constexprs}
+    consts = {(names.index(n),): v for n, v in constexprs.items()}
+    div16 = set(entry.get("div16", ()))
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, p in enumerate(fn.params)
+        if p.name in div16 and not (p.do_not_specialize or p.do_not_specialize_on_alignment)
+    }
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=entry["options"])
+
+
+def compile_all(path: str) -> None:
     failures = []
     entries = json.loads(Path(path).read_text())
     for e in entries:
-        fn = getattr(importlib.import_module(e["module"]), e["name"])
-        names = fn.arg_names
-        sig = {n: e["sig"].get(n, "constexpr") for n in names if n in e["sig"] or n in e["constexprs"]}
-        consts = {(names.index(n),): v for n, v in e["constexprs"].items()}
         try:
-            src = ASTSource(fn=fn, signature=sig, constexprs=consts)
-            triton.compile(src, target=GPUTarget("cuda", 90, 32), options=e["options"])
+            _compiled(e)
         except Exception as exc:  # noqa: BLE001 - every failure is reported
             failures.append(f"{e['module']}.{e['name']} {e['constexprs']}: {type(exc).__name__}: {exc}"[:2000])
     print(f"compiled {len(entries) - len(failures)} of {len(entries)} variants")
@@ -147,5 +183,81 @@ def compile_all(path: str) -> None:
     sys.exit(1 if failures else 0)
 
 
+#: What :func:`sass_loops` counts in a loop: SASS opcodes (a prefix of the instruction's opcode).
+COUNTED = {"ldl/stl": ("LDL", "STL"), "ldg": ("LDG",), "stg": ("STG",), "bar": ("BAR",), "shfl": ("SHFL",),
+           "dadd": ("DADD", "DFMA")}  # fmt: skip
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
+
+
+def sass_loops(sass: str) -> list[dict]:
+    """Every loop of one function's SASS (``cuobjdump -sass``): a branch back and the instructions from its
+    target to it, as ``{"start", "end", "instructions", "ldl/stl", "ldg", ...}`` in address order."""
+    code = [(int(m.group(1), 16), m.group(2)) for m in _INSTRUCTION.finditer(sass)]
+    where = {address: i for i, (address, _) in enumerate(code)}
+    loops = []
+    for i, (address, text) in enumerate(code):
+        branch = _BRANCH.search(text)
+        target = int(branch.group(1), 16) if branch else None
+        if target is None or target >= address or target not in where:
+            continue  # not a branch back (a branch to itself ends every function)
+        body = [t.split()[1] if t.startswith("@") else t.split()[0] for _, t in code[where[target] : i + 1]]
+        loop = {"start": target, "end": address, "instructions": len(body)}
+        for name, opcodes in COUNTED.items():
+            loop[name] = sum(op.startswith(opcodes) for op in body)
+        loops.append(loop)
+    return sorted(loops, key=lambda loop: loop["start"])
+
+
+def sass_report(path: str, out_dir: str, kernel: str | None = None, overrides: dict | None = None) -> str:
+    """The report of ``sass`` mode (above) for the variants of ``kernel`` recorded in ``path``; each variant's
+    SASS is written to ``out_dir/<kernel>-<i>.sass``."""
+    from triton.backends.nvidia import compiler
+
+    tools = Path(compiler.__file__).with_name("bin")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    chosen = [e for e in json.loads(Path(path).read_text()) if kernel in (None, e["name"])]
+    if not chosen:
+        raise SystemExit(f"no recorded variant of {kernel!r} in {path}")
+    for i, e in enumerate(chosen):
+        cubin = out / f"{e['name']}-{i}.cubin"
+        cubin.write_bytes(_compiled(e, overrides).asm["cubin"])
+        sass = subprocess.run([tools / "cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([tools / "cuobjdump", "-res-usage", cubin], capture_output=True, text=True, check=True)
+        (out / f"{e['name']}-{i}.sass").write_text(sass)
+        regs = re.search(r"REG:(\d+)", usage.stdout)
+        stack = re.search(r"STACK:(\d+)", usage.stdout)
+        shown = {n: v for n, v in e["constexprs"].items() if isinstance(v, int) and not isinstance(v, bool)}
+        lines.append(f"{e['name']}-{i}: registers {regs.group(1) if regs else '?'}, stack {stack.group(1) if stack else '?'}"
+                     f" bytes; {shown | {n: v for n, v in (overrides or {}).items() if n in e['constexprs']}}")  # fmt: skip
+        for loop in sass_loops(sass):
+            counts = " ".join(f"{name} {loop[name]:3d}" for name in COUNTED)
+            lines.append(
+                f"  loop 0x{loop['start']:05x}-0x{loop['end']:05x}: {loop['instructions']:5d} instructions, {counts}"
+            )
+    return "\n".join(lines)
+
+
+def _sass_main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="gpu_compile_check.py sass", description=sass_report.__doc__)
+    ap.add_argument("recording")
+    ap.add_argument("out_dir")
+    ap.add_argument("--kernel", help="one kernel's variants (its function name); every kernel without it")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an integer constexpr's value")
+    args = ap.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if not value.lstrip("-").isdigit():
+            raise SystemExit(f"--set {item!r}: give NAME=VALUE with an integer VALUE")
+        overrides[name] = int(value)
+    print(sass_report(args.recording, args.out_dir, args.kernel, overrides))
+
+
 if __name__ == "__main__":
-    {"record": record, "compile": compile_all}[sys.argv[1]](sys.argv[2])
+    if sys.argv[1] == "sass":
+        _sass_main(sys.argv[2:])
+    else:
+        {"record": record, "compile": compile_all}[sys.argv[1]](sys.argv[2])
