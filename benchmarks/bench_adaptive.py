@@ -8,9 +8,9 @@ acceptance holds every K's keys; each point decodes at least ``--requests`` requ
 batches of B one after another, greedy, and the decode time counts (prefill apart): the median of
 ``--rounds`` runs of every policy in rotating order, after one untimed run at the batch size. With one
 request a point, a batch of one would measure the luck of one prompt's draws: the best fixed K in hindsight
-for that prompt, which no policy learning online can match (``--simulate`` shows the spread). Also: the warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the
-keys' warm-up runs and captures, and graph memory), against the largest key's pool alone; ``--warmup-only``
-measures that alone.
+for that prompt, which no policy learning online can match (``--simulate`` shows the spread). Also: the
+warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the keys' warm-up runs and
+captures, and graph memory), against the largest key's pool alone; ``--warmup-only`` measures that alone.
 
     python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64] [--rounds 3]
         [--acceptance 0.3,0.6,0.9] [--requests 8] [--warmup-only | --no-warmup-set] [--compile]

@@ -221,6 +221,9 @@ def sass_report(path: str, out_dir: str, kernel: str | None = None, overrides: d
     chosen = [e for e in json.loads(Path(path).read_text()) if kernel in (None, e["name"])]
     if not chosen:
         raise SystemExit(f"no recorded variant of {kernel!r} in {path}")
+    unknown = set(overrides or {}) - {n for e in chosen for n in e["constexprs"]}
+    if unknown:
+        raise SystemExit(f"--set {', '.join(sorted(unknown))}: not a constexpr of the variants chosen")
     for i, e in enumerate(chosen):
         cubin = out / f"{e['name']}-{i}.cubin"
         cubin.write_bytes(_compiled(e, overrides).asm["cubin"])

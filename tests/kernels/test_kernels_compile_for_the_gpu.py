@@ -63,6 +63,8 @@ def test_sass_mode_reports_a_variants_registers_and_loops(recorded, tmp_path):
     assert kernel in (tmp_path / f"{kernel}-0.sass").read_text()
     unknown = _run("sass", recorded, tmp_path, "--kernel", "no_such_kernel")
     assert unknown.returncode != 0 and "no recorded variant of 'no_such_kernel'" in unknown.stderr
+    misspelt = _run("sass", recorded, tmp_path, "--kernel", kernel, "--set", "BLOKC=512")
+    assert misspelt.returncode != 0 and "--set BLOKC: not a constexpr" in misspelt.stderr
 
 
 def test_sass_loops_are_the_backward_branches():
