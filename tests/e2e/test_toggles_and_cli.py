@@ -30,6 +30,7 @@ def decode(toggles):
     return dec.generate(PROMPTS, max_new_tokens=[6, 9, 4])  # joins, leaves and a K = 3 chain past its end
 
 
+@pytest.mark.slow  # a decode for every combination of pieces: over half a minute on two cores
 def test_every_piece_combination_gives_identical_greedy_output():
     outs = {str(t.pieces()): decode(t) for t in combos()}
     assert len(outs) == 2 + 2 * len(Toggles.piece_names())

@@ -40,6 +40,7 @@ def recorded(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # compiling every variant for sm_90: a minute or two with a cold Triton cache, as in CI
 @on_the_cpu
 def test_every_launched_variant_compiles_for_sm90(recorded):
     built = _run("compile", recorded)
@@ -48,6 +49,7 @@ def test_every_launched_variant_compiles_for_sm90(recorded):
     assert compiled == total >= 30  # every kernel family of the decode: attention, verifies, sampling, ...
 
 
+@pytest.mark.slow  # shares the recording, a decode through every kernel in the interpreter
 @on_the_cpu
 def test_sass_mode_reports_a_variants_registers_and_loops(recorded, tmp_path):
     kernel = "_temperature_kernel"  # a pass over the vocabulary: a loop (its split is a runtime argument)

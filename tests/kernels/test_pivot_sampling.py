@@ -85,6 +85,7 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
 
 
+@pytest.mark.slow  # every schedule of draws in the interpreter: close to a minute
 def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
     """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws). They agree with
     the reference under the module's settings (the first draw in the stats launch, the others in launches
