@@ -104,6 +104,7 @@ def _round_kernel(
     pivot_total_ptr,
     pivot_part_ptr,
     pivot_count_ptr,
+    pivot_pool_ptr,
     maxima_ptr,
     bound_ptr,
     list_ptr,
@@ -123,15 +124,20 @@ def _round_kernel(
     PIVOT_STEPS: tl.constexpr,
     PIVOT_SEPARATE: tl.constexpr,
     PIVOT_ROUNDS: tl.constexpr,
+    PIVOT_POOL: tl.constexpr,
     LIST_M: tl.constexpr,
     LIST_GCAP: tl.constexpr,
     LAUNCHES: tl.constexpr,
+    LATE_LAUNCH: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
     ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`; late ones
     draw from the cut their top-k phase found), and the small top-k requests' bound (round 0) and lists
     (round 1, :func:`._sampling_topk.list_split`): their rows have no round work. No row searches a top-p
-    cut there."""
+    cut there. The late rows start in round ``LAUNCHES // 2 - 1`` (:func:`._sampling_pivot.start_late`);
+    ``LATE_LAUNCH`` 1 or 0 says whether this launch is that one, so that its code, with the late rows' pool,
+    is in that launch's variant alone (a launch of a variant with it takes longer, even where none of it
+    runs); -1 leaves it to ``r`` (one variant for every launch, without the pool)."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     # the launches hold two phases of LAUNCHES // 2 rounds; the late rows' top-k phase is a round shorter (the
@@ -139,9 +145,9 @@ def _round_kernel(
     LATE_START: tl.constexpr = LAUNCHES // 2 - 1
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                   gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr, r,
-                   row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_SEPARATE,
-                   PIVOT_ROUNDS, LAUNCHES, LATE_START)  # fmt: skip
+                   gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
+                   pivot_pool_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
+                   PIVOT_SEPARATE, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE_START)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
             if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
                 if r == 0:  # the bound, from the subset maxima of every split
@@ -155,11 +161,15 @@ def _round_kernel(
         state_ptr, part_ptr, first_ptr, n_rows, NS_P2, SHIFT, PIVOT,
     )  # fmt: skip
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if r == LATE_START:  # the late rows' top-k cut is found: their draws start
+        if LATE_LAUNCH < 0:  # noqa: SIM108 (a constexpr) which launch it is, known at run time alone
+            starts = r == LATE_START
+        else:  # each launch's variant knows
+            starts = LATE_LAUNCH == 1
+        if starts:  # the late rows' top-k cut is found: their draws start
             start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                        gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
-                       row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_ROUNDS,
-                       LAUNCHES, LATE_START)  # fmt: skip
+                       pivot_pool_ptr, row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT,
+                       PIVOT_STEPS, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE_START)  # fmt: skip
     if sp == 0:
         s = state_ptr + (r * n_rows + row) * STATE
         tl.store(s, lo.to(tl.float64))
@@ -280,7 +290,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
                   pick=None):  # fmt: skip
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
-    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak)`` (``seed``,
+    ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak, pool)`` (``seed``,
     ``offset`` ``[B]`` and :func:`._sampling_pivot.pivot_buffers`): the rows of pivot requests skip the rounds
     and the kept mass and draw in the stats launch and the rounds instead, into ``y``; those of small top-k
     requests find their cut as the small top-k class does in launches of its own: their subset maxima in the
@@ -292,7 +302,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     rounds = num_rounds(32 - shift)
-    options = pivot_options(pivot is not None)
+    options = pivot_options(pivot is not None, n_splits)
     assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
@@ -308,22 +318,23 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     if pivot is None:
         _stats_kernel[grid](*head, temperature, *stats, V, K1, n_splits, SPLIT=split, BLOCK=BLOCK, SHIFT=shift,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
-        draws = (min_p, *(cut,) * 7)  # unused
+        draws = (min_p, *(cut,) * 8)  # unused
         maxima, *listed = (cut,) * 6  # unused
     else:
-        seed, offset, lo, y, total, masses, count, peak = pivot
+        seed, offset, lo, y, total, masses, count, peak, pool = pivot
         requests = (temperature, top_k, top_p, min_p, seed, offset)
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
         _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, V, K1, n_splits,
                                   SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
                                   M=maxima_per_split(n_splits), num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
-        draws = (min_p, seed, offset, lo, y, total, masses, count)
+        draws = (min_p, seed, offset, lo, y, total, masses, count, pool)
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
     for r in range(rounds):
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,
-                            LAUNCHES=rounds, num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+                            LAUNCHES=rounds, LATE_LAUNCH=int(r == rounds // 2 - 1) if options["PIVOT_POOL"] else -1,
+                            num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     if pivot is not None:  # before the kept mass, which sets the other rows' cut
         sample = (seed, offset, pick) if pick is not None else None
         row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample)

@@ -30,7 +30,10 @@ rows first find their top-k cut: the stats launch counts their entries in 16 buc
 rounds' top-k phase narrows from there, ending a launch before half of them. In the launch where it ends,
 :func:`start_late` sets ``lo`` to the cut once the search state holds it, and that launch and the ones
 after it draw as above from there, each one doing both (masses, then the draw): the first also weighs the
-top-k set, the total the checks compare with.
+top-k set, the total the checks compare with. With few splits a row (large batches, :func:`pool_entries`),
+that first pass also lists the top-k set in a pool, each warp its quarter of the split
+(:func:`_pool_mass_loop`), and a row whose pool holds all of it makes every check and draw there, from the
+list (:func:`_pool_draws`): the launches after it have nothing left to do.
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
@@ -69,6 +72,18 @@ SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
 #: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, and
 #: the number of what can be drawn (a float64 integer).
 HEAD: tl.constexpr = tl.constexpr(3)
+#: Entries of a late row that one warp of a split's step-0 program lists (:func:`_pool_mass_loop`): its
+#: region of the pool. A row whose regions all hold their entries at or above the cut draws to the end from
+#: them in that launch (:func:`_pool_draws`); one with a fuller region checks its draws by passes, as others do.
+POOL = 256
+#: The pool serves rows of this many splits or fewer (large batches), where a launch's passes are long and the
+#: launches after the start are worth sparing; with more, a row's last program would draw alone for longer
+#: than its passes take (:func:`pool_entries`).
+POOL_SPLITS = 8
+#: Warps of a program, each with a quarter of the split (its region of the pool) in the step-0 pass.
+WARPS: tl.constexpr = tl.constexpr(4)
+#: Entries of the pool a step of :func:`_pool_masses` reads: a tile of every region.
+POOL_TILE: tl.constexpr = tl.constexpr(1024)
 #: Sub-blocks of every split the first draw sums a step: a [splits, FIRST_CHUNK] tile in registers.
 FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 #: Launches of the cut-off rounds the draws run in (a bfloat16 row has eight).
@@ -101,17 +116,18 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 @triton.jit
 def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole,
-                above):  # fmt: skip
+                pool, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
     be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
     ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
-    ``whole``, the mass of all its entries at ``out[1]`` (with ``above`` too, of those with a key ``>= lo``).
-    Returns the first two."""
+    ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step 0, of those with a
+    key ``>= lo``, and with a ``POOL`` too, listed in the split's ``pool``: :func:`_pool_mass_loop`). Returns
+    the first two."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
-        if above:
-            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, True)
+        if START & (POOL > 0):
+            total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool, POOL)
         else:
-            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, False)
+            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
         tl.store(out + 1, every)
     else:
         total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False)
@@ -160,6 +176,46 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
 
 
 @triton.jit
+def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.constexpr, out, pool,
+                    POOL: tl.constexpr):  # fmt: skip
+    """:func:`_mass_loop` with ``WHOLE`` over the entries with a key ``>= lo`` (a late row's top-k set):
+    returns the split's mass of what can be drawn, its number and the mass of the set, and lists the set in
+    ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its
+    sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
+    (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number
+    at ``pool[i]``."""
+    Q = tl.multiple_of(SPLIT // WARPS, SUB)  # a split is a multiple of WARPS * SUB entries
+    lo32 = tl.minimum(tl.maximum(lo, -2147483648), 2147483647).to(tl.int32)
+    warp = tl.arange(0, WARPS)
+    per_warp = tl.zeros([WARPS], tl.float64)
+    count = tl.zeros([WARPS], tl.int32)
+    every = tl.zeros([WARPS], tl.float64)
+    listed = tl.zeros([WARPS], tl.int32)
+    offs = start + warp[:, None] * Q + tl.arange(0, SUB)[None, :]
+    ahead = load_ahead(base, offs, V, start + SPLIT)
+    for i in range(0, Q, SUB):
+        inb = offs < V
+        x = ahead.to(tl.float32)
+        ahead = load_ahead(base, offs + SUB, V, start + SPLIT)
+        w = tl.exp(x * inv_t - m)
+        high = inb & ((sortable_key(x) >> SHIFT) >= lo32)
+        live = high & (w >= min_p)
+        sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
+        _store_sums(out + HEAD + (warp * Q + i) // SUB, sums)
+        per_warp += sums
+        count += tl.sum(live.to(tl.int32), axis=1)
+        every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
+        h = high.to(tl.int32)
+        at = listed[:, None] + tl.cumsum(h, axis=1) - h
+        entry = (offs << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        _store_entries(pool + WARPS + warp[:, None] * POOL + at, entry, high & (at < POOL))
+        listed += tl.sum(h, axis=1)
+        offs += SUB
+    tl.store(pool + warp, listed.to(tl.int64))
+    return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
+
+
+@triton.jit
 def _store_sums(ptr, sums):
     """``ptr[j] = sums[j]`` for a tile's ``[BLOCK / SUB]`` sub-block sums (float64 or float32), where the
     reduction leaves them: a sum in its sub-block's warp. ``tl.store`` would first move them to the
@@ -175,6 +231,20 @@ def _store_sums(ptr, sums):
                                       dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
     else:
         tl.store(ptr, sums)
+
+
+@triton.jit
+def _store_entries(ptr, entries, mask):
+    """``ptr[i] = entries[i]`` (int64) where ``mask``, from the threads that hold them: a ``tl.store`` would
+    first lay them out for coalescing through shared memory, which the pool's scattered writes do not gain
+    from (as :func:`_store_sums`)."""
+    if PTX_STORES:
+        address = ptr.to(tl.int64, bitcast=True)
+        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b64 [$1], $2; } mov.u32 $0, 0;",
+                                  "=r,l,l,r", [address, entries, mask.to(tl.int32)], dtype=tl.int32, is_pure=False,
+                                  pack=1)  # fmt: skip
+    else:
+        tl.store(ptr, entries, mask=mask)
 
 
 @triton.jit
@@ -368,8 +438,9 @@ def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_
 
 @triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-               total_ptr, part_ptr, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
-               NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+               total_ptr, part_ptr, pool_ptr, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT,
+               BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
     ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the total the
     checks compare with), then, if it failed, draw ``d``; in the ``last`` launch then on alone, a pass over
@@ -409,7 +480,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
                 split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                      part + s * per_split, False, False)  # fmt: skip
+                                                      part + s * per_split, False, pool_ptr, 0, False)  # fmt: skip
                 mass += split_mass
                 count += split_count
             tl.debug_barrier()  # and they see the new ones
@@ -417,16 +488,110 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
+    if START & (POOL > 0):  # noqa: SIM102 (a constexpr) a late row's first draw: with its set listed, it ends here
+        if pending:
+            pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
+            j = tl.arange(0, NS_P2 * WARPS)
+            listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
+            if tl.max(listed, axis=0) <= POOL:
+                token, kept = _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top_p, min_p,
+                                          inv_t, m, seed_ptr, offset_ptr, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
+                pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
     tl.store(lo_ptr + row, tl.where(pending, lo, LOWEST))
 
 
 @triton.jit
+def _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed_ptr,
+                offset_ptr, row, K1, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+    """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1``
+    (``token``, ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
+    regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list all of its top-k set (``listed`` entries
+    each; :func:`_pool_mass_loop`), as the launches would make them by passes over the row: the check of the
+    last draw by the mass above it, then, if it failed, the next draw from there (the region where the
+    cumulative mass passes the goal, then the entry in it), up to ``ROUNDS`` draws."""
+    masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
+    mass = tl.sum(masses, axis=0)
+    kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
+    drawing = ~kept & (draw_no < ROUNDS)
+    while drawing:
+        goal = _number(seed_ptr, offset_ptr, row, K1, draw_no).to(tl.float64) * mass
+        region, local = _pick(masses, goal, j.shape[0])
+        token = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, lo, min_p,
+                           inv_t, m, SHIFT, POOL)  # fmt: skip
+        lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+        draw_no += 1
+        masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
+        mass = tl.sum(masses, axis=0)
+        kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
+        drawing = ~kept & (draw_no < ROUNDS)
+    return token, kept
+
+
+@triton.jit
+def _region_counts(pool_row, j, regions, POOL: tl.constexpr):
+    """int32 ``[len(j)]``: the number of entries regions ``j`` of a pool list (0 past ``regions``), stored
+    by the row's other programs (read from L2)."""
+    at = pool_row + (j // WARPS) * (WARPS + WARPS * POOL) + j % WARPS
+    return tl.load(at, mask=j < regions, other=0, cache_modifier=".cg").to(tl.int32)
+
+
+@triton.jit
+def _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
+    """The float64 weights of pool entries where ``there`` that can be drawn (a key ``>= lo``, ``w >=
+    min_p``), 0 elsewhere, and which those are."""
+    x = (entry & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    w = tl.exp(x * inv_t - m)
+    drawable = there & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo) & (w >= min_p)
+    return tl.where(drawable, w, 0.0).to(tl.float64), drawable
+
+
+@triton.jit
+def _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
+    """``(masses, count)``: the float64 mass of each region's entries that can be drawn (``[len(j)]``), and
+    their number, in a sweep of ``[len(j), POOL_TILE / len(j)]`` tiles over every region at once."""
+    R: tl.constexpr = j.shape[0]
+    COLUMNS: tl.constexpr = POOL_TILE // R
+    entries = pool_row + (j // WARPS)[:, None] * (WARPS + WARPS * POOL) + WARPS + (j % WARPS)[:, None] * POOL
+    masses = tl.zeros([R], tl.float64)
+    count = tl.zeros([R], tl.int32)
+    for c in range(0, tl.max(listed, axis=0), COLUMNS):
+        col = c + tl.arange(0, COLUMNS)[None, :]
+        there = col < listed[:, None]
+        entry = tl.load(entries + col, mask=there, other=0, cache_modifier=".cg")
+        w, drawable = _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT)
+        masses += tl.sum(w, axis=1)
+        count += tl.sum(drawable.to(tl.int32), axis=1)
+    return masses, tl.sum(count, axis=0).to(tl.int64)
+
+
+@triton.jit
+def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
+    """The index of the entry of pool ``region`` (``listed`` entries, in vocabulary order) where the
+    cumulative weight of those that can be drawn passes ``local``; its last one of positive weight where
+    float sums leave none (:func:`_scan`)."""
+    entries = pool_row + (region // WARPS) * (WARPS + WARPS * POOL) + WARPS + (region % WARPS) * POOL
+    hit = tl.full([], -1, tl.int64)
+    final = tl.full([], -1, tl.int64)
+    before = tl.zeros([], tl.float64)
+    for c in range(0, listed, SUB):
+        col = c + tl.arange(0, SUB)
+        entry = tl.load(entries + col, mask=col < listed, other=0, cache_modifier=".cg")
+        w, _ = _pool_weights(entry, col < listed, lo, min_p, inv_t, m, SHIFT)
+        passed = (w > 0) & (before + tl.cumsum(w, axis=0) > local)
+        first = tl.min(tl.where(passed, entry >> 32, 2**62), axis=0)
+        hit = tl.where((hit < 0) & (first < 2**62), first, hit)
+        final = tl.maximum(final, tl.max(tl.where(w > 0, entry >> 32, -1), axis=0))
+        before += tl.sum(w, axis=0)
+    return tl.where(hit >= 0, hit, final)
+
+
+@triton.jit
 def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, r, row, sp, V, K1, n_splits, SPLIT,
-               BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr,
-               LATE_START: tl.constexpr):  # fmt: skip
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, r, row, sp, V, K1,
+               n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr,
+               LAUNCHES: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
     steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
@@ -445,16 +610,17 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
         separate = tl.where(late, 0, SEPARATE)  # a late row has fewer launches left: each does both
         if (q >= late.to(tl.int32)) & (q < steps) & ((q >= separate) | (q % 2 == 0) | (sp == 0)):
             _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate,
-                  late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, lo, q, steps,
+                  separate, late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL, False)  # fmt: skip
 
 
 @triton.jit
 def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, gkey_ptr,
-          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate, late, V, K1,
-          n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-          ROUNDS: tl.constexpr):  # fmt: skip
-    """Step ``q`` of a row's draws by program (row, split) (:func:`pivot_step`)."""
+          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, lo, q, steps, separate, late,
+          V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+          SHIFT: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+    """Step ``q`` of a row's draws by program (row, split) (:func:`pivot_step`); ``START``: a late row's step 0
+    (:func:`start_late`), which lists its top-k set and draws from it."""
     b = row // K1
     both = q >= separate
     _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
@@ -465,7 +631,8 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
-        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, late)
+        pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 lists its set
+        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, POOL, START)
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
@@ -475,15 +642,15 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
             tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
         d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
         _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
-                   y_ptr, total_ptr, part_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits, SPLIT,
-                   BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+                   y_ptr, total_ptr, part_ptr, pool_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits,
+                   SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL, START)  # fmt: skip
 
 
 @triton.jit
 def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, cut, V, K1, n_splits,
-               SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr,
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, cut, V, K1,
+               n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               STEPS: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, LAUNCHES: tl.constexpr,
                LATE_START: tl.constexpr):  # fmt: skip
     """A late row's start and step 0, by its programs of launch ``LATE_START`` of the ``LAUNCHES`` rounds once
     its search state holds its top-k ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet)
@@ -498,19 +665,20 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             tl.store(lo_ptr + row, lo)
         if active:
             _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, row * 0,
+                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, lo, row * 0,
                   min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
-                  SHIFT, ROUNDS)  # fmt: skip
+                  SHIFT, ROUNDS, POOL, True)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:
-    """The draws' workspace ``(lo, y, total, part, count, peak)`` for ``n_splits`` splits of ``split``
+    """The draws' workspace ``(lo, y, total, part, count, peak, pool)`` for ``n_splits`` splits of ``split``
     entries a row: ``part [rows, n_splits, HEAD + sub-blocks]`` float64 holds each split's mass of what can
     be drawn, of every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries
     each); ``peak [rows, n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first
     draw's); ``count [rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them
     (the last one sets it back to 0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
-    (token, ``-1``: the row's argmax, ``-2``: not a pivot request)."""
+    (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS + WARPS *
+    pool_entries(n_splits)]`` int64 lists a late row's top-k set (:func:`_pool_mass_loop`)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
@@ -518,13 +686,22 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.T
     part = torch.empty((rows, n_splits, HEAD.value + n_sub), dtype=torch.float64, device=device)
     count = torch.zeros(rows, dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
-    return lo, y, total, part, count, peak
+    warps = WARPS.value
+    pool = torch.empty((rows, n_splits, warps + warps * pool_entries(n_splits)), dtype=torch.int64, device=device)
+    return lo, y, total, part, count, peak, pool
 
 
-def pivot_options(draws: bool) -> dict:
+def pool_entries(n_splits: int) -> int:
+    """The entries a region of the pool holds for rows of ``n_splits`` splits: :data:`POOL`, or 0 (no pool)
+    above :data:`POOL_SPLITS` splits."""
+    return POOL if n_splits <= POOL_SPLITS else 0
+
+
+def pivot_options(draws: bool, n_splits: int) -> dict:
     """The round kernel's settings of the draws and, when it makes them (``draws``), its registers a thread,
     as this module holds them now (tests and probes change them): :data:`STEPS`, :data:`SEPARATE`, the
-    bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`) and :data:`REGISTERS`."""
+    bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`), the pool's regions for rows of ``n_splits``
+    splits (:func:`pool_entries`, as :func:`pivot_buffers` sizes them) and :data:`REGISTERS`."""
     assert 2 <= SEPARATE <= STEPS and SEPARATE % 2 == 0, "launch 0 stores masses alone; the turns end in pairs"
     return {"PIVOT_STEPS": STEPS, "PIVOT_SEPARATE": SEPARATE, "PIVOT_ROUNDS": PIVOT_ROUNDS,
-            "maxnreg": REGISTERS if draws else None}  # fmt: skip
+            "PIVOT_POOL": pool_entries(n_splits) if draws else 0, "maxnreg": REGISTERS if draws else None}  # fmt: skip

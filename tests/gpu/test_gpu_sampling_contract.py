@@ -73,9 +73,11 @@ def test_seeded_tokens_are_the_same_from_the_kernels_and_their_references(sp):
 
 
 @pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True},
-                                  {"filtered": True, "pivot": True}],
-                         ids=["temperature", "top_k", "top_k_top_p", "top_p"])  # fmt: skip
+                                  {"filtered": True, "pivot": True}, {"filtered": True, "pivot": True, "late": True}],
+                         ids=["temperature", "top_k", "top_k_top_p", "top_p", "general"])  # fmt: skip
 def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(mode):
+    """64 requests of each class at V = 151,936; ``general``: top-k 1100..2999 with the top-p (late pivot
+    requests, whose rows draw from the pool of their top-k set at this batch)."""
     from stepgraph.kernels.chain_sampling_ref import chain_verify_sampling_ref
 
     torch.manual_seed(5)
@@ -84,11 +86,12 @@ def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(mode):
     drafts = torch.argmax(logits[:, :K].float(), -1)
     drafts[1::2] = torch.randint(0, V, (B // 2, K), device="cuda")
     T = torch.rand(B, device="cuda") + 0.3
-    k = (
-        torch.randint(1, 200, (B,), device="cuda")
-        if mode.get("small_top_k")
-        else torch.zeros(B, dtype=torch.long, device="cuda")
-    )
+    k = torch.zeros(B, dtype=torch.long, device="cuda")
+    if mode.get("small_top_k"):
+        k = torch.randint(1, 200, (B,), device="cuda")
+    if mode.get("late"):
+        k = torch.randint(1100, 3000, (B,), device="cuda")
+    mode = {n: v for n, v in mode.items() if n != "late"}
     p = torch.full((B,), 0.9, device="cuda")
     seed = torch.randint(0, 2**62, (B,), device="cuda")
     off = torch.zeros(B, dtype=torch.long, device="cuda")

@@ -5,13 +5,21 @@ import pytest
 import torch
 
 from stepgraph.kernels import _sampling_pivot, _sampling_topk, chain_sampling_ref
-from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref, filter_cut_keys
+from stepgraph.kernels._sampling_mass import filtered_mass
+from stepgraph.kernels._sampling_pivot import pivot_buffers
+from stepgraph.kernels.chain_sampling import (
+    chain_verify_sampling,
+    chain_verify_sampling_ref,
+    filter_cut_keys,
+    split_layout,
+)
 from stepgraph.kernels.chain_sampling_ref import (
     filter_cut_keys_ref,
     kept_mask,
     late_pivot_requests,
     pivot_draws,
     pivot_requests,
+    sortable_keys,
 )
 from tests.conftest import HAS_CUDA
 
@@ -83,6 +91,50 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
         off = torch.full((B,), step, dtype=torch.int64, device=DEV)
         got, ref = verify_both(x, drafts, T, k, p, torch.zeros(B, device=DEV), seed, off)
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
+
+
+@pytest.mark.parametrize("pool,splits", [(_sampling_pivot.POOL, 8), (130, 8), (_sampling_pivot.POOL, 2)],
+                         ids=["every-row", "some-rows", "no-pool"])  # fmt: skip
+def test_late_rows_draw_to_the_end_from_the_pool_of_their_top_k_set(pool, splits, monkeypatch, request):
+    """The launch that starts the late rows lists each one's top-k set (every warp of a split its quarter, in
+    vocabulary order), and a row whose regions hold all of it checks and redraws from there to the end: a
+    small top-p over flat rows rejects draw after draw, and the rows run out at a bound of 3 draws. With
+    regions of 130 entries half the rows have a fuller one, and with more splits than the pool serves (three
+    here) no row has a pool: they check their draws by passes in the launches after. Tokens agree with the
+    reference either way (the drafts are its draws, so every row's is emitted)."""
+    monkeypatch.setattr(_sampling_pivot, "POOL", pool)
+    monkeypatch.setattr(_sampling_pivot, "POOL_SPLITS", splits)
+    g = torch.Generator().manual_seed(1)
+    B, K, V = 4, 1, 2500
+    x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
+    T = torch.ones(B, device=DEV)
+    k = torch.tensor([1100, 1300, 1050, 2000], device=DEV)
+    p = torch.tensor([0.1, 0.3, 0.2, 0.05], device=DEV)
+    mp = torch.tensor([0.0, 0.01, 0.0, 0.0], device=DEV)
+    assert late_pivot_requests(T, k, p).all()
+    seed, off = torch.arange(B, device=DEV) + 5, torch.zeros(B, dtype=torch.int64, device=DEV)
+    rows = B * (K + 1)
+    n_splits, split = split_layout(rows, V)
+    workspace = pivot_buffers(rows, n_splits, split, DEV)
+    stats = [torch.empty((rows, n_splits), dtype=dt, device=DEV) for dt in (torch.float32,) * 2 + (torch.int32,) * 2]
+    filtered_mass(x, x[:, :K, 0].long(), T, k, p, mp, (n_splits, split), *stats, pivot=(seed, off, *workspace))
+    listed = workspace[-1][..., :4].reshape(rows, -1)
+    fits = (listed <= pool).all(-1) & (splits >= n_splits)
+    assert fits.sum() == {"every-row": rows, "some-rows": rows // 2, "no-pool": 0}[request.node.callspec.id]
+    keys = sortable_keys(x).view(rows, V)
+    cut = filter_cut_keys_ref(x, T, k, torch.ones_like(p)).view(rows, 1)
+    for r in fits.nonzero().flatten().tolist():  # the set in vocabulary order: index high, float32 bits low
+        entries = torch.cat([region[4 + w * pool :][: int(region[w])] for region in workspace[-1][r] for w in range(4)])
+        top_k_set = (keys[r] >= cut[r]).nonzero().flatten()
+        assert torch.equal(entries >> 32, top_k_set)
+        assert torch.equal((entries & 0xFFFFFFFF).int().view(torch.float32), x.view(rows, V)[r, top_k_set].float())
+    for bound in (chain_sampling_ref.PIVOT_ROUNDS, 3):
+        for module in (_sampling_pivot, chain_sampling_ref):
+            monkeypatch.setattr(module, "PIVOT_ROUNDS", bound)
+        y = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu()).to(DEV)
+        got, ref = verify_both(x, y[:, :K].contiguous(), T, k, p, mp, seed, off)
+        assert torch.equal(got, ref) and torch.equal(ref, y), (bound, got.tolist(), ref.tolist())
+    assert (y == torch.argmax(x.float(), -1)).any()  # some rows ran out of draws
 
 
 @pytest.mark.slow  # every schedule of draws in the interpreter: close to a minute
