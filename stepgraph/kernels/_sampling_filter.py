@@ -86,6 +86,16 @@ def key_value(key, SHIFT: tl.constexpr):
     return (b ^ ((b >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def key_floor(lo, SHIFT: tl.constexpr):
+    """The float32 ``f`` such that ``x >= f`` exactly where ``row_key(x, SHIFT) >= lo`` (int64, any value), for
+    every ``x`` of a regular row (no NaN or +inf) in the logits' dtype: a float compare an entry in place of
+    its key. Keys below ``-inf``'s give ``-inf``; those above ``+inf``'s give ``+inf``, which no such ``x``
+    reaches."""
+    bounded = tl.minimum(tl.maximum(lo, NEG_INF_KEY_C >> SHIFT), INF_KEY_C >> SHIFT)
+    return key_value(bounded.to(tl.int32), SHIFT)
+
+
 @jit_any_batch
 def _stats_kernel(
     logits_ptr,

@@ -51,6 +51,7 @@ from ._sampling_filter import (
     INF_KEY_C,
     NBINS,
     NEG_INF_KEY_C,
+    key_floor,
     late_pivot_request,
     load_ahead,
     pivot_request,
@@ -125,7 +126,12 @@ def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
     the first two."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
         if START & (POOL > 0):
-            total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool, POOL)
+            if min_p > 0:
+                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
+                                                      POOL, True)  # fmt: skip
+            else:  # what can be drawn is the whole set: one sum
+                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
+                                                      POOL, False)  # fmt: skip
         else:
             total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
         tl.store(out + 1, every)
@@ -150,7 +156,7 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
     lo``; else 0). A tile ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no exchange between
     warps."""
     N_SUB: tl.constexpr = BLOCK // SUB
-    lo32 = tl.minimum(tl.maximum(lo, -2147483648), 2147483647).to(tl.int32)  # keys >> SHIFT are int32
+    floor = key_floor(lo, SHIFT)  # the rows drawn from are regular
     sub = tl.arange(0, N_SUB)
     per_warp = tl.zeros([N_SUB], tl.float64)
     count = tl.zeros([N_SUB], tl.int32)
@@ -162,7 +168,7 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         x = ahead.to(tl.float32)
         ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
-        high = inb & ((sortable_key(x) >> SHIFT) >= lo32)
+        high = inb & (x >= floor)
         live = high & (w >= min_p)
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
         _store_sums(out + HEAD + i // SUB + sub, sums)
@@ -177,15 +183,15 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
 
 @triton.jit
 def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.constexpr, out, pool,
-                    POOL: tl.constexpr):  # fmt: skip
+                    POOL: tl.constexpr, MIN_P: tl.constexpr):  # fmt: skip
     """:func:`_mass_loop` with ``WHOLE`` over the entries with a key ``>= lo`` (a late row's top-k set):
     returns the split's mass of what can be drawn, its number and the mass of the set, and lists the set in
     ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its
     sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
     (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number
-    at ``pool[i]``."""
+    at ``pool[i]``. Without ``MIN_P`` (the row has none), what can be drawn is the set: one sum is both."""
     Q = tl.multiple_of(SPLIT // WARPS, SUB)  # a split is a multiple of WARPS * SUB entries
-    lo32 = tl.minimum(tl.maximum(lo, -2147483648), 2147483647).to(tl.int32)
+    floor = key_floor(lo, SHIFT)
     warp = tl.arange(0, WARPS)
     per_warp = tl.zeros([WARPS], tl.float64)
     count = tl.zeros([WARPS], tl.int32)
@@ -198,13 +204,14 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
         x = ahead.to(tl.float32)
         ahead = load_ahead(base, offs + SUB, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
-        high = inb & ((sortable_key(x) >> SHIFT) >= lo32)
-        live = high & (w >= min_p)
+        high = inb & (x >= floor)
+        live = high & (w >= min_p) if MIN_P else high
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
         _store_sums(out + HEAD + (warp * Q + i) // SUB, sums)
         per_warp += sums
         count += tl.sum(live.to(tl.int32), axis=1)
-        every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
+        if MIN_P:
+            every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
         h = high.to(tl.int32)
         at = listed[:, None] + tl.cumsum(h, axis=1) - h
         entry = (offs << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
@@ -212,7 +219,8 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
         listed += tl.sum(h, axis=1)
         offs += SUB
     tl.store(pool + warp, listed.to(tl.int64))
-    return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
+    total = tl.sum(per_warp, axis=0)
+    return total, tl.sum(count, axis=0), tl.sum(every, axis=0) if MIN_P else total
 
 
 @triton.jit
@@ -286,7 +294,7 @@ def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
     inb = offs < V
     x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
     w = tl.exp(x * inv_t - m)
-    w = tl.where(inb & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo) & (w >= min_p), w, 0.0).to(tl.float64)
+    w = tl.where(inb & (x >= key_floor(lo, SHIFT)) & (w >= min_p), w, 0.0).to(tl.float64)
     hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), offs, V), axis=0)
     return tl.where(hit < V, hit, tl.max(tl.where(w > 0, offs, -1), axis=0))
 
@@ -542,7 +550,7 @@ def _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
     min_p``), 0 elsewhere, and which those are."""
     x = (entry & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     w = tl.exp(x * inv_t - m)
-    drawable = there & ((sortable_key(x) >> SHIFT).to(tl.int64) >= lo) & (w >= min_p)
+    drawable = there & (x >= key_floor(lo, SHIFT)) & (w >= min_p)
     return tl.where(drawable, w, 0.0).to(tl.float64), drawable
 
 

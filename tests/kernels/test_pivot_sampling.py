@@ -3,8 +3,11 @@ requests find their cut inside its rounds; kernels against the reference."""
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from stepgraph.kernels import _sampling_pivot, _sampling_topk, chain_sampling_ref
+from stepgraph.kernels._sampling_filter import key_floor
 from stepgraph.kernels._sampling_mass import filtered_mass
 from stepgraph.kernels._sampling_pivot import pivot_buffers
 from stepgraph.kernels.chain_sampling import (
@@ -30,6 +33,40 @@ def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
     got = chain_verify_sampling(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot)
     ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot)
     return got.tokens, ref.tokens
+
+
+@triton.jit
+def _floor_kernel(lo_ptr, out_ptr, n, SHIFT: tl.constexpr):
+    i = tl.program_id(0) * 1024 + tl.arange(0, 1024)
+    tl.store(out_ptr + i, key_floor(tl.load(lo_ptr + i, mask=i < n), SHIFT), mask=i < n)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_key_floor_is_the_float_compare_of_the_key_compare(dtype):
+    """The draws' passes test ``x >= key_floor(lo)`` where the kernels' order is ``key(x) >= lo``: the same for
+    every value a regular row can hold (every bfloat16 and float16, float32 samples with their neighbours,
+    ±0, subnormals, ±max, -inf) and every ``lo``: each key of them, one above, the extremes of int64."""
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.float32:
+        bits = torch.randint(-(2**31), 2**31, (4000,), generator=g, dtype=torch.int64)
+        bits = torch.cat([bits, bits + 1, bits - 1, torch.tensor([0, 1, 2**31 - 1, -(2**31), -(2**31) + 1])])
+        x = bits.to(torch.int32).view(torch.float32)
+    else:
+        x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    x = torch.cat([x, torch.tensor([0.0, -0.0, float("-inf"), torch.finfo(dtype).max, -torch.finfo(dtype).max])])
+    x = x[~torch.isnan(x) & (x != float("inf"))].to(dtype)
+    key = sortable_keys(x)
+    lo = torch.unique(torch.cat([key, key + 1, torch.tensor([-(2**62), -(2**31) - 5, 2**31 + 5, 2**62])]))
+    shift = 16 if dtype == torch.bfloat16 else 0
+    floor = torch.empty(lo.numel(), dtype=torch.float32)
+    on_device = floor.to(DEV)
+    _floor_kernel[(triton.cdiv(lo.numel(), 1024),)](lo.to(DEV), on_device, lo.numel(), SHIFT=shift)
+    floor = on_device.cpu()
+    xs = x.float()
+    for chunk in torch.split(torch.arange(lo.numel()), 512):
+        want = key[None, :] >= lo[chunk, None]
+        got = xs[None, :] >= floor[chunk, None]
+        assert torch.equal(got, want), lo[chunk][(got != want).any(1)][:5].tolist()
 
 
 @pytest.mark.parametrize("dtype,V", [(torch.bfloat16, 3001), (torch.float16, 777), (torch.float32, 1031)])
