@@ -28,6 +28,7 @@ from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_ve
 from stepgraph.kernels.logprobs import token_logprobs, token_logprobs_ref
 from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
 from stepgraph.kernels.skinny_matmul import plan, skinny_matmul
+from stepgraph.sampling import sampling_class
 
 BW = 4.3e12  # bytes/s, measured device-to-device copy on the H200
 K, V, D = 3, 151936, 1024
@@ -107,7 +108,8 @@ def bench_tail(rows: list, record: dict) -> None:
 #: are timed too. A tuple of top-k values is taken in turns by the requests (a batch of chat traffic: its class is
 #: the most general one).
 TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
-PIVOT = {"filtered": True, "pivot": True}  # the top_p class
+PIVOT = sampling_class("top_p").kernel  # no late request (top-k above 1024 with top-p): five launches of rounds
+GENERAL = sampling_class("general").kernel
 SAMPLING_CASES = (
     ("temperature", 0.8, 0, 1.0, 0.0, TEMPERATURE),
     ("top-k 50 + top-p 0.9", 0.8, 50, 0.9, 0.0, SMALL_TOP_K),
@@ -118,7 +120,7 @@ SAMPLING_CASES = (
     ("top-p 0.9", 0.8, 0, 0.9, 0.0, PIVOT),
     ("top-p 0.9, top_k_top_p class", 0.8, 0, 0.9, 0.0, FILTERED),
     ("top-k 50 + top-p 0.9 / top-p 0.9 in turns", 0.8, (50, 0), 0.9, 0.0, PIVOT),
-    ("top-k 2000 + top-p 0.9", 0.8, 2000, 0.9, 0.0, PIVOT),
+    ("top-k 2000 + top-p 0.9", 0.8, 2000, 0.9, 0.0, GENERAL),
     ("min-p 0.1", 0.8, 0, 1.0, 0.1, FILTERED),
 )
 SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,

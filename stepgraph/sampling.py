@@ -51,11 +51,13 @@ class Sampling(enum.IntEnum):
 
     ``TOP_K``: a top-k of 1 to :data:`SMALL_TOP_K_MAX`, with or without top-p and min-p (its kernels look
     for the kept set among the top-k candidates only). ``TOP_K_TOP_P``: min-p without a top-k or top-p (the
-    kernels weigh each row's kept set). ``TOP_P``: top-p without a top-k, or a larger top-k with or without
-    top-p (min-p allowed), and everything before: these rows draw their token by a rising pivot and never
-    look for their top-p cut (a larger top-k finds its own cut first), so they cost a fraction of a cut-off
-    search; in the same launches the rows of ``TOP_K`` requests find their cut as their own class does, so a
-    batch that mixes the two (chat traffic) takes no top-p search either.
+    kernels weigh each row's kept set). ``TOP_P``: top-p without a top-k, or a larger top-k without top-p
+    (min-p allowed), and everything before: these rows draw their token by a rising pivot and never look for
+    their top-p cut, so they cost a fraction of a cut-off search; in the same launches the rows of ``TOP_K``
+    requests find their cut as their own class does, so a batch that mixes the two (chat traffic) takes no
+    top-p search either. ``GENERAL``: a top-k above :data:`SMALL_TOP_K_MAX` with top-p too, and everything
+    before: such a request first finds its top-k cut, in launches that the others do not need, then draws
+    by the pivot from there.
     """
 
     GREEDY = 0
@@ -63,6 +65,7 @@ class Sampling(enum.IntEnum):
     TOP_K = 2
     TOP_K_TOP_P = 3
     TOP_P = 4
+    GENERAL = 5
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -103,8 +106,8 @@ class SamplingParams:
     ``temperature == 0`` is greedy. ``top_k == 0`` means no top-k filter, ``top_p == 1`` no top-p filter,
     ``min_p == 0`` no min-p filter (min-p keeps tokens at least ``min_p`` times as probable as the most
     probable one). A top-k of 1 to 1024 puts the request in the ``TOP_K`` class (top-p and min-p may come
-    with it); top-p without a top-k, or a larger top-k, in the ``TOP_P`` class; min-p alone in the
-    ``TOP_K_TOP_P`` class.
+    with it); top-p without a top-k, or a larger top-k without top-p, in the ``TOP_P`` class; a larger top-k
+    with top-p in the ``GENERAL`` class; min-p alone in the ``TOP_K_TOP_P`` class.
     ``seed`` makes the request's random stream reproducible (``None``: drawn from the run's seed).
 
     Penalties (:mod:`stepgraph.speculative.penalties`; a decoder built with ``penalties=True``):
@@ -212,6 +215,12 @@ def _filtered(p: SamplingParams) -> bool:
     return p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
 
 
+def _late(p: SamplingParams) -> bool:
+    """Sampled with top-p and a top-k above :data:`SMALL_TOP_K_MAX`: the kernels' late pivot requests
+    (:func:`stepgraph.kernels.chain_sampling_ref.late_pivot_requests`), which find their top-k cut first."""
+    return p.temperature > 0.0 and p.top_k > SMALL_TOP_K_MAX and p.top_p < 1.0
+
+
 def _pivot(p: SamplingParams) -> bool:
     """Sampled top-p without a top-k, or a top-k above :data:`SMALL_TOP_K_MAX`: the kernels' pivot requests
     (:func:`stepgraph.kernels.chain_sampling_ref.pivot_requests`)."""
@@ -244,11 +253,19 @@ CLASSES: tuple[SamplingClass, ...] = (
     ),
     SamplingClass(
         Sampling.TOP_P,
-        f"temperature with top-p and no top-k, or a top-k above {SMALL_TOP_K_MAX} with or without top-p (min-p "
-        "allowed), drawn without finding the top-p cut",
-        lambda p: True,
-        {"filtered": True, "small_top_k": False, "pivot": True},
+        f"temperature with top-p and no top-k, or a top-k above {SMALL_TOP_K_MAX} without top-p (min-p allowed), "
+        "drawn without finding the top-p cut",
+        lambda p: not _late(p),
+        {"filtered": True, "small_top_k": False, "pivot": True, "late": False},
         SamplingParams(temperature=0.8, top_p=0.9),
+    ),
+    SamplingClass(
+        Sampling.GENERAL,
+        f"temperature with a top-k above {SMALL_TOP_K_MAX} and top-p (min-p allowed): the top-k cut found, then "
+        "drawn from it without finding the top-p cut",
+        lambda p: True,
+        {"filtered": True, "small_top_k": False, "pivot": True, "late": True},
+        SamplingParams(temperature=0.8, top_k=2000, top_p=0.9),
     ),
 )
 assert [c.sampling for c in CLASSES] == list(Sampling), "one declaration per class, in the enum's order"

@@ -36,7 +36,7 @@ from ._sampling_filter import (
     small_top_k_request,
     split_softmax,
 )
-from ._sampling_pivot import SUB, pivot_options, pivot_step, start_late
+from ._sampling_pivot import SUB, pivot_launches, pivot_options, pivot_step, start_late
 from ._sampling_pivot import _stats_kernel as _pivot_stats_kernel
 from ._sampling_topk import list_buffers, list_split, maxima_per_split, row_bound, row_cuts
 
@@ -128,6 +128,7 @@ def _round_kernel(
     LIST_M: tl.constexpr,
     LIST_GCAP: tl.constexpr,
     LAUNCHES: tl.constexpr,
+    LATE: tl.constexpr,
     LATE_LAUNCH: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
@@ -137,7 +138,8 @@ def _round_kernel(
     cut there. The late rows start in round ``LAUNCHES // 2 - 1`` (:func:`._sampling_pivot.start_late`);
     ``LATE_LAUNCH`` 1 or 0 says whether this launch is that one, so that its code, with the late rows' pool,
     is in that launch's variant alone (a launch of a variant with it takes longer, even where none of it
-    runs); -1 leaves it to ``r`` (one variant for every launch, without the pool)."""
+    runs); -1 leaves it to ``r`` (one variant for every launch, without the pool). ``LATE`` false promises
+    no late request (``LATE_LAUNCH`` 0): the launches are then the draws' alone."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     # the launches hold two phases of LAUNCHES // 2 rounds; the late rows' top-k phase is a round shorter (the
@@ -147,7 +149,7 @@ def _round_kernel(
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
                    pivot_pool_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
-                   PIVOT_SEPARATE, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE_START)  # fmt: skip
+                   PIVOT_SEPARATE, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE, LATE_START)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
             if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
                 if r == 0:  # the bound, from the subset maxima of every split
@@ -287,7 +289,7 @@ def _kept_mass_kernel(
 
 
 def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None,
-                  pick=None):  # fmt: skip
+                  pick=None, late=True):  # fmt: skip
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
     ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak, pool)`` (``seed``,
@@ -296,13 +298,15 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     requests find their cut as the small top-k class does in launches of its own: their subset maxima in the
     stats launch, the bound in round 0, the lists in round 1, then the cut and kept mass in a launch of their
     own after the rounds (:func:`._sampling_topk.row_cuts`), and with ``pick`` (``[rows]`` int64), their
-    samples from their lists."""
+    samples from their lists. With ``pivot``, ``late=False`` promises no late request (``pivot`` from
+    :func:`._sampling_pivot.pivot_buffers` with the same ``late``): the rounds are the draws' launches alone
+    (:func:`._sampling_pivot.pivot_launches`)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
     shift = key_shift(logits.dtype)
-    rounds = num_rounds(32 - shift)
-    options = pivot_options(pivot is not None, n_splits)
+    rounds = num_rounds(32 - shift) if pivot is None or late else pivot_launches(32 - shift)
+    options = pivot_options(pivot is not None, n_splits, late)
     assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
@@ -326,14 +330,19 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
         _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, V, K1, n_splits,
                                   SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
-                                  M=maxima_per_split(n_splits), num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+                                  M=maxima_per_split(n_splits), LATE=late, num_warps=NUM_WARPS,
+                                  **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, seed, offset, lo, y, total, masses, count, pool)
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
     for r in range(rounds):
+        if options["PIVOT_POOL"]:  # the late rows' start is a variant of its own
+            late_launch = int(r == rounds // 2 - 1)
+        else:  # no late rows, or their start known from r alone
+            late_launch = 0 if pivot is not None and not late else -1
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,
-                            LAUNCHES=rounds, LATE_LAUNCH=int(r == rounds // 2 - 1) if options["PIVOT_POOL"] else -1,
+                            LAUNCHES=rounds, LATE=late, LATE_LAUNCH=late_launch,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     if pivot is not None:  # before the kept mass, which sets the other rows' cut
         sample = (seed, offset, pick) if pick is not None else None

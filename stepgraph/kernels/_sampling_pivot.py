@@ -33,7 +33,8 @@ after it draw as above from there, each one doing both (masses, then the draw): 
 top-k set, the total the checks compare with. With few splits a row (large batches, :func:`pool_entries`),
 that first pass also lists the top-k set in a pool, each warp its quarter of the split
 (:func:`_pool_mass_loop`), and a row whose pool holds all of it makes every check and draw there, from the
-list (:func:`_pool_draws`): the launches after it have nothing left to do.
+list (:func:`_pool_draws`): the launches after it have nothing left to do. A batch without late requests
+(the ``top_p`` class; the ``general`` class has them) takes :data:`DRAW_LAUNCHES` launches of the rounds.
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
@@ -54,6 +55,7 @@ from ._sampling_filter import (
     key_floor,
     late_pivot_request,
     load_ahead,
+    num_rounds,
     pivot_request,
     small_top_k_request,
     split_counts,
@@ -91,6 +93,10 @@ FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
 SEPARATE = 4
+#: The launches of the rounds where no request is late (no top-k search to wait for): four that take turns,
+#: then one that does both, where a row still drawing goes on alone. Each launch more costs 2.4-3.6 µs even
+#: with nothing to do (B = 8 to 64, bfloat16), and few rows need a fourth draw.
+DRAW_LAUNCHES = 5
 #: Whether the kernels store sub-block sums by PTX (:func:`_store_sums`): not under the interpreter.
 PTX_STORES: tl.constexpr = tl.constexpr(not triton_interprets())
 #: Registers a thread of the round kernel that makes the draws (its ``maxnreg``). The compiler takes 128, at
@@ -371,7 +377,7 @@ def _number(seed_ptr, offset_ptr, row, K1, draw_no):
 def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                   gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr,
                   maxima_ptr, first_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-                  NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr):  # fmt: skip
+                  NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr):  # fmt: skip
     """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
     requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the
     row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
@@ -381,7 +387,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     requests store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the
     rounds find their bound from them. Those of late requests count their split's entries in the 16
     :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first
-    count of their top-k search (:func:`._sampling_filter.row_state`)."""
+    count of their top-k search (:func:`._sampling_filter.row_state`). Without ``LATE`` (the batch promises
+    no late request) a late request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -394,7 +401,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     peak = peak_ptr + row * n_splits * (per_split - HEAD)
     k = tl.load(topk_ptr + b).to(tl.int64)
     top_p = tl.load(topp_ptr + b)
-    late = late_pivot_request(t, k, top_p)  # draws from its top-k cut, whose search starts here
+    late = late_pivot_request(t, k, top_p) & LATE  # draws from its top-k cut, whose search starts here
     pivot = pivot_request(t, k, top_p) & ~late
     first = pivot & (tl.load(minp_ptr + b) <= 0)  # draws here; with min-p, in the rounds (from its set)
     if first:
@@ -599,7 +606,7 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, r, row, sp, V, K1,
                n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
                STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr,
-               LAUNCHES: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
+               LAUNCHES: tl.constexpr, LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
     steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
@@ -608,10 +615,10 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     late row's) take turns: the split's masses above the last draw (even ``q``; with the mass of every entry
     in step 0), then the check and draw ``q // 2 + 1`` (split 0's program, odd ``q``; one less for a row with
     min-p, which has not drawn yet). The later ones do both: the split's masses, then the row's last program
-    to store them checks and draws."""
+    to store them checks and draws. Without ``LATE`` no row is late."""
     b = row // K1
     lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
-    late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+    late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)) & LATE
     if lo > LOWEST:
         q = tl.where(late, r - LATE_START, r)
         steps = tl.where(late, min(STEPS, LAUNCHES - LATE_START), STEPS)
@@ -678,7 +685,7 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                   SHIFT, ROUNDS, POOL, True)  # fmt: skip
 
 
-def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.Tensor, ...]:
+def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
     """The draws' workspace ``(lo, y, total, part, count, peak, pool)`` for ``n_splits`` splits of ``split``
     entries a row: ``part [rows, n_splits, HEAD + sub-blocks]`` float64 holds each split's mass of what can
     be drawn, of every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries
@@ -686,7 +693,8 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.T
     draw's); ``count [rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them
     (the last one sets it back to 0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
     (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS + WARPS *
-    pool_entries(n_splits)]`` int64 lists a late row's top-k set (:func:`_pool_mass_loop`)."""
+    pool_entries(n_splits)]`` int64 lists a late row's top-k set (:func:`_pool_mass_loop`; none without
+    ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
@@ -695,7 +703,8 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device) -> tuple[torch.T
     count = torch.zeros(rows, dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
     warps = WARPS.value
-    pool = torch.empty((rows, n_splits, warps + warps * pool_entries(n_splits)), dtype=torch.int64, device=device)
+    entries = pool_entries(n_splits) if late else 0
+    pool = torch.empty((rows, n_splits, warps + warps * entries), dtype=torch.int64, device=device)
     return lo, y, total, part, count, peak, pool
 
 
@@ -705,11 +714,21 @@ def pool_entries(n_splits: int) -> int:
     return POOL if n_splits <= POOL_SPLITS else 0
 
 
-def pivot_options(draws: bool, n_splits: int) -> dict:
+def pivot_launches(key_bits: int) -> int:
+    """The launches of the rounds where no request is late (:func:`.chain_verify_sampling`'s ``late=False``),
+    for keys of ``key_bits`` bits (16 for bfloat16, else 32): the draws' :data:`DRAW_LAUNCHES`, or the
+    search's rounds where they are fewer."""
+    return min(DRAW_LAUNCHES, num_rounds(key_bits))
+
+
+def pivot_options(draws: bool, n_splits: int, late: bool = True) -> dict:
     """The round kernel's settings of the draws and, when it makes them (``draws``), its registers a thread,
-    as this module holds them now (tests and probes change them): :data:`STEPS`, :data:`SEPARATE`, the
-    bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`), the pool's regions for rows of ``n_splits``
-    splits (:func:`pool_entries`, as :func:`pivot_buffers` sizes them) and :data:`REGISTERS`."""
-    assert 2 <= SEPARATE <= STEPS and SEPARATE % 2 == 0, "launch 0 stores masses alone; the turns end in pairs"
-    return {"PIVOT_STEPS": STEPS, "PIVOT_SEPARATE": SEPARATE, "PIVOT_ROUNDS": PIVOT_ROUNDS,
-            "PIVOT_POOL": pool_entries(n_splits) if draws else 0, "maxnreg": REGISTERS if draws else None}  # fmt: skip
+    as this module holds them now (tests and probes change them): :data:`STEPS` (at most
+    :data:`DRAW_LAUNCHES` without ``late``), :data:`SEPARATE`, the bound on draws
+    (:data:`.chain_sampling_ref.PIVOT_ROUNDS`), the pool's regions for rows of ``n_splits`` splits
+    (:func:`pool_entries`, as :func:`pivot_buffers` sizes them; none without ``late``) and :data:`REGISTERS`."""
+    steps = STEPS if late else min(STEPS, DRAW_LAUNCHES)
+    assert 2 <= SEPARATE <= steps and SEPARATE % 2 == 0, "launch 0 stores masses alone; the turns end in pairs"
+    return {"PIVOT_STEPS": steps, "PIVOT_SEPARATE": SEPARATE, "PIVOT_ROUNDS": PIVOT_ROUNDS,
+            "PIVOT_POOL": pool_entries(n_splits) if draws and late else 0,
+            "maxnreg": REGISTERS if draws else None}  # fmt: skip

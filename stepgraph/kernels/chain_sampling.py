@@ -340,6 +340,7 @@ def chain_verify_sampling(
     filtered: bool = True,
     small_top_k: bool = False,
     pivot: bool = False,
+    late: bool = True,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = False,
     with_select: bool = False,
@@ -373,12 +374,18 @@ def chain_verify_sampling(
         top-k, after finding that one), and small top-k requests find theirs as the
         small top-k class does (the ``top_p`` class: a batch of mixed requests). Either way the tokens
         follow the same distribution; for a given seed a pivot request's differ.
+    late:
+        With ``pivot``: ``False`` promises no *late* request (a top-k above ``TOP_K_MAX`` with top-p, which
+        finds its top-k cut in the rounds before it draws; the ``general`` class), and the rounds stop once
+        the draws are done: 5 launches instead of 8 (bfloat16) or 16. A late request breaks this promise
+        and is drawn with its top-k and its top-p each over the whole distribution (the smaller of the two
+        sets) instead of top-p within its top-k.
 
     Notes
     -----
     Launches: 2 (temperature class); 5 (small top-k class); filtered: 11 for bfloat16 logits (8 cut-off
-    rounds), 19 otherwise, and one more with ``pivot``. CUDA graph: safe to capture; randomness changes on
-    every replay through ``offset``.
+    rounds), 19 otherwise, and one more with ``pivot``; 9 with ``pivot`` and not ``late``. CUDA graph: safe
+    to capture; randomness changes on every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
     if min_p is None:
@@ -429,9 +436,9 @@ def chain_verify_sampling(
         if small_top_k:
             cut = topk_mass(*parts, sample=(seed, offset, pick))
         elif pivot:
-            workspace = pivot_buffers(rows, n_splits, split, dev)
+            workspace = pivot_buffers(rows, n_splits, split, dev, late)
             drawn = workspace[1]
-            cut = filtered_mass(*parts, pivot=(seed, offset, *workspace), pick=pick)
+            cut = filtered_mass(*parts, pivot=(seed, offset, *workspace), pick=pick, late=late)
         else:
             cut = filtered_mass(*parts)
     else:

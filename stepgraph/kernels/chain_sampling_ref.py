@@ -186,14 +186,15 @@ def chain_verify_sampling_ref(
     filtered: bool = True,
     small_top_k: bool = False,
     pivot: bool = False,
+    late: bool = True,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = True,
     with_select: bool = True,
     out: dict[str, torch.Tensor] | None = None,
 ) -> SampledVerifyOutput:
     """Plain torch implementation of the same rule (materialised ``q``, torch RNG). Graph-safe.
-    ``small_top_k`` and the ``with_*`` flags are accepted for parity with the kernels and change nothing
-    (every filter applies, every field is computed); ``out`` as in the kernel.
+    ``small_top_k``, ``late`` and the ``with_*`` flags are accepted for parity with the kernels and change
+    nothing (every filter applies, every field is computed); ``out`` as in the kernel.
 
     Randomness is the kernel's: each request's Philox stream at ``(seed, offset)``
     (:func:`stepgraph.kernels.philox.verify_uniforms`), one coin per draft and one number for the sample,

@@ -43,7 +43,8 @@ KERNELS: tuple[KernelEntry, ...] = (
         launches="temperature 2 (per-split mass; chain walk and sample); top-k 1..1024 with top-p/min-p 5 "
         "(argmax and subset maxima, bound, gather above the bound, k-th key and top-p per row, chain walk); "
         "other filters 11 for bf16 logits, 19 otherwise (statistics, 8 or 16 cut-off rounds, kept mass, chain "
-        "walk); top-p without top-k draws by a rising pivot inside the rounds' first eight launches",
+        "walk); top-p without top-k draws by a rising pivot in 9 (statistics, 5 rounds, cut, kept mass, chain "
+        "walk), or 12 for bf16 logits and 20 otherwise with a top-k above 1024 and top-p (the general class)",
         test="tests/kernels/test_chain_sampling.py",
         benchmark="benchmarks/bench_kernels.py --only sampling",
         piece="STEPGRAPH_TWO_LAUNCH_SAMPLING",

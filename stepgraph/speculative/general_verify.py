@@ -39,14 +39,15 @@ def chain_verify_sampling_tree(
     filtered: bool = True,
     small_top_k: bool = False,
     pivot: bool = False,
+    late: bool = True,
     seq_lens: torch.Tensor | None = None,
     with_accept_len: bool = True,
     with_select: bool = True,
     out: dict[str, torch.Tensor] | None = None,
 ) -> SampledVerifyOutput:
     """A chain's sampled verify through the general tree path, in the signature of
-    :func:`stepgraph.kernels.chain_verify_sampling` (``filtered``, ``small_top_k`` and the ``with_*`` flags
-    are taken for parity: every filter applies, every field is computed; ``pivot`` as there). Shapes as
+    :func:`stepgraph.kernels.chain_verify_sampling` (``filtered``, ``small_top_k``, ``late`` and the ``with_*``
+    flags are taken for parity: every filter applies, every field is computed; ``pivot`` as there). Shapes as
     there."""
     B, K1, _ = logits.shape
     nxt, sib = chain_tree(K1 - 1, logits.device)

@@ -11,6 +11,7 @@ from stepgraph.examples.model import build
 from stepgraph.kernels.chain_sampling import chain_verify_sampling
 from stepgraph.kernels.greedy_verify import greedy_chain_verify_ref
 from stepgraph.kernels.philox import philox_uniform
+from stepgraph.sampling import sampling_class
 
 pytestmark = pytest.mark.gpu
 
@@ -37,6 +38,7 @@ def test_torch_philox_equals_tl_rand_on_cuda():
         {"filtered": False},
         {"filtered": True, "small_top_k": True},
         {"filtered": True},
+        {"filtered": True, "pivot": True, "late": False},
         {"filtered": True, "pivot": True},
     ],
 )
@@ -72,12 +74,11 @@ def test_seeded_tokens_are_the_same_from_the_kernels_and_their_references(sp):
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("mode", [{"filtered": False}, {"filtered": True, "small_top_k": True}, {"filtered": True},
-                                  {"filtered": True, "pivot": True}, {"filtered": True, "pivot": True, "late": True}],
-                         ids=["temperature", "top_k", "top_k_top_p", "top_p", "general"])  # fmt: skip
-def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(mode):
-    """64 requests of each class at V = 151,936; ``general``: top-k 1100..2999 with the top-p (late pivot
-    requests, whose rows draw from the pool of their top-k set at this batch)."""
+@pytest.mark.parametrize("name", ["temperature", "top_k", "top_k_top_p", "top_p", "general"])
+def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(name):
+    """64 requests of each sampled class at V = 151,936, under its kernel options; ``general``: top-k
+    1100..2999 with the top-p (late pivot requests, whose rows draw from the pool of their top-k set at this
+    batch)."""
     from stepgraph.kernels.chain_sampling_ref import chain_verify_sampling_ref
 
     torch.manual_seed(5)
@@ -87,11 +88,11 @@ def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(mode):
     drafts[1::2] = torch.randint(0, V, (B // 2, K), device="cuda")
     T = torch.rand(B, device="cuda") + 0.3
     k = torch.zeros(B, dtype=torch.long, device="cuda")
-    if mode.get("small_top_k"):
+    if name == "top_k":
         k = torch.randint(1, 200, (B,), device="cuda")
-    if mode.get("late"):
+    if name == "general":
         k = torch.randint(1100, 3000, (B,), device="cuda")
-    mode = {n: v for n, v in mode.items() if n != "late"}
+    mode = sampling_class(name).kernel
     p = torch.full((B,), 0.9, device="cuda")
     seed = torch.randint(0, 2**62, (B,), device="cuda")
     off = torch.zeros(B, dtype=torch.long, device="cuda")

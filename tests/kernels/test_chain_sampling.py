@@ -12,6 +12,7 @@ from stepgraph.kernels.chain_sampling import (
     sampling_probs,
 )
 from stepgraph.kernels.greedy_verify import greedy_chain_verify_ref
+from stepgraph.sampling import CLASSES
 from tests.conftest import HAS_CUDA
 
 DEV = "cuda" if HAS_CUDA else "cpu"
@@ -329,8 +330,7 @@ def test_small_top_k_class_emits_the_target_distribution():
     assert tv_distance(out, law, B) < 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5
 
 
-KERNEL_MODES = {"temperature": {"filtered": False}, "top_k": {"filtered": True, "small_top_k": True},
-                "top_k_top_p": {"filtered": True}, "top_p": {"filtered": True, "pivot": True}}  # fmt: skip
+KERNEL_MODES = {c.name: c.kernel for c in CLASSES if c.kernel is not None}  # each sampled class's kernel options
 
 
 @pytest.mark.parametrize(

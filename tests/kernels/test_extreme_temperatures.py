@@ -8,6 +8,7 @@ import torch
 
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 from stepgraph.kernels.greedy_verify import greedy_chain_verify_ref
+from stepgraph.sampling import CLASSES
 from stepgraph.speculative.general_verify import chain_verify_sampling_tree
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -34,25 +35,22 @@ def inputs(B, K, V, dtype, scale, temperature, top_k=0, top_p=1.0, seed=0):
     )
 
 
-MODES = {
-    "temperature": {"filtered": False},
-    "top_k": {"filtered": True, "small_top_k": True},
-    "top_k_top_p": {"filtered": True},
-    "top_p": {"filtered": True, "pivot": True},
-}
+MODES = {c.name: c.kernel for c in CLASSES if c.kernel is not None}  # each sampled class's kernel options
+#: the top-k of each class's requests here (V = 67): a large one is the general class's, with the top-p
+TOP_K = {"top_k": 20, "top_k_top_p": 1000, "general": 2000}
 #: every extreme in every dtype for the temperature class; the filtered classes (whose kernels take many more
 #: launches in the interpreter) over every dtype at two extremes
 CASES = [("temperature", d, *e) for d in DTYPES for e in EXTREMES] + [
-    (m, d, *e) for m in ("top_k", "top_k_top_p", "top_p") for d in DTYPES for e in (EXTREMES[0], EXTREMES[2])
+    (m, d, *e) for m in MODES if m != "temperature" for d in DTYPES for e in (EXTREMES[0], EXTREMES[2])
 ]
 
 
 @pytest.mark.parametrize("mode,dtype,temperature,scale", CASES, ids=str)
 def test_overflowing_rows_sample_the_argmax_on_every_path(mode, dtype, temperature, scale):
+    top_k = TOP_K.get(mode, 0)
     mode = MODES[mode]
     if dtype == torch.float16 and temperature > 1e-38 and scale > 1e4:
         scale = 1e4
-    top_k = 20 if mode.get("small_top_k") else (1000 if mode["filtered"] and not mode.get("pivot") else 0)
     x, d, T, tk, tp, seed, off = inputs(2, 2, 67, dtype, scale, temperature, top_k=top_k, top_p=0.9)
     z_max = x.float().amax(-1) * (1.0 / T.float()[:, None])
     if torch.isfinite(z_max).all():

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from stepgraph.kernels import _sampling_pivot, _sampling_topk, chain_sampling_ref
+from stepgraph.kernels import _sampling_mass, _sampling_pivot, _sampling_topk, chain_sampling_ref
 from stepgraph.kernels._sampling_filter import key_floor
 from stepgraph.kernels._sampling_mass import filtered_mass
 from stepgraph.kernels._sampling_pivot import pivot_buffers
@@ -29,8 +29,8 @@ from tests.conftest import HAS_CUDA
 DEV = "cuda" if HAS_CUDA else "cpu"
 
 
-def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True):
-    got = chain_verify_sampling(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot)
+def verify_both(logits, drafts, T, k, p, mp, seed, offset, pivot=True, late=True):
+    got = chain_verify_sampling(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot, late=late)
     ref = chain_verify_sampling_ref(logits, drafts, T, k, p, seed, offset.clone(), min_p=mp, pivot=pivot)
     return got.tokens, ref.tokens
 
@@ -101,6 +101,57 @@ def test_pivot_rows_draw_the_references_tokens(dtype, V):
             cut, cut_ref = verify_both(x, drafts, T, k, p, mp, seed, off, pivot=False)
             assert torch.equal(cut, cut_ref), (cut.tolist(), cut_ref.tolist())
             assert torch.equal(cut[5], got[5])
+
+
+class _CountedLaunches:
+    """A kernel whose launches (``kernel[grid](...)``) are counted."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtype, monkeypatch):
+    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' five launches, not the search's 8
+    (bfloat16) or 16, and every request gets the reference's tokens: top-p alone, with min-p (its first draw
+    in the rounds), a top-k above 1024 without top-p, small top-k rows (their cut in the same launches), min-p
+    alone, greedy, a NaN row; two offsets. Late requests break the promise: their rows draw by the pivot from
+    the whole row, with top-k and top-p each over the whole distribution (the reference's draws of requests
+    that are not late), not top-p within the top-k set."""
+    g = torch.Generator().manual_seed(3)
+    B, K, V = 8, 2, 1500
+    x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
+    x[1, 1] = float("nan")
+    x[2, :, : V // 4] = float("-inf")
+    x = x.to(dtype).to(DEV)
+    drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
+    T = torch.tensor([0.8, 1.0, 0.7, 0.9, 0.6, 1.1, 0.0, 0.9], device=DEV)
+    k = torch.tensor([0, 0, 0, 1200, 40, 0, 0, 0], device=DEV)
+    p = torch.tensor([0.9, 0.6, 0.8, 1.0, 0.9, 1.0, 0.9, 0.2], device=DEV)
+    mp = torch.tensor([0.0, 0.0, 0.05, 0.0, 0.0, 0.1, 0.0, 0.0], device=DEV)
+    assert not late_pivot_requests(T, k, p).any()
+    rounds = _CountedLaunches(_sampling_mass._round_kernel)
+    monkeypatch.setattr(_sampling_mass, "_round_kernel", rounds)
+    seed = torch.arange(B, dtype=torch.int64, device=DEV) + 11
+    for step in range(2):
+        off = torch.full((B,), step, dtype=torch.int64, device=DEV)
+        got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
+        ref = chain_verify_sampling_ref(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True)
+        assert torch.equal(got.tokens, ref.tokens), (step, got.tokens.tolist(), ref.tokens.tolist())
+    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 10
+    x[1, 1] = x[1, 0]  # no NaN row now
+    k, p, T = torch.full_like(k, 1100), torch.full_like(p, 0.2), torch.ones_like(T)  # every request late
+    monkeypatch.setattr(
+        chain_sampling_ref, "late_pivot_requests", lambda t, k, p: torch.zeros_like(k, dtype=torch.bool)
+    )
+    off = torch.zeros(B, dtype=torch.int64, device=DEV)
+    y = pivot_draws(*(v.cpu() for v in (x, T, k, p, mp, seed, off))).to(DEV)  # the pivot's draws, none late
+    got = chain_verify_sampling(x, y[:, :K].contiguous(), T, k, p, seed, off, min_p=mp, pivot=True, late=False)
+    assert torch.equal(got.tokens, y), (got.tokens.tolist(), y.tolist())
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -183,7 +234,8 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     then one that checks and draws). Past the bound on draws both take the row's argmax, whether a launch
     that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
     their entries): they make their first draw in the rounds. Half are late (a top-k of 1100 with the top-p):
-    they draw from their top-k cut in the rounds' second half."""
+    they draw from their top-k cut in the rounds' second half. The others, without them, also in the draws'
+    five launches (``late=False``): the fourth draw on alone."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
@@ -208,6 +260,11 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
 
     for steps, separate in (module, (3, 2), (2, 2)):
         agree(steps, separate)
+    for name, value in zip(("STEPS", "SEPARATE"), module):
+        monkeypatch.setattr(_sampling_pivot, name, value)
+    light = k == 0
+    got, ref = verify_both(*(v[light] for v in (x, drafts, T, k, p, mp, seed, off)), late=False)
+    assert torch.equal(got, ref)
     for steps, separate, rounds in ((*module, 1), (*module, 3), (3, 2, 3)):
         agree(steps, separate, rounds)
     short = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 draws at most
@@ -249,10 +306,11 @@ def test_one_draw_per_row_gives_the_chain_law(top_p, min_p):
     assert tv < 3 * (len(law) / (2 * 3.1416 * B)) ** 0.5
 
 
-def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
+def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p_or_general():
     """The class a request runs in and the kernels' per-row choice agree, so a request's seeded tokens do
-    not depend on its batch mates: pivot requests are the ``top_p`` class's own, every other class's
-    kernels take no pivot, and the ``top_p`` class's do."""
+    not depend on its batch mates: pivot requests are the ``top_p`` and ``general`` classes' own, the late
+    ones the ``general`` class's, every other class's kernels take no pivot, and those two classes' do,
+    the ``top_p`` class's with its promise of no late request."""
     from stepgraph.sampling import CLASSES, Sampling, SamplingParams, class_of
 
     settings = [
@@ -273,12 +331,12 @@ def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p():
             {"temperature": 0.7, "top_p": 1.0},
         )
     ]
-    values = {f: torch.tensor([getattr(s, f) for s in settings]) for f in ("temperature", "top_k", "top_p")}
-    pivot = pivot_requests(values["temperature"], values["top_k"], values["top_p"]).tolist()
-    assert pivot == [class_of(s) is Sampling.TOP_P for s in settings]
-    assert [bool(c.kernel and c.kernel.get("pivot")) for c in CLASSES] == [
-        c.sampling is Sampling.TOP_P for c in CLASSES
-    ]
+    values = [torch.tensor([getattr(s, f) for s in settings]) for f in ("temperature", "top_k", "top_p")]
+    drawing = (Sampling.TOP_P, Sampling.GENERAL)
+    assert pivot_requests(*values).tolist() == [class_of(s) in drawing for s in settings]
+    assert late_pivot_requests(*values).tolist() == [class_of(s) is Sampling.GENERAL for s in settings]
+    assert [bool(c.kernel and c.kernel.get("pivot")) for c in CLASSES] == [c.sampling in drawing for c in CLASSES]
+    assert [c.kernel.get("late") for c in CLASSES[-2:]] == [False, True]
 
 
 def test_draws_pick_the_block_inside_a_split(monkeypatch):

@@ -259,7 +259,7 @@ def test_bisect_never_reports_a_false_all_clear(tmp_path, capsys):
         (["--seed", str(10**23)], "--seed: must be <="),
         (["--temperature", "0.5"], "--temperature: --sampling greedy does not use it"),
         (["--sampling", "temperature", "--top-p", "0.5"], "--top-p: --sampling temperature does not use it"),
-        (["--sampling", "top_k", "--top-k", "5000"], "with --top-k 5000 the request's class is top_p"),
+        (["--sampling", "top_k", "--top-k", "5000"], "with --top-k 5000 the request's class is general"),
         (["--sampling", "top_k_top_p", "--top-p", "0.9"], "pass --sampling top_p"),
         (["--device", "cpu:1"], "the CPU has no device index"),
     ],

@@ -12,6 +12,7 @@ def test_sampling_order_and_most_general():
     assert Sampling.most_general([Sampling.TOP_K, Sampling.TEMPERATURE]) is Sampling.TOP_K
     assert Sampling.most_general([Sampling.TOP_K, Sampling.TOP_K_TOP_P]) is Sampling.TOP_K_TOP_P
     assert Sampling.most_general([Sampling.TOP_P, Sampling.TOP_K_TOP_P]) is Sampling.TOP_P
+    assert Sampling.most_general([Sampling.TOP_P, Sampling.GENERAL, Sampling.TOP_K]) is Sampling.GENERAL
     assert Sampling.most_general([]) is Sampling.GREEDY
 
 
@@ -24,6 +25,8 @@ def test_sampling_order_and_most_general():
         (3, Sampling.TOP_K_TOP_P),
         ("top-p", Sampling.TOP_P),
         (4, Sampling.TOP_P),
+        ("general", Sampling.GENERAL),
+        (5, Sampling.GENERAL),
         ("TEMPERATURE", Sampling.TEMPERATURE),
         (1, Sampling.TEMPERATURE),
     ],
@@ -33,7 +36,7 @@ def test_sampling_parse(text, expected):
 
 
 def test_sampling_parse_error_lists_choices():
-    with pytest.raises(ValueError, match="greedy, temperature, top_k, top_k_top_p, top_p"):
+    with pytest.raises(ValueError, match="greedy, temperature, top_k, top_k_top_p, top_p, general"):
         Sampling.parse("nucleus")
 
 
@@ -48,7 +51,9 @@ def test_sampling_parse_error_lists_choices():
         (SamplingParams(temperature=0.7, top_k=1025, min_p=0.1), Sampling.TOP_P),
         (SamplingParams(temperature=1.0, top_p=0.9), Sampling.TOP_P),
         (SamplingParams(temperature=1.0, top_p=0.9, min_p=0.05), Sampling.TOP_P),
-        (SamplingParams(temperature=1.0, top_k=1025, top_p=0.9), Sampling.TOP_P),
+        (SamplingParams(temperature=1.0, top_k=1025, top_p=0.9), Sampling.GENERAL),
+        (SamplingParams(temperature=1.0, top_k=5000, top_p=0.9, min_p=0.1), Sampling.GENERAL),
+        (SamplingParams(temperature=0.0, top_k=5000, top_p=0.9), Sampling.GREEDY),
         (SamplingParams(temperature=0.0, top_p=0.9), Sampling.GREEDY),
         (SamplingParams(temperature=0.0, top_k=20), Sampling.GREEDY),
         (SamplingParams(temperature=0.7, min_p=0.05), Sampling.TOP_K_TOP_P),
@@ -140,7 +145,7 @@ def test_each_request_runs_in_the_least_general_class_that_serves_it():
         SamplingParams(temperature=0.7, top_k=1024, top_p=0.5): Sampling.TOP_K,
         SamplingParams(temperature=0.7, top_k=1025): Sampling.TOP_P,
         SamplingParams(temperature=0.7, top_p=0.9): Sampling.TOP_P,
-        SamplingParams(temperature=0.7, top_k=3000, top_p=0.9): Sampling.TOP_P,
+        SamplingParams(temperature=0.7, top_k=3000, top_p=0.9): Sampling.GENERAL,
         SamplingParams(temperature=0.7, min_p=0.1): Sampling.TOP_K_TOP_P,
     }
     for params, want in cases.items():
