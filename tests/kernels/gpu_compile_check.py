@@ -104,6 +104,7 @@ def _workloads() -> None:
         SamplingParams(temperature=0.8, seed=1),
         SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=2),
         SamplingParams(temperature=0.8, top_p=0.9, seed=3),
+        SamplingParams(temperature=0.8, top_k=2000, top_p=0.9, seed=4),  # the general class
     ]
     setups = (  # the GPU's dtype and float32, rows and planned pages
         ("eagle", torch.bfloat16, {"kv": "rows"}),
