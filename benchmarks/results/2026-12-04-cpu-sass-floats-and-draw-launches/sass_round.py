@@ -4,7 +4,7 @@ pool's writer), instructions an iteration. From the repository's root (or a copy
 ``sys.path``)::
 
     TRITON_INTERPRET=1 PYTHONPATH=$PWD python tests/kernels/gpu_compile_check.py record rec.json
-    python sass_round.py rec.json NS_P2 PIVOT_NB_P2     # B = 8: 32 32; B = 64: 8 128 (K = 3, V = 151,936)
+    python sass_round.py rec.json NS_P2 PIVOT_NB_P2 LIST_M   # B = 8: 32 32 128; B = 64: 8 128 512 (K = 3, V = 151,936)
 """
 
 import json
@@ -25,7 +25,7 @@ for e in json.loads(Path(sys.argv[1]).read_text()):
         continue
     c = e["constexprs"]
     e["sig"]["logits_ptr"] = "*bf16"
-    c |= {"SHIFT": 16, "NS_P2": int(sys.argv[2]), "PIVOT_NB_P2": int(sys.argv[3])}
+    c |= {"SHIFT": 16, "NS_P2": int(sys.argv[2]), "PIVOT_NB_P2": int(sys.argv[3]), "LIST_M": int(sys.argv[4])}
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(g._compiled(e).asm["cubin"])
