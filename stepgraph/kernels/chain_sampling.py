@@ -370,10 +370,10 @@ def chain_verify_sampling(
         or min-p but no such top-k breaks this promise and is sampled without its filters.
     pivot:
         With ``filtered`` and not ``small_top_k``: pivot requests (top-p on and top-k off, or a top-k above
-        ``TOP_K_MAX``) draw a token per row by a rising pivot instead of finding their top-p cut (with a
-        top-k, after finding that one), and small top-k requests find theirs as the
-        small top-k class does (the ``top_p`` class: a batch of mixed requests). Either way the tokens
-        follow the same distribution; for a given seed a pivot request's differ.
+        ``TOP_K_MAX``) draw a token per row by a rising pivot instead of finding their top-p cut (a late
+        request, with top-p too, after finding its top-k cut), and small top-k requests find theirs as the
+        small top-k class does (the ``top_p`` and ``general`` classes: mixed requests). Either way the
+        tokens follow the same distribution; for a given seed a pivot request's differ.
     late:
         With ``pivot``: ``False`` promises no *late* request (a top-k above ``TOP_K_MAX`` with top-p, which
         finds its top-k cut in the rounds before it draws; the ``general`` class), and the rounds stop once
