@@ -58,10 +58,9 @@ def test_the_key_floor_is_the_float_compare_of_the_key_compare(dtype):
     key = sortable_keys(x)
     lo = torch.unique(torch.cat([key, key + 1, torch.tensor([-(2**62), -(2**31) - 5, 2**31 + 5, 2**62])]))
     shift = 16 if dtype == torch.bfloat16 else 0
-    floor = torch.empty(lo.numel(), dtype=torch.float32)
-    on_device = floor.to(DEV)
-    _floor_kernel[(triton.cdiv(lo.numel(), 1024),)](lo.to(DEV), on_device, lo.numel(), SHIFT=shift)
-    floor = on_device.cpu()
+    floor = torch.empty(lo.numel(), dtype=torch.float32, device=DEV)
+    _floor_kernel[(triton.cdiv(lo.numel(), 1024),)](lo.to(DEV), floor, lo.numel(), SHIFT=shift)
+    floor = floor.cpu()
     # both tests keep, of the rising lo, those up to a point: the same ones when they keep as many for each x
     assert (floor[1:] >= floor[:-1]).all()  # (NaN fails it too)
     by_key = torch.searchsorted(lo, key, right=True)  # the lo with lo <= key(x)
