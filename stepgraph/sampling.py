@@ -39,6 +39,9 @@ def check_int64(name: str, value: object) -> int:
 PENALTY_FIELDS = ("repetition_penalty", "presence_penalty", "frequency_penalty")
 NEUTRAL = (1.0, 0.0, 0.0)
 
+#: The most tokens one request's ``logit_bias`` may bias (a device table of this width per relay slot).
+MAX_LOGIT_BIAS = 1024
+
 #: The largest top-k of the ``TOP_K`` class: what its kernels' small top-k path handles.
 SMALL_TOP_K_MAX = TOP_K_MAX
 
@@ -117,6 +120,10 @@ class SamplingParams:
     EOS ids cannot be drawn before it has this many new tokens (their logits are ``-inf`` until then).
     ``no_repeat_ngram_size`` (Hugging Face's): no n-gram of this size occurs twice in prompt and output (a
     token that would complete one already there gets ``-inf``).
+    ``logit_bias`` (the OpenAI API's): ``{token id: bias}``, at most :data:`MAX_LOGIT_BIAS` of them, each
+    bias added to that token's logit before the penalties (as vLLM and transformers'
+    ``SequenceBiasLogitsProcessor`` order them); a bias is a finite number, or ``-inf`` to ban the token.
+    It is kept as ``((id, bias), ...)`` sorted by id, without the biases of 0.
     """
 
     temperature: float = 0.0
@@ -129,8 +136,10 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     min_tokens: int = 0
     no_repeat_ngram_size: int = 0
+    logit_bias: Mapping[int, float] | tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
         for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
@@ -170,8 +179,8 @@ class SamplingParams:
     @property
     def needs_penalty_state(self) -> str | None:
         """The first of these settings that needs the decoder's penalty state (``penalties=True``): a
-        penalty, ``min_tokens`` or ``no_repeat_ngram_size``; ``None`` if none does."""
-        for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size"):
+        penalty, ``min_tokens``, ``no_repeat_ngram_size`` or ``logit_bias``; ``None`` if none does."""
+        for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size", "logit_bias"):
             if getattr(self, name) != getattr(SamplingParams, name):
                 return name
         return None
@@ -188,6 +197,29 @@ class SamplingParams:
     def request_values(self) -> dict[str, float | int]:
         """The values a request carries on the device for its sampling (:data:`REQUEST_FIELDS`)."""
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
+
+
+def _logit_bias(value) -> tuple[tuple[int, float], ...]:
+    """``logit_bias`` checked, as ``((id, bias), ...)`` sorted by id without the biases of 0."""
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise TypeError(f"logit_bias must be a mapping {{token id: bias}}, got {value!r}")
+    out: dict[int, float] = {}
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"logit_bias must be a mapping {{token id: bias}} or (id, bias) pairs; got {pair!r}")
+        token, bias = pair
+        if not isinstance(token, numbers.Integral) or isinstance(token, bool) or not 0 <= token <= INT32_MAX:
+            raise ValueError(f"logit_bias keys must be token ids (ints >= 0), got {token!r}")
+        if not isinstance(bias, numbers.Real) or isinstance(bias, bool) or not (math.isfinite(bias) or bias < 0):
+            raise ValueError(f"logit_bias[{token}] must be a finite number or -inf (a ban), got {bias!r}")
+        if int(token) in out:
+            raise ValueError(f"logit_bias names token {token} twice")
+        out[int(token)] = float(bias)
+    kept = tuple(sorted((t, b) for t, b in out.items() if b != 0.0))
+    if len(kept) > MAX_LOGIT_BIAS:
+        raise ValueError(f"logit_bias biases at most {MAX_LOGIT_BIAS} tokens a request, got {len(kept)}")
+    return kept
 
 
 @dataclass(frozen=True)

@@ -502,8 +502,8 @@ def hf_spec_decoder(
         attention schedule with ``attention="rows"`` (``"fixed"``, or ``"planned"`` on the host before each
         replay).
     penalties:
-        Serve repetition penalties, ``min_new_tokens``, ``min_length`` and ``no_repeat_ngram_size``
-        (:class:`SpecDecoder`);
+        Serve repetition penalties, ``min_new_tokens``, ``min_length``, ``no_repeat_ngram_size``,
+        ``sequence_bias`` and ``bad_words_ids`` (:class:`SpecDecoder`);
         ``None``: on when the generation config sets one.
     prefill_chunk:
         Prompt positions prefilled between two steps, in chunks of up to 8 requests, each chunk forward one
@@ -577,7 +577,8 @@ def hf_spec_decoder(
         generation.eos_token_id = eos_token_id
     if penalties is None:
         penalties = (getattr(generation, "repetition_penalty", None) or 1.0) != 1.0 or any(
-            getattr(generation, name, None) for name in ("min_new_tokens", "min_length", "no_repeat_ngram_size")
+            getattr(generation, name, None)
+            for name in ("min_new_tokens", "min_length", "no_repeat_ngram_size", "sequence_bias", "bad_words_ids")
         )
     return HFSpecDecoder(
         target,

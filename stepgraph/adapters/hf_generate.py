@@ -50,7 +50,7 @@ from stepgraph.speculative.requests import Request, normalize_eos
 HONOURED = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens", "max_length",
     "min_new_tokens", "min_length", "no_repeat_ngram_size", "eos_token_id", "pad_token_id", "stop_strings",
-    "return_dict_in_generate", "num_return_sequences",
+    "return_dict_in_generate", "num_return_sequences", "sequence_bias", "bad_words_ids",
 }  # fmt: skip
 #: settings that change how transformers runs, not which tokens come out
 IGNORED = {
@@ -69,7 +69,7 @@ IGNORED |= SPECULATION
 BEAM_ONLY = {"early_stopping", "length_penalty", "num_beam_groups", "diversity_penalty", "constraints"}
 SAMPLING_SETTINGS = {
     "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "min_new_tokens",
-    "no_repeat_ngram_size",
+    "no_repeat_ngram_size", "sequence_bias", "bad_words_ids",
 }  # fmt: skip
 FINISH_REASONS = {"eos": "stop", "length": "length", "stop": "stop_string"}
 
@@ -116,6 +116,7 @@ def generation_settings(model_config, generation_config=None, **kwargs) -> dict[
         raise TypeError(f"generate() got keywords that are no generation settings: {', '.join(unknown)}")
     merged.update({k: v for k, v in kwargs.items() if v is not None})
     _refuse_unservable(merged)
+    token_biases(merged)  # sequences it cannot bias are refused when given
     defaults = _transformers_defaults()
     return {
         **{k: v for k, v in defaults.items() if k in HONOURED},
@@ -137,8 +138,8 @@ def _refuse_unservable(merged: dict[str, Any]) -> None:
     if bad:
         raise ValueError(
             f"generation settings the stepgraph adapter cannot honour: {'; '.join(bad)}. Unset them in the model's "
-            "generation_config or override them in the call, or use model.generate() for them: beams, bad "
-            "words and scores are not implemented yet"
+            "generation_config or override them in the call, or use model.generate() for them: beams and scores "
+            "are not implemented yet"
         )
 
 
@@ -155,11 +156,13 @@ def _transformers_defaults() -> dict[str, Any]:
 
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
     """The :class:`SamplingParams` of resolved ``settings`` (greedy unless ``do_sample``; the repetition
-    penalty, ``min_new_tokens`` and ``no_repeat_ngram_size`` either way, as transformers applies them)."""
+    penalty, ``min_new_tokens``, ``no_repeat_ngram_size``, ``sequence_bias`` and ``bad_words_ids`` either
+    way, as transformers applies them)."""
     processed = {
         "repetition_penalty": float(settings.get("repetition_penalty") or 1.0),
         "min_tokens": int(settings.get("min_new_tokens") or 0),
         "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
+        "logit_bias": token_biases(settings),
     }
     if not settings["do_sample"]:
         return SamplingParams(**processed)
@@ -173,6 +176,32 @@ def sampling_params(settings: dict[str, Any]) -> SamplingParams:
         min_p=float(settings.get("min_p") or 0.0),
         **processed,
     )
+
+
+def token_biases(settings: dict[str, Any]) -> dict[int, float]:
+    """``settings``' ``sequence_bias`` and ``bad_words_ids`` as a ``logit_bias``, as transformers applies
+    them to single tokens: each bias added, each bad word at ``-inf`` (a bad word that is an EOS id is
+    dropped, as transformers drops it).
+
+    Raises
+    ------
+    ValueError
+        For a biased sequence or a bad word of more than one token, naming it.
+    """
+    bias: dict[int, float] = {}
+    given = settings.get("sequence_bias") or {}
+    for ids, value in given.items() if isinstance(given, dict) else given:
+        if len(ids) != 1:
+            raise ValueError(f"sequence_bias of {list(ids)}: only single tokens can be biased here, not sequences")
+        bias[int(ids[0])] = bias.get(int(ids[0]), 0.0) + float(value)
+    eos = settings.get("eos_token_id")
+    eos = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
+    for word in settings.get("bad_words_ids") or ():
+        if len(word) != 1:
+            raise ValueError(f"bad_words_ids of {list(word)}: only single tokens can be banned here, not sequences")
+        if word[0] not in eos:
+            bias[int(word[0])] = float("-inf")
+    return bias
 
 
 def prompts_of(inputs, attention_mask=None, tokenizer=None) -> tuple[list[list[int]], str]:

@@ -1,11 +1,12 @@
 """Penalised logits and the token record of :mod:`stepgraph.speculative.penalties`, as two Triton kernels
 with their torch references.
 
-``penalise_rows``: ``out = logits`` with every token a request has seen penalised, for each verify row
-``i`` with its tokens at positions ``0..seq_len`` and its drafts ``0..i-1``, then its bans at ``-inf``
-(:class:`Bans`: EOS before ``min_tokens``, and the tokens that would repeat an n-gram of those tokens).
-One program per row walks the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its
-drafts; duplicates write the same value, since a value depends only on the token and the row.
+``penalise_rows``: ``out = logits`` with the request's logit bias added (:class:`LogitBias`), then every
+token it has seen penalised, for each verify row ``i`` with its tokens at positions ``0..seq_len`` and its
+drafts ``0..i-1``, then its bans at ``-inf`` (:class:`Bans`: EOS before ``min_tokens``, and the tokens that
+would repeat an n-gram of those tokens). One program per row writes the biased tokens, then walks the
+request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same
+value, since a value depends only on the token and the row.
 ``record_tokens``: a step's emitted tokens into the history at their positions and into the counts
 (atomic adds: a step may emit a token twice).
 
@@ -41,6 +42,16 @@ class Bans(NamedTuple):
     no_repeat: torch.Tensor
 
 
+class LogitBias(NamedTuple):
+    """Per state row: ``count [S]`` int32 biased tokens, their ids ``ids [S, M]`` int32 (the first ``count``
+    of a row; the rest unread), and ``table [S, V + 1]`` float32 with each biased token's bias at its id
+    and 0 elsewhere (column ``V`` unread). A bias is never 0: a token without one is left as it is."""
+
+    count: torch.Tensor
+    ids: torch.Tensor
+    table: torch.Tensor
+
+
 def repeated_ngram_bans(tokens: Sequence[int], n: int) -> set[int]:
     """The next tokens that would repeat an ``n``-gram of ``tokens`` (transformers'
     ``NoRepeatNGramLogitsProcessor``): those that followed an earlier occurrence of the last ``n - 1``."""
@@ -70,10 +81,11 @@ def penalise_rows_ref(
     scratch: int,
     bans: Bans | None = None,
     first_row: int = 0,
+    bias: LogitBias | None = None,
 ) -> torch.Tensor:
-    """Reference of :func:`penalise_rows` (shapes there): a gather of every row's seen tokens, the
-    definition, and a scatter into a copy; then the bans' ``-inf`` (the n-gram bans row by row on the
-    host, for the rows that have them)."""
+    """Reference of :func:`penalise_rows` (shapes there): the biases added to a copy, a gather of every
+    row's seen tokens, the definition, and a scatter into the copy; then the bans' ``-inf`` (the n-gram
+    bans row by row on the host, for the rows that have them)."""
     B, R, _ = logits.shape
     K, L, V = drafts.shape[1], history.shape[1] - 1, counts.shape[1]
     dev = logits.device
@@ -88,9 +100,11 @@ def penalise_rows_ref(
     n = counts.view(-1).take(rows[:, None, None] * V + tokens)
     n = n + ((tokens[..., None] == d[:, None, None, :]) & chain[None, :, None, :]).sum(-1)
     s = settings[rows][:, :, None, None]  # [B, 3, 1, 1]
-    out = logits.to(torch.float32, copy=True).scatter_(
-        2, tokens, penalise(logits.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2])
-    )
+    out = logits.to(torch.float32, copy=True)
+    if bias is not None:
+        table = bias.table[rows, None, :V]  # [B, 1, V]
+        out = torch.where(table != 0, out + table, out)
+    out.scatter_(2, tokens, penalise(out.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2]))
     if bans is None:
         return out
     on = seq_len[:, None] + 1 + chain_rows[None, :] < bans.until[rows][:, None]  # [B, R]
@@ -117,17 +131,20 @@ def penalise_rows(
     scratch: int,
     bans: Bans | None = None,
     first_row: int = 0,
+    bias: LogitBias | None = None,
 ) -> torch.Tensor:
     """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``r`` of request
     ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) is row
-    ``i = first_row + r`` of the chain, penalised with the tokens ``history[row, 0..seq_len[b]]`` and
+    ``i = first_row + r`` of the chain, first biased by ``bias`` (:class:`LogitBias`: ``logit + bias`` at
+    the state row's biased tokens), then penalised with the tokens ``history[row, 0..seq_len[b]]`` and
     ``drafts[b, :i]`` (``drafts [B, K]``, ``K >= first_row + R - 1``; the verify's rows: ``first_row = 0``,
     ``K = R - 1``). ``bans`` (:class:`Bans`): row ``i`` (the token at position ``seq_len[b] + 1 + i``) then
     gets ``-inf`` at the ids ``banned[row]`` while that position is below ``until[row]`` (min_tokens' EOS
     ban), and at each token that would complete an ``no_repeat[row]``-gram already among its tokens.
     Graph-safe; the torch reference off Triton devices."""
     if not use_triton(logits):
-        return penalise_rows_ref(logits, drafts, slots, seq_len, history, counts, settings, scratch, bans, first_row)
+        args = (logits, drafts, slots, seq_len, history, counts, settings, scratch)
+        return penalise_rows_ref(*args, bans=bans, first_row=first_row, bias=bias)
     B, R, V = logits.shape
     K = drafts.shape[1]
     logits, drafts = logits.contiguous(), drafts.contiguous()
@@ -136,12 +153,14 @@ def penalise_rows(
         return out
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
+    n_bias, bias_ids, bias_table = bias if bias is not None else (slots, slots, counts)  # unread without a bias
     _penalise_rows_kernel[(B * R,)](
         logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
-        banned.contiguous(), no_repeat,
-        R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row,
+        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table,
+        R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row, bias_ids.stride(0),
+        bias_table.stride(0),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
-        num_warps=4, **EXACT_ROUNDING,
+        HAS_BIAS=bias is not None, num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
 
@@ -160,11 +179,23 @@ def _banned(tok, ids, banning):
     return tl.sum(((tok[:, None] == ids[None, :]) & banning[None, :]).to(tl.int32), 1) > 0
 
 
+@triton.jit
+def _biased(raw, tok, mask, bias_row, HAS_BIAS: tl.constexpr):
+    """``raw`` as float32, plus the bias of each of ``tok`` that has one (``bias_row``: the table's row)."""
+    x = raw.to(tl.float32)
+    if HAS_BIAS:
+        b = tl.load(bias_row + tok, mask=mask, other=0.0)
+        x = tl.where(b != 0, x + b, x)
+    return x
+
+
 @jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
-    banned_ptr, no_repeat_ptr, R, K, V, L, history_stride, scratch, first_row,
+    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, R, K, V, L, history_stride, scratch, first_row,
+    bias_ids_stride, bias_stride,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
@@ -187,6 +218,16 @@ def _penalise_rows_kernel(
     if HAS_BAN:
         ids = tl.load(banned_ptr + row * E_ROW + e, mask=e < E_ROW, other=-1).to(tl.int64)
         banning = (ids >= 0) & (seq + 1 + i + e * 0 < tl.load(until_ptr + row + e * 0))
+    bias_row = bias_ptr + row * bias_stride
+    if HAS_BIAS:  # the biased tokens, before the seen ones (the barrier) rewrite theirs with the penalty
+        n_bias = tl.load(n_bias_ptr + row)
+        for start in range(0, n_bias, BLOCK):
+            at = start + tl.arange(0, BLOCK)
+            ok = at < n_bias
+            tok = tl.load(bias_ids_ptr + row * bias_ids_stride + at, mask=ok, other=0).to(tl.int64)
+            raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
+            tl.store(out_ptr + base + tok, _biased(raw, tok, ok, bias_row, HAS_BIAS), mask=ok)
+        tl.debug_barrier()
     # the request's tokens at positions 0..seq
     for start in range(0, seq + 1, BLOCK):
         p = start + tl.arange(0, BLOCK)
@@ -195,7 +236,7 @@ def _penalise_rows_kernel(
         n = tl.load(counts_row + tok, mask=ok, other=0)
         n += tl.sum((tok[:, None] == d[None, :]).to(tl.int32), 1)
         raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
-        value = _penalised(raw, n, rep, pres, freq)
+        value = _penalised(_biased(raw, tok, ok, bias_row, HAS_BIAS), n, rep, pres, freq)
         if HAS_BAN:
             value = tl.where(_banned(tok, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tok, value, mask=ok)
@@ -204,7 +245,7 @@ def _penalise_rows_kernel(
     n = tl.load(counts_row + dt, mask=before, other=0)
     n += tl.sum((dt[:, None] == d[None, :]).to(tl.int32), 1)
     raw = tl.load(logits_ptr + base + dt, mask=before, other=0.0)
-    value = _penalised(raw, n, rep, pres, freq)
+    value = _penalised(_biased(raw, dt, before, bias_row, HAS_BIAS), n, rep, pres, freq)
     if HAS_BAN:
         value = tl.where(_banned(dt, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tl.where(banning, ids, 0), tl.full([E], float("-inf"), tl.float32), mask=banning)

@@ -110,11 +110,11 @@ class SpecDecoder:
         batch size in bf16).
     penalties:
         Serve requests with a ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
-        ``min_tokens`` or ``no_repeat_ngram_size`` (:mod:`stepgraph.speculative.penalties`): each request's
-        tokens and output counts are kept on the device (``(max_requests + 2) * (vocab_size + max_seq_len + 1)``
-        int32) and every step penalises the target's logits before acceptance, also for requests without
-        penalties (a float32 copy of the logits and one kernel over each request's tokens). Off, such a request
-        is refused.
+        ``min_tokens``, ``no_repeat_ngram_size`` or ``logit_bias`` (:mod:`stepgraph.speculative.penalties`):
+        each request's tokens, output counts and logit biases are kept on the device (about ``(max_requests + 2) *
+        (2 * vocab_size + max_seq_len + 2048)`` words of 4 bytes) and every step penalises the target's logits
+        before acceptance, also for requests without penalties (a float32 copy of the logits and one kernel
+        over each request's tokens). Off, such a request is refused.
 
     Notes
     -----

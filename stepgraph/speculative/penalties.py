@@ -23,7 +23,9 @@ the output so far and the drafts before it, the draft-extend's rows with the tok
 prefill's first draft with the first token. A draft that predicts the target then proposes the target's
 penalised choice: a penalty takes no acceptance from a draft that agrees with the target.
 
-``min_tokens`` and ``no_repeat_ngram_size`` ride on the same copy, as transformers'
+``logit_bias`` (the OpenAI API's) rides on the same copy: each biased token's logit plus its bias, before
+the penalties (vLLM's order, and transformers' for its ``sequence_bias`` of single tokens).
+``min_tokens`` and ``no_repeat_ngram_size`` ride on it too, as transformers'
 ``MinNewTokensLengthLogitsProcessor`` and ``NoRepeatNGramLogitsProcessor`` define them. Each slot keeps
 the position from which its EOS ids may be drawn (the prompt's length plus ``min_tokens``), those ids (up
 to :data:`MAX_BANNED`), and its n-gram size. A verify row whose token would come before that position
@@ -41,8 +43,15 @@ from collections.abc import Sequence
 
 import torch
 
-from stepgraph.kernels.penalties import Bans, penalise_rows, record_tokens, repeated_ngram_bans, write_history
-from stepgraph.sampling import SamplingParams
+from stepgraph.kernels.penalties import (
+    Bans,
+    LogitBias,
+    penalise_rows,
+    record_tokens,
+    repeated_ngram_bans,
+    write_history,
+)
+from stepgraph.sampling import MAX_LOGIT_BIAS, SamplingParams
 
 #: EOS ids a request's ``min_tokens`` can hold back (transformers' configs carry up to three)
 MAX_BANNED = 8
@@ -54,7 +63,9 @@ class PenaltyState:
     settings (``settings [rows, 3]`` float32: repetition, presence, frequency), and ``min_tokens``' ban:
     ``ban_until [rows]`` int32 (the first position whose token may be a banned id; 0: none) and ``banned
     [rows, MAX_BANNED]`` int32 (the ids, ``-1``: none), and ``no_repeat [rows]`` int32 (the n-gram size;
-    0: none). Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
+    0: none), and ``logit_bias``'s :class:`~stepgraph.kernels.penalties.LogitBias`: ``bias_count [rows]``
+    int32, ``bias_ids [rows, MAX_LOGIT_BIAS]`` int32 and ``bias [rows, V + 1]`` float32 (as much memory as
+    the counts). Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
 
     def __init__(self, rows: int, vocab_size: int, max_len: int, device: torch.device | str) -> None:
         self.rows, self.vocab_size, self.max_len = rows, vocab_size, max_len
@@ -66,6 +77,15 @@ class PenaltyState:
         self.ban_until = torch.zeros(rows, dtype=torch.int32, device=self.device)
         self.banned = torch.full((rows, MAX_BANNED), -1, dtype=torch.int32, device=self.device)
         self.no_repeat = torch.zeros(rows, dtype=torch.int32, device=self.device)
+        self.bias_count = torch.zeros(rows, dtype=torch.int32, device=self.device)
+        self.bias_ids = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.int32, device=self.device)
+        self.bias = torch.zeros((rows, vocab_size + 1), dtype=torch.float32, device=self.device)
+        # a slot's biases go up from pinned memory: stream-ordered, waiting for no step in flight (a slot's
+        # next request is admitted after its last one's steps were read, so its upload has run)
+        pinned = self.device.type == "cuda"
+        self._host_ids = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.int32, pin_memory=pinned)
+        self._host_bias = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, pin_memory=pinned)
+        self._bias_values = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, device=self.device)
         self._one = torch.ones(1, dtype=torch.int32, device=self.device)
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -78,17 +98,19 @@ class PenaltyState:
     # ---- host side, outside graphs -------------------------------------------------------------
     def admit(self, slot: int, params: SamplingParams, prompt_len: int = 0, eos: Sequence[int] = ()) -> None:
         """Start ``slot``'s request: no output yet, and the settings of ``params`` (its penalties, its n-gram
-        size, and with ``min_tokens`` its ``eos`` ids held back until it has that many new tokens after a
-        prompt of ``prompt_len``); its prompt goes in with :meth:`write_prompt`. Stream-ordered, with no wait
-        for the steps in flight.
+        size, its logit bias, and with ``min_tokens`` its ``eos`` ids held back until it has that many new
+        tokens after a prompt of ``prompt_len``); its prompt goes in with :meth:`write_prompt`.
+        Stream-ordered, with no wait for the steps in flight.
 
         Raises
         ------
         ValueError
-            For ``min_tokens`` with more than :data:`MAX_BANNED` EOS ids.
+            For ``min_tokens`` with more than :data:`MAX_BANNED` EOS ids, or a ``logit_bias`` id outside the
+            vocabulary.
         """
         if params.min_tokens and len(eos) > MAX_BANNED:
             raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this request has {len(eos)}")
+        check_bias_ids(params, self.vocab_size)
         self.counts[slot].zero_()
         for column, value in enumerate(params.penalties()):
             self.settings[slot, column].fill_(value)  # a kernel argument, not a pageable copy
@@ -98,6 +120,20 @@ class PenaltyState:
         for j, token in enumerate(eos if until else ()):
             self.banned[slot, j].fill_(int(token))
         self.no_repeat[slot].fill_(params.no_repeat_ngram_size)
+        self._admit_bias(slot, params.logit_bias)
+
+    def _admit_bias(self, slot: int, pairs: tuple[tuple[int, float], ...]) -> None:
+        n = len(pairs)
+        self.bias_count[slot].fill_(n)
+        self.bias[slot].zero_()
+        if not n:
+            return
+        ids, values = zip(*pairs)
+        self._host_ids[slot, :n] = torch.tensor(ids, dtype=torch.int32)
+        self._host_bias[slot, :n] = torch.tensor(values, dtype=torch.float32)
+        self.bias_ids[slot].copy_(self._host_ids[slot], non_blocking=True)
+        self._bias_values[slot].copy_(self._host_bias[slot], non_blocking=True)
+        self.bias[slot].scatter_(0, self.bias_ids[slot, :n].long(), self._bias_values[slot, :n])
 
     def record_first(self, slot: int, position: int, token: torch.Tensor) -> None:
         """The prefill's first token ``token [1]`` (on the device) at ``position`` (the prompt's length)."""
@@ -106,7 +142,8 @@ class PenaltyState:
 
     def move(self, src: int, dst: int) -> None:
         """Copy slot ``src``'s rows to ``dst`` (a lone request moving to the view slot)."""
-        for t in (self.counts, self.history, self.settings, self.ban_until, self.banned, self.no_repeat):
+        for t in (self.counts, self.history, self.settings, self.ban_until, self.banned, self.no_repeat,
+                  self.bias_count, self.bias_ids, self.bias):  # fmt: skip
             t[dst].copy_(t[src])
 
     # ---- inside a graph ----------------------------------------------------------------------------
@@ -132,13 +169,14 @@ class PenaltyState:
         """``logits [B, R, V]`` penalised, in a new float32 tensor: row ``r`` of request ``b`` (relay slot
         ``slots[b]``, its last token at position ``seq_len[b]``) is row ``i = first_row + r`` of its chain,
         penalised with its tokens at positions ``0..seq_len[b]`` and ``drafts[b, :i]`` (``drafts [B, K]``,
-        ``K >= first_row + R - 1``), with its EOS ids at ``-inf`` where its token would come before
-        ``min_tokens`` and at the tokens that would repeat an n-gram. The verify's ``[B, K+1, V]`` rows
-        start the chain (``first_row = 0``); a draft's rows continue it. Graph-safe (one kernel after a
+        ``K >= first_row + R - 1``), after its logit bias, with its EOS ids at ``-inf`` where its token would
+        come before ``min_tokens`` and at the tokens that would repeat an n-gram. The verify's ``[B, K+1, V]``
+        rows start the chain (``first_row = 0``); a draft's rows continue it. Graph-safe (one kernel after a
         copy)."""
         args = (self.history, self.counts, self.settings, self.scratch)
         bans = Bans(self.ban_until, self.banned, self.no_repeat)
-        return penalise_rows(logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row)
+        bias = LogitBias(self.bias_count, self.bias_ids, self.bias)
+        return penalise_rows(logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row, bias=bias)
 
     def record(self, tokens: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor) -> None:
         """A step's emitted ``tokens [B, R]`` (``-1``: none) of the requests in ``slots [B]``, whose last
@@ -157,18 +195,26 @@ def draft_penalties(penalties: PenaltyState | None, draft) -> PenaltyState | Non
     return penalties
 
 
+def check_bias_ids(params: SamplingParams, vocab_size: int) -> None:
+    """A clear error for a ``logit_bias`` id outside ``[0, vocab_size)``."""
+    if params.logit_bias and params.logit_bias[-1][0] >= vocab_size:
+        raise ValueError(f"logit_bias names token {params.logit_bias[-1][0]}; ids must be in [0, {vocab_size})")
+
+
 def penalised_logits_ref(
     logits: torch.Tensor, prompt: Sequence[int], output: Sequence[int], params: SamplingParams, eos: Sequence[int] = ()
 ) -> torch.Tensor:
     """Reference: one row of ``logits [V]`` processed for a request with ``prompt`` and ``output`` so far
-    and ``params`` (its penalties, ``min_tokens`` over ``eos`` and ``no_repeat_ngram_size``), over the
-    whole vocabulary, in float32."""
+    and ``params`` (its logit bias, penalties, ``min_tokens`` over ``eos`` and ``no_repeat_ngram_size``),
+    over the whole vocabulary, in float32."""
     repetition, presence, frequency = params.penalties()
     dev = logits.device
     counts = torch.bincount(torch.tensor(list(output), dtype=torch.int64, device=dev), minlength=logits.shape[-1])
     seen = counts > 0
     seen[torch.tensor(list(prompt), dtype=torch.int64, device=dev)] = True
-    x = logits.float()
+    x = logits.to(torch.float32, copy=True)
+    for token, bias in params.logit_bias:
+        x[token] += bias
     x = torch.where(seen, torch.where(x > 0, x / repetition, x * repetition), x)
     x = x - frequency * counts.float() - presence * (counts > 0).float()
     banned = set(eos) if len(output) < params.min_tokens else set()

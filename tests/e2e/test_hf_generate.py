@@ -71,7 +71,7 @@ def test_settings_merge_as_generate_merges_them():
 @pytest.mark.parametrize(
     "setting",
     [{"num_beams": 2}, {"output_scores": True},
-     {"bad_words_ids": [[5]]}, {"num_return_sequences": 2}],
+     {"bad_words_ids": [[5], [6, 7]]}, {"sequence_bias": {(5, 6): 1.0}}, {"num_return_sequences": 2}],
     ids=lambda s: next(iter(s)),
 )  # fmt: skip
 def test_a_setting_it_cannot_honour_is_refused_by_name(setting, models):
@@ -158,6 +158,26 @@ def test_no_repeat_ngram_size_bans_as_generate_does(models):
         assert out == [hf_greedy(target, p, 16, no_repeat_ngram_size=n, eos_token_id=None) for p in PROMPTS]
     with pytest.raises(ValueError, match="no_repeat_ngram_size=2.*build it with penalties=True"):
         decoder(models).generate(PROMPTS, no_repeat_ngram_size=2)
+
+
+def test_single_token_bad_words_and_biases_act_as_in_generate(models):
+    """bad_words_ids and sequence_bias of single tokens (a config that sets one turns the penalties on):
+    greedy output equals transformers' generate() with them, a bad word never comes out, and a bad word
+    that is an EOS id is left free, as transformers leaves it."""
+    target, _ = models
+    free = [hf_greedy(target, p, 12, eos_token_id=None) for p in PROMPTS]
+    bad = [[free[0][0]], [free[1][2]], [free[2][1]]]
+    bias = {(free[0][3],): -2.5, (free[2][0],): 1.75, (77,): 3.0}
+    config = transformers.GenerationConfig(bad_words_ids=bad, sequence_bias=bias, max_new_tokens=12)
+    dec = decoder(models, generation_config=config)
+    assert dec.info()["penalties"] is True
+    out = dec.generate(PROMPTS, eos_token_id=None)
+    want = [hf_greedy(target, p, 12, bad_words_ids=bad, sequence_bias=bias, eos_token_id=None) for p in PROMPTS]
+    assert out == want and out != free
+    assert not {w[0] for w in bad} & {t for o in out for t in o}
+    eos = free[1][0]
+    kept = decoder(models, penalties=True).generate(PROMPTS[1:2], bad_words_ids=[[eos]], eos_token_id=eos)
+    assert kept == [[eos]]
 
 
 def test_num_return_sequences_samples_each_prompt_that_many_times(models):

@@ -1,6 +1,6 @@
-"""Repetition, presence and frequency penalties in the step: the definitions (against Hugging Face's
-processor and a dense reference), the in-graph state (every verify row penalised with the drafts before
-it), and greedy decoding with penalties equal to a reference decode token for token."""
+"""Logit biases, repetition, presence and frequency penalties in the step: the definitions (against
+Hugging Face's processors and a dense reference), the in-graph state (every verify row penalised with the
+drafts before it), and greedy decoding with them equal to a reference decode token for token."""
 
 import pytest
 import torch
@@ -47,6 +47,27 @@ def test_repetition_penalty_is_hugging_faces():
             torch.testing.assert_close(ref, hf[b], rtol=0, atol=0, equal_nan=True)
 
 
+def test_logit_bias_is_transformers_sequence_bias_before_its_penalty_and_bad_words():
+    """Single-token ``sequence_bias`` and ``bad_words_ids`` through the adapter's ``token_biases`` give
+    transformers' processors' logits, in transformers' order (the bias, the repetition penalty, the bad
+    words); a bad word that is an EOS id stays free, as there."""
+    transformers = pytest.importorskip("transformers")
+    from stepgraph.adapters.hf_generate import token_biases
+
+    logits = odd_logits((2, 50), torch.float32, seed=3)
+    ids = torch.tensor([[3, 9, 9, 40, 0], [7, 7, 12, 30, 31]])
+    bias, bad, eos = {(3,): 2.5, (12,): -1.25, (44,): 0.5, (9,): -7.0}, [[40], [45], [2]], [2]
+    want = transformers.SequenceBiasLogitsProcessor(bias)(ids, logits.clone())
+    want = transformers.RepetitionPenaltyLogitsProcessor(1.4)(ids, want)
+    want = transformers.NoBadWordsLogitsProcessor(bad, eos)(ids, want)
+    params = SamplingParams(repetition_penalty=1.4, logit_bias=token_biases(
+        {"sequence_bias": bias, "bad_words_ids": bad, "eos_token_id": eos}))  # fmt: skip
+    assert dict(params.logit_bias)[45] == float("-inf") and 2 not in dict(params.logit_bias)
+    for b in range(2):
+        got = penalised_logits_ref(logits[b], ids[b, :2].tolist(), ids[b, 2:].tolist(), params)
+        torch.testing.assert_close(got, want[b], rtol=0, atol=0, equal_nan=True)
+
+
 def test_presence_and_frequency_follow_the_openai_definition():
     logits = torch.zeros(10)
     out = penalised_logits_ref(logits, [1, 2], [2, 2, 5], SamplingParams(presence_penalty=0.5, frequency_penalty=0.25))
@@ -72,7 +93,9 @@ def test_every_verify_row_is_penalised_with_the_drafts_before_it(dtype, K):
         output = torch.randint(0, V // 3, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
         settings = SamplingParams(repetition_penalty=float(torch.rand(1, generator=g) * 1.5 + 0.5),
                                   presence_penalty=float(torch.rand(1, generator=g) * 4 - 2),
-                                  frequency_penalty=float(torch.rand(1, generator=g) * 4 - 2))  # fmt: skip
+                                  frequency_penalty=float(torch.rand(1, generator=g) * 4 - 2),
+                                  logit_bias={int(t): float(torch.randn(1, generator=g)) * 3
+                                              for t in torch.randint(V // 3 - 3, V, (4,), generator=g)})  # fmt: skip
         if slot >= 0:
             state.admit(slot, settings)
             state.write_prompt(
@@ -169,6 +192,43 @@ def test_a_copy_of_the_target_has_every_draft_accepted_under_penalties(overlap, 
         assert tokens == reference_greedy(target, prompt, len(tokens), p)
     assert outs[1] == outs[0]
     assert accept[0] == 4.0 and accept[1] < 4.0, accept
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("k", [0, 3])
+def test_greedy_with_a_logit_bias_equals_the_reference_decode(overlap, k):
+    """A ban (-inf) on each plain decode's commonest token, a bias on a token it never chose, with a
+    repetition penalty on one request: the output is the reference decode's, the banned tokens never come,
+    and a request without a bias decodes as it would without one."""
+    target, draft = build("tiny")
+    plain = SpecDecoder.for_example(target, draft, num_draft_tokens=k).generate(PROMPTS, max_new_tokens=14)
+    common = [max(set(p), key=p.count) for p in plain]
+    params = [SamplingParams(logit_bias={common[0]: float("-inf"), 300: 4.0}),
+              SamplingParams(logit_bias={common[1]: float("-inf"), 7: 2.5, 300: -1.0}, repetition_penalty=1.3),
+              SamplingParams()]  # fmt: skip
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=k, max_batch=3, penalties=True)
+    out = dec.generate(PROMPTS, max_new_tokens=14, sampling=params, overlap=overlap)
+    for prompt, tokens, p in zip(PROMPTS, out, params):
+        assert tokens == reference_greedy(target, prompt, 14, p)
+    assert common[0] not in out[0] and common[1] not in out[1] and out[:2] != plain[:2]
+    assert out[2] == plain[2]
+
+
+def test_bad_logit_biases_are_refused_by_name():
+    target, draft = build("tiny")
+    V = target.cfg.vocab_size
+    for bad, match in [({1: float("nan")}, "finite number or -inf"), ({1: float("inf")}, "finite number or -inf"),
+                       ({-1: 1.0}, "token ids"), ({True: 1.0}, "token ids"), ({2.0: 1.0}, "token ids"),
+                       ([(1, 1.0), (1, 2.0)], "twice"), ({t: 1.0 for t in range(1025)}, "at most 1024"),
+                       ("ab", "mapping"), ([(1, 2, 3)], "mapping")]:  # fmt: skip
+        with pytest.raises((ValueError, TypeError), match=match):
+            SamplingParams(logit_bias=bad)
+    assert SamplingParams(logit_bias={9: 0.0, 4: -1.0, 2: 3}).logit_bias == ((2, 3.0), (4, -1.0))
+    with pytest.raises(ValueError, match="logit_bias=.*build it with penalties=True"):
+        SpecDecoder.for_example(target, draft).make_requests([PROMPTS[0]], 4, SamplingParams(logit_bias={3: 1.0}))
+    dec = SpecDecoder.for_example(target, draft, penalties=True)
+    with pytest.raises(ValueError, match=f"logit_bias names token {V}; ids must be in \\[0, {V}\\)"):
+        dec.make_requests([PROMPTS[0]], 4, SamplingParams(logit_bias={3: 1.0, V: 1.0}))
 
 
 def test_sampled_with_penalties_reproduces_its_seed_on_both_loops():

@@ -4,7 +4,16 @@
 import pytest
 import torch
 
-from stepgraph.kernels.penalties import Bans, penalise_rows, penalise_rows_ref, record_tokens, record_tokens_ref
+from stepgraph import SamplingParams
+from stepgraph.kernels.penalties import (
+    Bans,
+    LogitBias,
+    penalise_rows,
+    penalise_rows_ref,
+    record_tokens,
+    record_tokens_ref,
+)
+from stepgraph.speculative.penalties import PenaltyState
 from tests.conftest import HAS_CUDA
 from tests.e2e.test_penalties import odd_logits
 
@@ -117,6 +126,53 @@ def test_rows_later_in_the_chain_equal_those_rows_of_the_whole_chain(first_row, 
     assert not torch.equal(torch.nan_to_num(as_first), torch.nan_to_num(got))  # where a row stands matters
 
 
+def logit_bias(S, V, per_slot: dict[int, dict[int, float]]) -> LogitBias:
+    """The state rows' :class:`LogitBias` as a decoder's admissions write it."""
+    state = PenaltyState(S, V, 4, DEV)
+    for slot, bias in per_slot.items():
+        state.admit(slot, SamplingParams(logit_bias=bias))
+    return LogitBias(state.bias_count, state.bias_ids, state.bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("K", [0, 3])
+def test_the_logit_bias_equals_its_reference(K, dtype):
+    """Biases on tokens the history and drafts hold (then penalised) and on others, -inf (a ban) among
+    them, more biased tokens than one block in a slot, a slot without, a padded row, bans on too; every
+    unbiased, unseen logit is the raw one, and every biased, unseen one the raw one plus its bias."""
+    S, V, L, B = 6, 301, 40, 4
+    history, counts, settings = state(S, V, L, seed=K + 30)
+    g = torch.Generator().manual_seed(K + 1)
+    logits = odd_logits((B, K + 1, V), dtype, seed=K + 2).to(DEV)
+    drafts = torch.randint(0, 13, (B, K), generator=g).to(DEV)
+    drafts[0, :1] = 14  # only among the drafts: biased, then penalised from row 1 on
+    slots = torch.tensor([4, -1, 0, 2], device=DEV)
+    seq_len = torch.tensor([L // 2, 0, 3, L - 1], device=DEV)
+    many = {t: float(torch.randn(1, generator=g)) * 5 for t in range(V - 280, V)}  # 280 > one block
+    seen_one = int(history[4, 0])  # in slot 4's history (ids below 13): biased, then penalised
+    bias = logit_bias(
+        S, V, {4: {seen_one: 2.5, 13: float("-inf"), 14: 1.5, 150: -3.25, 200: 4.0, V - 2: 1e30}, 0: many, 3: {7: 9.0}}
+    )
+    bans = Bans(torch.tensor([0, 0, 0, 0, L // 2 + 2, 0], dtype=torch.int32, device=DEV),
+                torch.full((S, 8), -1, dtype=torch.int32, device=DEV), torch.tensor([0, 0, 2, 0, 0, 0],
+                dtype=torch.int32, device=DEV))  # fmt: skip
+    bans.banned[4, 0] = 200  # biased and banned
+    args = (logits, drafts, slots, seq_len, history, counts, settings, S - 1)
+    got = penalise_rows(*args, bans=bans, bias=bias)
+    want = penalise_rows_ref(*args, bans=bans, bias=bias)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    plain = penalise_rows_ref(*args, bans=bans)
+    raw = logits.float()
+    unseen = [150, V - 2]
+    assert torch.equal(want[0, :, unseen], raw[0, :, unseen] + torch.tensor([-3.25, 1e30], device=DEV))
+    assert (want[0, :, 13] == float("-inf")).all() and want[0, 0, 200] == float("-inf")  # banned at row 0
+    assert want[0, 0, seen_one] != plain[0, 0, seen_one]
+    others = [t for t in range(V) if t not in {seen_one, 13, 14, 150, 200, V - 2}]
+    torch.testing.assert_close(want[0, :, others], plain[0, :, others], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(want[1], plain[1], rtol=0, atol=0, equal_nan=True)  # padded: the scratch row
+    assert not torch.equal(torch.nan_to_num(want[2]), torch.nan_to_num(plain[2]))
+
+
 def test_record_tokens_equals_its_reference():
     S, V, L = 5, 50, 12
     history, counts, _ = state(S, V, L, seed=1)
@@ -154,16 +210,16 @@ def test_strided_lengths_and_slots_are_read_by_their_strides():
 
 
 def test_greedy_decode_through_the_kernels_equals_the_reference():
-    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties and an n-gram ban,
-    K = 3, long enough for every request's history to matter (a later request's once went astray)."""
-    from stepgraph import SamplingParams
+    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties, an n-gram ban and
+    a logit bias, K = 3, long enough for every request's history to matter (a later request's once went astray)."""
     from stepgraph.examples.model import build
     from stepgraph.speculative.decoder import SpecDecoder
     from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
 
     target, draft = build("tiny", device=DEV)
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, penalties=True)
-    sampling = [PENALISED[0], SamplingParams(no_repeat_ngram_size=2), PENALISED[2]]
+    sampling = [PENALISED[0], SamplingParams(no_repeat_ngram_size=2, logit_bias={17: float("-inf"), 300: 2.0}),
+                PENALISED[2]]  # fmt: skip
     out = dec.generate(PROMPTS, max_new_tokens=16, sampling=sampling)
     for prompt, tokens, params in zip(PROMPTS, out, sampling):
         assert tokens == reference_greedy(target, prompt, 16, params)
