@@ -41,6 +41,9 @@ NEUTRAL = (1.0, 0.0, 0.0)
 
 #: The most tokens one request's ``logit_bias`` may bias (a device table of this width per relay slot).
 MAX_LOGIT_BIAS = 1024
+#: The most sequences one request's ``bad_words_ids`` may hold, and the most tokens in each.
+MAX_BAD_WORDS = 128
+MAX_BAD_WORD_LEN = 16
 
 #: The largest top-k of the ``TOP_K`` class: what its kernels' small top-k path handles.
 SMALL_TOP_K_MAX = TOP_K_MAX
@@ -124,6 +127,10 @@ class SamplingParams:
     bias added to that token's logit before the penalties (as vLLM and transformers'
     ``SequenceBiasLogitsProcessor`` order them); a bias is a finite number, or ``-inf`` to ban the token.
     It is kept as ``((id, bias), ...)`` sorted by id, without the biases of 0.
+    ``bad_words_ids`` (transformers' definition; vLLM's ``bad_words``, as token ids): token sequences the
+    request never emits, at most :data:`MAX_BAD_WORDS` of at most :data:`MAX_BAD_WORD_LEN` tokens. The last
+    token of each gets ``-inf`` wherever the request's tokens end with the ones before it (a single token:
+    always), after the penalties. Kept as a tuple of tuples.
     """
 
     temperature: float = 0.0
@@ -137,9 +144,11 @@ class SamplingParams:
     min_tokens: int = 0
     no_repeat_ngram_size: int = 0
     logit_bias: Mapping[int, float] | tuple[tuple[int, float], ...] = ()
+    bad_words_ids: Iterable[Iterable[int]] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
+        object.__setattr__(self, "bad_words_ids", _bad_words(self.bad_words_ids))
         for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
@@ -179,8 +188,9 @@ class SamplingParams:
     @property
     def needs_penalty_state(self) -> str | None:
         """The first of these settings that needs the decoder's penalty state (``penalties=True``): a
-        penalty, ``min_tokens``, ``no_repeat_ngram_size`` or ``logit_bias``; ``None`` if none does."""
-        for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size", "logit_bias"):
+        penalty, ``min_tokens``, ``no_repeat_ngram_size``, ``logit_bias`` or ``bad_words_ids``; ``None`` if
+        none does."""
+        for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size", "logit_bias", "bad_words_ids"):
             if getattr(self, name) != getattr(SamplingParams, name):
                 return name
         return None
@@ -220,6 +230,26 @@ def _logit_bias(value) -> tuple[tuple[int, float], ...]:
     if len(kept) > MAX_LOGIT_BIAS:
         raise ValueError(f"logit_bias biases at most {MAX_LOGIT_BIAS} tokens a request, got {len(kept)}")
     return kept
+
+
+def _bad_words(value) -> tuple[tuple[int, ...], ...]:
+    """``bad_words_ids`` checked, as a tuple of tuples."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"bad_words_ids must be a list of token id lists, got {value!r}")
+    words = []
+    for word in value:
+        if isinstance(word, (str, bytes)) or not isinstance(word, Iterable):
+            raise TypeError(f"bad_words_ids must be a list of token id lists; got the entry {word!r}")
+        word = tuple(word)
+        if not 1 <= len(word) <= MAX_BAD_WORD_LEN:
+            raise ValueError(f"each of bad_words_ids must hold 1 to {MAX_BAD_WORD_LEN} token ids, got {list(word)}")
+        for t in word:
+            if not isinstance(t, numbers.Integral) or isinstance(t, bool) or not 0 <= t <= INT32_MAX:
+                raise ValueError(f"bad_words_ids must hold token ids (ints >= 0), got {t!r} in {list(word)}")
+        words.append(tuple(int(t) for t in word))
+    if len(words) > MAX_BAD_WORDS:
+        raise ValueError(f"bad_words_ids holds at most {MAX_BAD_WORDS} sequences a request, got {len(words)}")
+    return tuple(words)
 
 
 @dataclass(frozen=True)

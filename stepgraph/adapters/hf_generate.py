@@ -8,8 +8,9 @@
   take transformers' defaults, ``top_k=50`` when sampling among them. Honoured: ``do_sample``,
   ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty`` (greedy or sampled, as
   transformers applies it; the decoder needs ``penalties=True``, which ``hf_spec_decoder`` turns on by
-  itself for a generation config that sets one), ``min_new_tokens``, ``min_length`` and
-  ``no_repeat_ngram_size`` (on the device with the penalties, as ``repetition_penalty``),
+  itself for a generation config that sets one), ``min_new_tokens``, ``min_length``,
+  ``no_repeat_ngram_size``, ``bad_words_ids`` and ``sequence_bias`` of single tokens (a ``logit_bias``;
+  longer biased sequences are refused) (on the device with the penalties, as ``repetition_penalty``),
   ``max_new_tokens``, ``max_length``,
   ``eos_token_id``, ``pad_token_id``, ``stop_strings`` (with a tokenizer), ``return_dict_in_generate``,
   ``num_return_sequences`` (sampled: that many sequences per prompt, one after another, as transformers
@@ -117,6 +118,7 @@ def generation_settings(model_config, generation_config=None, **kwargs) -> dict[
     merged.update({k: v for k, v in kwargs.items() if v is not None})
     _refuse_unservable(merged)
     token_biases(merged)  # sequences it cannot bias are refused when given
+    SamplingParams(bad_words_ids=_bad_words(merged))  # and bad words it cannot hold
     defaults = _transformers_defaults()
     return {
         **{k: v for k, v in defaults.items() if k in HONOURED},
@@ -157,12 +159,13 @@ def _transformers_defaults() -> dict[str, Any]:
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
     """The :class:`SamplingParams` of resolved ``settings`` (greedy unless ``do_sample``; the repetition
     penalty, ``min_new_tokens``, ``no_repeat_ngram_size``, ``sequence_bias`` and ``bad_words_ids`` either
-    way, as transformers applies them)."""
+    way, as transformers applies them: a bad word that is an EOS id is dropped, as transformers drops it)."""
     processed = {
         "repetition_penalty": float(settings.get("repetition_penalty") or 1.0),
         "min_tokens": int(settings.get("min_new_tokens") or 0),
         "no_repeat_ngram_size": int(settings.get("no_repeat_ngram_size") or 0),
         "logit_bias": token_biases(settings),
+        "bad_words_ids": _bad_words(settings),
     }
     if not settings["do_sample"]:
         return SamplingParams(**processed)
@@ -179,14 +182,12 @@ def sampling_params(settings: dict[str, Any]) -> SamplingParams:
 
 
 def token_biases(settings: dict[str, Any]) -> dict[int, float]:
-    """``settings``' ``sequence_bias`` and ``bad_words_ids`` as a ``logit_bias``, as transformers applies
-    them to single tokens: each bias added, each bad word at ``-inf`` (a bad word that is an EOS id is
-    dropped, as transformers drops it).
+    """``settings``' ``sequence_bias`` as a ``logit_bias``, as transformers applies it to single tokens.
 
     Raises
     ------
     ValueError
-        For a biased sequence or a bad word of more than one token, naming it.
+        For a biased sequence of more than one token, naming it.
     """
     bias: dict[int, float] = {}
     given = settings.get("sequence_bias") or {}
@@ -194,14 +195,14 @@ def token_biases(settings: dict[str, Any]) -> dict[int, float]:
         if len(ids) != 1:
             raise ValueError(f"sequence_bias of {list(ids)}: only single tokens can be biased here, not sequences")
         bias[int(ids[0])] = bias.get(int(ids[0]), 0.0) + float(value)
+    return bias
+
+
+def _bad_words(settings: dict[str, Any]) -> list[list[int]]:
+    """``settings``' ``bad_words_ids`` but those of one EOS id (which transformers drops)."""
     eos = settings.get("eos_token_id")
     eos = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
-    for word in settings.get("bad_words_ids") or ():
-        if len(word) != 1:
-            raise ValueError(f"bad_words_ids of {list(word)}: only single tokens can be banned here, not sequences")
-        if word[0] not in eos:
-            bias[int(word[0])] = float("-inf")
-    return bias
+    return [list(w) for w in settings.get("bad_words_ids") or () if not (len(w) == 1 and w[0] in eos)]
 
 
 def prompts_of(inputs, attention_mask=None, tokenizer=None) -> tuple[list[list[int]], str]:

@@ -4,7 +4,8 @@ with their torch references.
 ``penalise_rows``: ``out = logits`` with the request's logit bias added (:class:`LogitBias`), then every
 token it has seen penalised, for each verify row ``i`` with its tokens at positions ``0..seq_len`` and its
 drafts ``0..i-1``, then its bans at ``-inf`` (:class:`Bans`: EOS before ``min_tokens``, and the tokens that
-would repeat an n-gram of those tokens). One program per row writes the biased tokens, then walks the
+would repeat an n-gram of those tokens; :class:`BadWords`: the last token of each bad word whose other
+tokens end the row's). One program per row writes the biased tokens, then walks the
 request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same
 value, since a value depends only on the token and the row.
 ``record_tokens``: a step's emitted tokens into the history at their positions and into the counts
@@ -52,6 +53,23 @@ class LogitBias(NamedTuple):
     table: torch.Tensor
 
 
+class BadWords(NamedTuple):
+    """Per state row: ``count [S]`` int32 bad words, their lengths ``lengths [S, W]`` int32 and their tokens
+    ``tokens [S, W, N]`` int32 (word ``w``'s in ``tokens[row, w, :lengths[row, w]]``; the first ``count``
+    words of a row, the rest unread)."""
+
+    count: torch.Tensor
+    lengths: torch.Tensor
+    tokens: torch.Tensor
+
+
+def bad_word_bans(tokens: Sequence[int], words: Sequence[Sequence[int]]) -> set[int]:
+    """The next tokens that would complete one of ``words`` after ``tokens`` (transformers'
+    ``NoBadWordsLogitsProcessor``): each word's last token where ``tokens`` end with the ones before it."""
+    tokens = list(tokens)
+    return {w[-1] for w in words if len(w) - 1 <= len(tokens) and tokens[len(tokens) - len(w) + 1 :] == list(w[:-1])}
+
+
 def repeated_ngram_bans(tokens: Sequence[int], n: int) -> set[int]:
     """The next tokens that would repeat an ``n``-gram of ``tokens`` (transformers'
     ``NoRepeatNGramLogitsProcessor``): those that followed an earlier occurrence of the last ``n - 1``."""
@@ -82,10 +100,11 @@ def penalise_rows_ref(
     bans: Bans | None = None,
     first_row: int = 0,
     bias: LogitBias | None = None,
+    words: BadWords | None = None,
 ) -> torch.Tensor:
     """Reference of :func:`penalise_rows` (shapes there): the biases added to a copy, a gather of every
     row's seen tokens, the definition, and a scatter into the copy; then the bans' ``-inf`` (the n-gram
-    bans row by row on the host, for the rows that have them)."""
+    and bad-word bans row by row on the host, for the rows that have them)."""
     B, R, _ = logits.shape
     K, L, V = drafts.shape[1], history.shape[1] - 1, counts.shape[1]
     dev = logits.device
@@ -105,6 +124,13 @@ def penalise_rows_ref(
         table = bias.table[rows, None, :V]  # [B, 1, V]
         out = torch.where(table != 0, out + table, out)
     out.scatter_(2, tokens, penalise(out.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2]))
+    if words is not None:
+        for b, count in enumerate(words.count[rows].tolist()):
+            listed = [words.tokens[rows[b], w, :n].tolist() for w, n in enumerate(words.lengths[rows[b], :count])]
+            seen = history[rows[b], : int(seq_len[b]) + 1].tolist()
+            for i in range(R) if listed else ():
+                banned = bad_word_bans(seen + drafts[b, : min(first_row + i, K)].tolist(), listed)
+                out[b, i, sorted(banned)] = float("-inf")
     if bans is None:
         return out
     on = seq_len[:, None] + 1 + chain_rows[None, :] < bans.until[rows][:, None]  # [B, R]
@@ -132,6 +158,7 @@ def penalise_rows(
     bans: Bans | None = None,
     first_row: int = 0,
     bias: LogitBias | None = None,
+    words: BadWords | None = None,
 ) -> torch.Tensor:
     """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``r`` of request
     ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) is row
@@ -141,10 +168,11 @@ def penalise_rows(
     ``K = R - 1``). ``bans`` (:class:`Bans`): row ``i`` (the token at position ``seq_len[b] + 1 + i``) then
     gets ``-inf`` at the ids ``banned[row]`` while that position is below ``until[row]`` (min_tokens' EOS
     ban), and at each token that would complete an ``no_repeat[row]``-gram already among its tokens.
-    Graph-safe; the torch reference off Triton devices."""
+    ``words`` (:class:`BadWords`): row ``i`` gets ``-inf`` at the last token of each of the state row's bad
+    words whose other tokens end its tokens. Graph-safe; the torch reference off Triton devices."""
     if not use_triton(logits):
         args = (logits, drafts, slots, seq_len, history, counts, settings, scratch)
-        return penalise_rows_ref(*args, bans=bans, first_row=first_row, bias=bias)
+        return penalise_rows_ref(*args, bans=bans, first_row=first_row, bias=bias, words=words)
     B, R, V = logits.shape
     K = drafts.shape[1]
     logits, drafts = logits.contiguous(), drafts.contiguous()
@@ -154,13 +182,15 @@ def penalise_rows(
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
     n_bias, bias_ids, bias_table = bias if bias is not None else (slots, slots, counts)  # unread without a bias
+    n_words, word_len, word_tokens = words if words is not None else (slots, slots[:, None], slots[:, None, None])
     _penalise_rows_kernel[(B * R,)](
         logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
-        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table,
+        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table, n_words, word_len, word_tokens,
         R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row, bias_ids.stride(0),
-        bias_table.stride(0),
+        bias_table.stride(0), word_len.stride(0), word_tokens.stride(0), word_tokens.stride(1),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
-        HAS_BIAS=bias is not None, num_warps=4, **EXACT_ROUNDING,
+        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_tokens.shape[2],
+        num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
 
@@ -192,10 +222,11 @@ def _biased(raw, tok, mask, bias_row, HAS_BIAS: tl.constexpr):
 @jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
-    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, R, K, V, L, history_stride, scratch, first_row,
-    bias_ids_stride, bias_stride,
+    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, word_len_ptr, words_ptr,
+    R, K, V, L, history_stride, scratch, first_row, bias_ids_stride, bias_stride, word_len_stride, words_stride,
+    word_stride,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
@@ -250,11 +281,27 @@ def _penalise_rows_kernel(
         value = tl.where(_banned(dt, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tl.where(banning, ids, 0), tl.full([E], float("-inf"), tl.float32), mask=banning)
     tl.store(out_ptr + base + dt, value, mask=before)
-    if HAS_BAN:  # n-gram bans after every write above (the barrier), each a -inf
+    ctx = seq + 1 + tl.minimum(i, K)  # the row's tokens: history 0..seq, then its drafts
+    lanes = tl.arange(0, BLOCK)
+    if HAS_BAN or HAS_WORDS:  # the sequence bans after every write above, each a -inf
         tl.debug_barrier()
+    if HAS_WORDS:  # a word a lane: its tokens but the last against the row's last ones
+        n_words = tl.load(n_words_ptr + row)
+        for w0 in range(0, n_words, BLOCK):
+            w = w0 + lanes
+            listed = w < n_words
+            length = tl.load(word_len_ptr + row * word_len_stride + w, mask=listed, other=1)
+            word = words_ptr + row * words_stride + w.to(tl.int64) * word_stride
+            ends = listed
+            for j in range(0, WORD_LEN - 1):
+                inside = j < length - 1
+                expect = tl.load(word + j, mask=listed & inside, other=-1)
+                have = _token_at(ctx - length + 1 + j, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
+                ends = ends & ((expect == have) | ~inside)
+            last = tl.load(word + length - 1, mask=listed, other=0).to(tl.int64)
+            tl.store(out_ptr + base + last, tl.full([BLOCK], float("-inf"), tl.float32), mask=ends)
+    if HAS_BAN:  # n-gram bans
         n = tl.load(no_repeat_ptr + row)
-        ctx = seq + 1 + tl.minimum(i, K)  # the row's tokens: history 0..seq, then its drafts
-        lanes = tl.arange(0, BLOCK)
         for g0 in range(0, tl.where(n > 0, ctx - n + 1, 0), BLOCK):  # n-grams starting at g (none past ctx)
             g = g0 + lanes  # (loop variables of their own: a compiled loop keeps each name's type)
             match = g <= ctx - n

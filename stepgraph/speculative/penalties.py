@@ -30,7 +30,7 @@ the penalties (vLLM's order, and transformers' for its ``sequence_bias`` of sing
 the position from which its EOS ids may be drawn (the prompt's length plus ``min_tokens``), those ids (up
 to :data:`MAX_BANNED`), and its n-gram size. A verify row whose token would come before that position
 gets ``-inf`` at the EOS ids, and every row gets ``-inf`` at each token that would complete an n-gram
-already in its tokens (prompt, output and the drafts before it).
+already in its tokens (prompt, output and the drafts before it), or one of its ``bad_words_ids``.
 
 Only a request's own tokens change, so the penalty reads and writes those (its ``seq_len + 1`` tokens
 and the drafts) instead of passing over the vocabulary: a copy of the logits and one kernel
@@ -44,14 +44,16 @@ from collections.abc import Sequence
 import torch
 
 from stepgraph.kernels.penalties import (
+    BadWords,
     Bans,
     LogitBias,
+    bad_word_bans,
     penalise_rows,
     record_tokens,
     repeated_ngram_bans,
     write_history,
 )
-from stepgraph.sampling import MAX_LOGIT_BIAS, SamplingParams
+from stepgraph.sampling import MAX_BAD_WORD_LEN, MAX_BAD_WORDS, MAX_LOGIT_BIAS, SamplingParams
 
 #: EOS ids a request's ``min_tokens`` can hold back (transformers' configs carry up to three)
 MAX_BANNED = 8
@@ -65,7 +67,9 @@ class PenaltyState:
     [rows, MAX_BANNED]`` int32 (the ids, ``-1``: none), and ``no_repeat [rows]`` int32 (the n-gram size;
     0: none), and ``logit_bias``'s :class:`~stepgraph.kernels.penalties.LogitBias`: ``bias_count [rows]``
     int32, ``bias_ids [rows, MAX_LOGIT_BIAS]`` int32 and ``bias [rows, V + 1]`` float32 (as much memory as
-    the counts). Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
+    the counts), and ``bad_words_ids``' :class:`~stepgraph.kernels.penalties.BadWords`: ``word_count [rows]``,
+    ``word_len [rows, MAX_BAD_WORDS]`` and ``words [rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN]`` int32.
+    Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
 
     def __init__(self, rows: int, vocab_size: int, max_len: int, device: torch.device | str) -> None:
         self.rows, self.vocab_size, self.max_len = rows, vocab_size, max_len
@@ -86,6 +90,11 @@ class PenaltyState:
         self._host_ids = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.int32, pin_memory=pinned)
         self._host_bias = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, pin_memory=pinned)
         self._bias_values = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, device=self.device)
+        self.word_count = torch.zeros(rows, dtype=torch.int32, device=self.device)
+        self.word_len = torch.ones((rows, MAX_BAD_WORDS), dtype=torch.int32, device=self.device)
+        self.words = torch.zeros((rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN), dtype=torch.int32, device=self.device)
+        self._host_word_len = torch.ones((rows, MAX_BAD_WORDS), dtype=torch.int32, pin_memory=pinned)
+        self._host_words = torch.zeros((rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN), dtype=torch.int32, pin_memory=pinned)
         self._one = torch.ones(1, dtype=torch.int32, device=self.device)
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -93,24 +102,26 @@ class PenaltyState:
         return {
             "penalty_counts": self.counts, "penalty_history": self.history, "penalty_settings": self.settings,
             "penalty_ban_until": self.ban_until, "penalty_banned": self.banned, "penalty_no_repeat": self.no_repeat,
+            "penalty_bias_count": self.bias_count, "penalty_bias_ids": self.bias_ids, "penalty_bias": self.bias,
+            "penalty_word_count": self.word_count, "penalty_word_len": self.word_len, "penalty_words": self.words,
         }  # fmt: skip
 
     # ---- host side, outside graphs -------------------------------------------------------------
     def admit(self, slot: int, params: SamplingParams, prompt_len: int = 0, eos: Sequence[int] = ()) -> None:
         """Start ``slot``'s request: no output yet, and the settings of ``params`` (its penalties, its n-gram
-        size, its logit bias, and with ``min_tokens`` its ``eos`` ids held back until it has that many new
+        size, its logit bias and bad words, and with ``min_tokens`` its ``eos`` ids held back until it has that many new
         tokens after a prompt of ``prompt_len``); its prompt goes in with :meth:`write_prompt`.
         Stream-ordered, with no wait for the steps in flight.
 
         Raises
         ------
         ValueError
-            For ``min_tokens`` with more than :data:`MAX_BANNED` EOS ids, or a ``logit_bias`` id outside the
-            vocabulary.
+            For ``min_tokens`` with more than :data:`MAX_BANNED` EOS ids, or a ``logit_bias`` or
+            ``bad_words_ids`` id outside the vocabulary.
         """
         if params.min_tokens and len(eos) > MAX_BANNED:
             raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this request has {len(eos)}")
-        check_bias_ids(params, self.vocab_size)
+        check_token_ids(params, self.vocab_size)
         self.counts[slot].zero_()
         for column, value in enumerate(params.penalties()):
             self.settings[slot, column].fill_(value)  # a kernel argument, not a pageable copy
@@ -121,6 +132,7 @@ class PenaltyState:
             self.banned[slot, j].fill_(int(token))
         self.no_repeat[slot].fill_(params.no_repeat_ngram_size)
         self._admit_bias(slot, params.logit_bias)
+        self._admit_words(slot, params.bad_words_ids)
 
     def _admit_bias(self, slot: int, pairs: tuple[tuple[int, float], ...]) -> None:
         n = len(pairs)
@@ -135,6 +147,16 @@ class PenaltyState:
         self._bias_values[slot].copy_(self._host_bias[slot], non_blocking=True)
         self.bias[slot].scatter_(0, self.bias_ids[slot, :n].long(), self._bias_values[slot, :n])
 
+    def _admit_words(self, slot: int, words: tuple[tuple[int, ...], ...]) -> None:
+        self.word_count[slot].fill_(len(words))
+        if not words:
+            return
+        for w, word in enumerate(words):
+            self._host_word_len[slot, w] = len(word)
+            self._host_words[slot, w, : len(word)] = torch.tensor(word, dtype=torch.int32)
+        self.word_len[slot].copy_(self._host_word_len[slot], non_blocking=True)
+        self.words[slot].copy_(self._host_words[slot], non_blocking=True)
+
     def record_first(self, slot: int, position: int, token: torch.Tensor) -> None:
         """The prefill's first token ``token [1]`` (on the device) at ``position`` (the prompt's length)."""
         self.history[slot, position].copy_(token[0])
@@ -143,7 +165,7 @@ class PenaltyState:
     def move(self, src: int, dst: int) -> None:
         """Copy slot ``src``'s rows to ``dst`` (a lone request moving to the view slot)."""
         for t in (self.counts, self.history, self.settings, self.ban_until, self.banned, self.no_repeat,
-                  self.bias_count, self.bias_ids, self.bias):  # fmt: skip
+                  self.bias_count, self.bias_ids, self.bias, self.word_count, self.word_len, self.words):  # fmt: skip
             t[dst].copy_(t[src])
 
     # ---- inside a graph ----------------------------------------------------------------------------
@@ -170,13 +192,16 @@ class PenaltyState:
         ``slots[b]``, its last token at position ``seq_len[b]``) is row ``i = first_row + r`` of its chain,
         penalised with its tokens at positions ``0..seq_len[b]`` and ``drafts[b, :i]`` (``drafts [B, K]``,
         ``K >= first_row + R - 1``), after its logit bias, with its EOS ids at ``-inf`` where its token would
-        come before ``min_tokens`` and at the tokens that would repeat an n-gram. The verify's ``[B, K+1, V]``
-        rows start the chain (``first_row = 0``); a draft's rows continue it. Graph-safe (one kernel after a
-        copy)."""
+        come before ``min_tokens`` and at the tokens that would repeat an n-gram or complete a bad word. The
+        verify's ``[B, K+1, V]`` rows start the chain (``first_row = 0``); a draft's rows continue it.
+        Graph-safe (one kernel after a copy)."""
         args = (self.history, self.counts, self.settings, self.scratch)
         bans = Bans(self.ban_until, self.banned, self.no_repeat)
         bias = LogitBias(self.bias_count, self.bias_ids, self.bias)
-        return penalise_rows(logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row, bias=bias)
+        words = BadWords(self.word_count, self.word_len, self.words)
+        return penalise_rows(
+            logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row, bias=bias, words=words
+        )
 
     def record(self, tokens: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor) -> None:
         """A step's emitted ``tokens [B, R]`` (``-1``: none) of the requests in ``slots [B]``, whose last
@@ -195,18 +220,21 @@ def draft_penalties(penalties: PenaltyState | None, draft) -> PenaltyState | Non
     return penalties
 
 
-def check_bias_ids(params: SamplingParams, vocab_size: int) -> None:
-    """A clear error for a ``logit_bias`` id outside ``[0, vocab_size)``."""
+def check_token_ids(params: SamplingParams, vocab_size: int) -> None:
+    """A clear error for a ``logit_bias`` or ``bad_words_ids`` id outside ``[0, vocab_size)``."""
     if params.logit_bias and params.logit_bias[-1][0] >= vocab_size:
         raise ValueError(f"logit_bias names token {params.logit_bias[-1][0]}; ids must be in [0, {vocab_size})")
+    for word in params.bad_words_ids:
+        if max(word) >= vocab_size:
+            raise ValueError(f"bad_words_ids holds {list(word)}; ids must be in [0, {vocab_size})")
 
 
 def penalised_logits_ref(
     logits: torch.Tensor, prompt: Sequence[int], output: Sequence[int], params: SamplingParams, eos: Sequence[int] = ()
 ) -> torch.Tensor:
     """Reference: one row of ``logits [V]`` processed for a request with ``prompt`` and ``output`` so far
-    and ``params`` (its logit bias, penalties, ``min_tokens`` over ``eos`` and ``no_repeat_ngram_size``),
-    over the whole vocabulary, in float32."""
+    and ``params`` (its logit bias, penalties, ``min_tokens`` over ``eos``, ``no_repeat_ngram_size`` and
+    ``bad_words_ids``), over the whole vocabulary, in float32."""
     repetition, presence, frequency = params.penalties()
     dev = logits.device
     counts = torch.bincount(torch.tensor(list(output), dtype=torch.int64, device=dev), minlength=logits.shape[-1])
@@ -219,6 +247,7 @@ def penalised_logits_ref(
     x = x - frequency * counts.float() - presence * (counts > 0).float()
     banned = set(eos) if len(output) < params.min_tokens else set()
     banned |= repeated_ngram_bans([*prompt, *output], params.no_repeat_ngram_size)
+    banned |= bad_word_bans([*prompt, *output], params.bad_words_ids)
     if banned:
         x[torch.tensor(sorted(banned), dtype=torch.int64, device=dev)] = float("-inf")
     return x

@@ -12,7 +12,7 @@ import torch
 
 from stepgraph.kv import KVCache
 from stepgraph.sampling import INT64_MAX, SamplingParams
-from stepgraph.speculative.penalties import MAX_BANNED, check_bias_ids
+from stepgraph.speculative.penalties import MAX_BANNED, check_token_ids
 
 GREEDY = SamplingParams()
 
@@ -153,7 +153,7 @@ class RequestRules:
             )
         if params.min_tokens and len(self.eos) > MAX_BANNED:
             raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this decoder has {len(self.eos)}")
-        check_bias_ids(params, self.vocab_size)
+        check_token_ids(params, self.vocab_size)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:

@@ -71,7 +71,7 @@ def test_settings_merge_as_generate_merges_them():
 @pytest.mark.parametrize(
     "setting",
     [{"num_beams": 2}, {"output_scores": True},
-     {"bad_words_ids": [[5], [6, 7]]}, {"sequence_bias": {(5, 6): 1.0}}, {"num_return_sequences": 2}],
+     {"bad_words_ids": [list(range(1, 18))]}, {"sequence_bias": {(5, 6): 1.0}}, {"num_return_sequences": 2}],
     ids=lambda s: next(iter(s)),
 )  # fmt: skip
 def test_a_setting_it_cannot_honour_is_refused_by_name(setting, models):
@@ -160,21 +160,22 @@ def test_no_repeat_ngram_size_bans_as_generate_does(models):
         decoder(models).generate(PROMPTS, no_repeat_ngram_size=2)
 
 
-def test_single_token_bad_words_and_biases_act_as_in_generate(models):
-    """bad_words_ids and sequence_bias of single tokens (a config that sets one turns the penalties on):
-    greedy output equals transformers' generate() with them, a bad word never comes out, and a bad word
-    that is an EOS id is left free, as transformers leaves it."""
+def test_bad_words_and_single_token_biases_act_as_in_generate(models):
+    """bad_words_ids (single tokens and sequences) and sequence_bias of single tokens (a config that sets
+    one turns the penalties on): greedy output equals transformers' generate() with them, a bad word never
+    comes out, and a bad word that is an EOS id is left free, as transformers leaves it."""
     target, _ = models
     free = [hf_greedy(target, p, 12, eos_token_id=None) for p in PROMPTS]
-    bad = [[free[0][0]], [free[1][2]], [free[2][1]]]
-    bias = {(free[0][3],): -2.5, (free[2][0],): 1.75, (77,): 3.0}
+    bad = [[free[0][0]], free[1][1:3], [free[2][1]], [PROMPTS[2][-1], free[2][0], free[2][1], 5]]
+    bias = {(free[0][3],): -2.5, (free[2][0],): 0.25, (77,): -3.0}
     config = transformers.GenerationConfig(bad_words_ids=bad, sequence_bias=bias, max_new_tokens=12)
     dec = decoder(models, generation_config=config)
     assert dec.info()["penalties"] is True
     out = dec.generate(PROMPTS, eos_token_id=None)
     want = [hf_greedy(target, p, 12, bad_words_ids=bad, sequence_bias=bias, eos_token_id=None) for p in PROMPTS]
     assert out == want and out != free
-    assert not {w[0] for w in bad} & {t for o in out for t in o}
+    assert not {free[0][0], free[2][1]} & {t for o in out for t in o}
+    assert free[1][1:3] not in [out[1][j : j + 2] for j in range(11)] and out[1][1] == free[1][1]
     eos = free[1][0]
     kept = decoder(models, penalties=True).generate(PROMPTS[1:2], bad_words_ids=[[eos]], eos_token_id=eos)
     assert kept == [[eos]]

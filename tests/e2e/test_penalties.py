@@ -47,22 +47,24 @@ def test_repetition_penalty_is_hugging_faces():
             torch.testing.assert_close(ref, hf[b], rtol=0, atol=0, equal_nan=True)
 
 
-def test_logit_bias_is_transformers_sequence_bias_before_its_penalty_and_bad_words():
-    """Single-token ``sequence_bias`` and ``bad_words_ids`` through the adapter's ``token_biases`` give
-    transformers' processors' logits, in transformers' order (the bias, the repetition penalty, the bad
-    words); a bad word that is an EOS id stays free, as there."""
+def test_logit_bias_and_bad_words_are_transformers_processors():
+    """``sequence_bias`` of single tokens and ``bad_words_ids`` (single tokens and sequences) through the
+    adapter's ``sampling_params`` give transformers' processors' logits, in transformers' order (the bias,
+    the repetition penalty, the bad words); a bad word that is an EOS id stays free, as there."""
     transformers = pytest.importorskip("transformers")
-    from stepgraph.adapters.hf_generate import token_biases
+    from stepgraph.adapters.hf_generate import sampling_params
 
     logits = odd_logits((2, 50), torch.float32, seed=3)
     ids = torch.tensor([[3, 9, 9, 40, 0], [7, 7, 12, 30, 31]])
-    bias, bad, eos = {(3,): 2.5, (12,): -1.25, (44,): 0.5, (9,): -7.0}, [[40], [45], [2]], [2]
+    bias, eos = {(3,): 2.5, (12,): -1.25, (44,): 0.5, (9,): -7.0}, [2]
+    bad = [[40], [45], [2], [0, 46], [30, 31, 47], [9, 0, 48], [5, 5, 5, 5, 5, 5, 49]]
     want = transformers.SequenceBiasLogitsProcessor(bias)(ids, logits.clone())
     want = transformers.RepetitionPenaltyLogitsProcessor(1.4)(ids, want)
     want = transformers.NoBadWordsLogitsProcessor(bad, eos)(ids, want)
-    params = SamplingParams(repetition_penalty=1.4, logit_bias=token_biases(
-        {"sequence_bias": bias, "bad_words_ids": bad, "eos_token_id": eos}))  # fmt: skip
-    assert dict(params.logit_bias)[45] == float("-inf") and 2 not in dict(params.logit_bias)
+    settings = {"do_sample": False, "repetition_penalty": 1.4, "sequence_bias": bias, "bad_words_ids": bad}
+    params = sampling_params({**settings, "eos_token_id": eos})
+    assert [2] not in map(list, params.bad_words_ids) and dict(params.logit_bias)[44] == 0.5
+    assert (want[0, [40, 45, 46]] == float("-inf")).all() and (want[1, [40, 45, 47]] == float("-inf")).all()
     for b in range(2):
         got = penalised_logits_ref(logits[b], ids[b, :2].tolist(), ids[b, 2:].tolist(), params)
         torch.testing.assert_close(got, want[b], rtol=0, atol=0, equal_nan=True)
@@ -214,7 +216,29 @@ def test_greedy_with_a_logit_bias_equals_the_reference_decode(overlap, k):
     assert out[2] == plain[2]
 
 
-def test_bad_logit_biases_are_refused_by_name():
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("k", [0, 3])
+def test_greedy_with_bad_words_equals_the_reference_decode(overlap, k):
+    """Bad words taken from each plain decode (a pair, a triple, one token) with a repetition penalty on one
+    request: the output is the reference decode's and never holds a bad word; a request without bad words
+    decodes as it would without them."""
+    target, draft = build("tiny")
+    plain = SpecDecoder.for_example(target, draft, num_draft_tokens=k).generate(PROMPTS, max_new_tokens=14)
+    params = [SamplingParams(bad_words_ids=[plain[0][2:4], [PROMPTS[0][-1], plain[0][0], plain[0][1]]]),
+              SamplingParams(bad_words_ids=[[plain[1][5]], plain[1][1:4]], repetition_penalty=1.3),
+              SamplingParams()]  # fmt: skip
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=k, max_batch=3, penalties=True)
+    out = dec.generate(PROMPTS, max_new_tokens=14, sampling=params, overlap=overlap)
+    for prompt, tokens, p in zip(PROMPTS, out, params):
+        assert tokens == reference_greedy(target, prompt, 14, p)
+        whole = prompt + tokens
+        for word in p.bad_words_ids:
+            n = len(word)
+            assert all(tuple(whole[j : j + n]) != word for j in range(len(prompt) - n + 1, len(whole) - n + 1))
+    assert out[0][0] == plain[0][0] and out[0][1] != plain[0][1] and out[2] == plain[2]
+
+
+def test_bad_logit_biases_and_bad_words_are_refused_by_name():
     target, draft = build("tiny")
     V = target.cfg.vocab_size
     for bad, match in [({1: float("nan")}, "finite number or -inf"), ({1: float("inf")}, "finite number or -inf"),
@@ -229,6 +253,14 @@ def test_bad_logit_biases_are_refused_by_name():
     dec = SpecDecoder.for_example(target, draft, penalties=True)
     with pytest.raises(ValueError, match=f"logit_bias names token {V}; ids must be in \\[0, {V}\\)"):
         dec.make_requests([PROMPTS[0]], 4, SamplingParams(logit_bias={3: 1.0, V: 1.0}))
+    with pytest.raises(ValueError, match=f"bad_words_ids holds \\[3, {V}\\]; ids must be in"):
+        dec.make_requests([PROMPTS[0]], 4, SamplingParams(bad_words_ids=[[1], [3, V]]))
+    for bad, match in [([[]], "1 to 16"), ([list(range(17))], "1 to 16"), ([[1, -2]], "token ids"),
+                       ([[1.0]], "token ids"), ([[1]] * 129, "at most 128"), ("ab", "list of token id lists"),
+                       ([5], "list of token id lists")]:  # fmt: skip
+        with pytest.raises((ValueError, TypeError), match=match):
+            SamplingParams(bad_words_ids=bad)
+    assert SamplingParams(bad_words_ids=[[4, 5], (6,)]).bad_words_ids == ((4, 5), (6,))
 
 
 def test_sampled_with_penalties_reproduces_its_seed_on_both_loops():

@@ -13,7 +13,7 @@ from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
 pytestmark = pytest.mark.gpu
 
 SAMPLED = [SamplingParams(temperature=0.8, top_k=40, seed=2, repetition_penalty=1.4, presence_penalty=0.5),
-           SamplingParams(temperature=0.8, seed=3, logit_bias={5: 2.0, 17: float("-inf")}),
+           SamplingParams(temperature=0.8, seed=3, logit_bias={5: 2.0, 17: float("-inf")}, bad_words_ids=[[5, 5], [9]]),
            SamplingParams(temperature=1.0, top_p=0.9, frequency_penalty=1.0)]  # fmt: skip
 
 
@@ -50,7 +50,8 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
         out = torch.randint(0, 50, (7,), generator=g)
         for s in states:
             s.admit(slot, SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=-0.7,
-                                         logit_bias={3 * slot: 1.5, 40 + slot: float("-inf"), 900: -2.0}))  # fmt: skip
+                                         logit_bias={3 * slot: 1.5, 40 + slot: float("-inf"), 900: -2.0},
+                                         bad_words_ids=[[out[-1].item(), 7], [slot]]))  # fmt: skip
             s.write_prompt(torch.tensor([prompt], device=s.device), torch.tensor([slot], device=s.device),
                            torch.tensor([0], device=s.device), torch.tensor([len(prompt)], device=s.device))  # fmt: skip
             s.record(out[None].to(s.device), torch.tensor([slot], device=s.device),
@@ -64,21 +65,24 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
     assert torch.equal(outs[0], outs[1])
 
 
-def test_admitting_a_logit_bias_waits_for_no_step():
-    """The biases go up from pinned memory: an admission with the device busy does not wait for it."""
+def test_admitting_a_logit_bias_and_bad_words_waits_for_no_step():
+    """The biases and bad words go up from pinned memory: an admission with the device busy does not wait
+    for it."""
     state = PenaltyState(4, 1000, 64, "cuda")
     busy = torch.randn(4096, 4096, device="cuda")
     for _ in range(20):
         busy = busy @ busy / 64
     torch.cuda.set_sync_debug_mode("error")
     try:
-        state.admit(1, SamplingParams(logit_bias={3: 1.5, 999: float("-inf"), 7: -0.25}))
+        state.admit(1, SamplingParams(logit_bias={3: 1.5, 999: float("-inf"), 7: -0.25}, bad_words_ids=[[4, 5], [6]]))
     finally:
         torch.cuda.set_sync_debug_mode(0)
     want = torch.zeros(1001)
     want[[3, 7, 999]] = torch.tensor([1.5, -0.25, float("-inf")])
     assert torch.equal(state.bias[1].cpu(), want) and state.bias_count[1].item() == 3
     assert state.bias_ids[1, :3].tolist() == [3, 7, 999]
+    assert state.word_count[1].item() == 2 and state.word_len[1, :2].tolist() == [2, 1]
+    assert state.words[1, 0, :2].tolist() == [4, 5] and state.words[1, 1, 0].item() == 6
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])

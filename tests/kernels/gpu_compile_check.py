@@ -100,7 +100,13 @@ def _workloads() -> None:
 
     prompts = [[5, 17, 99, 3, 17], [42, 7], [1, 2, 3, 4, 5, 6, 7, 1]]
     classes = [
-        SamplingParams(repetition_penalty=1.2, no_repeat_ngram_size=2, min_tokens=2, logit_bias={5: 1.5, 9: -2.0}),
+        SamplingParams(
+            repetition_penalty=1.2,
+            no_repeat_ngram_size=2,
+            min_tokens=2,
+            logit_bias={5: 1.5, 9: -2.0},
+            bad_words_ids=[[17, 3], [8]],
+        ),
         SamplingParams(temperature=0.8, seed=1),
         SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=2),
         SamplingParams(temperature=0.8, top_p=0.9, seed=3),

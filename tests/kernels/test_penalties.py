@@ -6,6 +6,7 @@ import torch
 
 from stepgraph import SamplingParams
 from stepgraph.kernels.penalties import (
+    BadWords,
     Bans,
     LogitBias,
     penalise_rows,
@@ -126,11 +127,16 @@ def test_rows_later_in_the_chain_equal_those_rows_of_the_whole_chain(first_row, 
     assert not torch.equal(torch.nan_to_num(as_first), torch.nan_to_num(got))  # where a row stands matters
 
 
-def logit_bias(S, V, per_slot: dict[int, dict[int, float]]) -> LogitBias:
-    """The state rows' :class:`LogitBias` as a decoder's admissions write it."""
+def admitted(S, V, per_slot: dict[int, SamplingParams]) -> PenaltyState:
+    """A state whose rows hold these settings, as a decoder's admissions write them."""
     state = PenaltyState(S, V, 4, DEV)
-    for slot, bias in per_slot.items():
-        state.admit(slot, SamplingParams(logit_bias=bias))
+    for slot, params in per_slot.items():
+        state.admit(slot, params)
+    return state
+
+
+def logit_bias(S, V, per_slot: dict[int, dict[int, float]]) -> LogitBias:
+    state = admitted(S, V, {slot: SamplingParams(logit_bias=bias) for slot, bias in per_slot.items()})
     return LogitBias(state.bias_count, state.bias_ids, state.bias)
 
 
@@ -173,6 +179,47 @@ def test_the_logit_bias_equals_its_reference(K, dtype):
     assert not torch.equal(torch.nan_to_num(want[2]), torch.nan_to_num(plain[2]))
 
 
+@pytest.mark.parametrize("first_row,R", [(0, 1), (0, 4), (2, 2)])
+def test_bad_words_equal_their_reference(first_row, R):
+    """Words that end each slot's history (one to six tokens), words whose prefix runs into the drafts, a
+    word longer than a short row's tokens, single tokens, a slot without words, a padded row; with the
+    n-gram ban and a logit bias on too (every write before the bans)."""
+    S, V, L, B = 6, 37, 60, 4
+    K = first_row + R - 1
+    history, counts, settings = state(S, V, L, seed=R + 40)
+    history[:, :] = torch.randint(0, 5, (S, L + 1), generator=torch.Generator().manual_seed(first_row)).to(history)
+    g = torch.Generator().manual_seed(R)
+    logits = odd_logits((B, R, V), torch.float32, seed=first_row + 3).to(DEV)
+    drafts = torch.randint(0, 5, (B, K), generator=g).to(DEV)
+    drafts[0, :1] = 5  # no history holds it
+    slots = torch.tensor([4, -1, 0, 2], device=DEV)
+    seq_len = torch.tensor([L // 2, 0, 0, L - 1], device=DEV)
+    tail = history[4, : L // 2 + 1].tolist()
+    words = {
+        4: [tail[len(tail) - n :] + [30 + n] for n in range(0, 6)] + [[tail[-1], 5, 36]] + [[7], [8, 9]],
+        0: [[history[0, 0].item(), 20], [1, 2, 3, 21], [22]],  # slot 0 holds one token
+        2: [history[2, L - 3 : L].tolist() + [23]],
+    }
+    st = admitted(S, V, {s: SamplingParams(bad_words_ids=w, logit_bias={31: 2.0}) for s, w in words.items()})
+    bad = BadWords(st.word_count, st.word_len, st.words)
+    bias = LogitBias(st.bias_count, st.bias_ids, st.bias)
+    bans = Bans(torch.zeros(S, dtype=torch.int32, device=DEV), torch.full((S, 8), -1, dtype=torch.int32, device=DEV),
+                torch.tensor([2, 0, 0, 0, 3, 0], dtype=torch.int32, device=DEV))  # fmt: skip
+    args = (logits, drafts, slots, seq_len, history, counts, settings, S - 1)
+    kw = {"bans": bans, "first_row": first_row, "bias": bias}
+    got = penalise_rows(*args, **kw, words=bad)
+    want = penalise_rows_ref(*args, **kw, words=bad)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    plain = penalise_rows_ref(*args, **kw)
+    if first_row == 0:  # row 0 follows the history: every word ending it is banned, none other
+        assert (want[0, 0, [30, 31, 32, 33, 34, 35, 7]] == float("-inf")).all()
+        hit = ~torch.isclose(torch.nan_to_num(want[0, 0]), torch.nan_to_num(plain[0, 0]), rtol=0, atol=0)
+        assert set(hit.nonzero().view(-1).tolist()) <= {30, 31, 32, 33, 34, 35, 7}
+        assert want[2, 0, 22] == float("-inf") and plain[2, 0, 22] != float("-inf")
+    if first_row == 0 and R > 1:  # chain row 1's tokens end with the history's last and the first draft
+        assert want[0, 1, 36] == float("-inf") and plain[0, 1, 36] != float("-inf")
+
+
 def test_record_tokens_equals_its_reference():
     S, V, L = 5, 50, 12
     history, counts, _ = state(S, V, L, seed=1)
@@ -210,15 +257,17 @@ def test_strided_lengths_and_slots_are_read_by_their_strides():
 
 
 def test_greedy_decode_through_the_kernels_equals_the_reference():
-    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties, an n-gram ban and
-    a logit bias, K = 3, long enough for every request's history to matter (a later request's once went astray)."""
+    """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties, an n-gram ban, a
+    logit bias and bad words, K = 3, long enough for every request's history to matter (a later request's
+    once went astray)."""
     from stepgraph.examples.model import build
     from stepgraph.speculative.decoder import SpecDecoder
     from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
 
     target, draft = build("tiny", device=DEV)
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, penalties=True)
-    sampling = [PENALISED[0], SamplingParams(no_repeat_ngram_size=2, logit_bias={17: float("-inf"), 300: 2.0}),
+    sampling = [PENALISED[0], SamplingParams(no_repeat_ngram_size=2, logit_bias={17: float("-inf"), 300: 2.0},
+                                               bad_words_ids=[[7, 300], [300, 300, 5], [1]]),
                 PENALISED[2]]  # fmt: skip
     out = dec.generate(PROMPTS, max_new_tokens=16, sampling=sampling)
     for prompt, tokens, params in zip(PROMPTS, out, sampling):
