@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -191,10 +192,14 @@ def token_biases(settings: dict[str, Any]) -> dict[int, float]:
     """
     bias: dict[int, float] = {}
     given = settings.get("sequence_bias") or {}
-    for ids, value in given.items() if isinstance(given, dict) else given:
+    for entry in given.items() if isinstance(given, dict) else given:
+        shaped = isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], (list, tuple))
+        if not shaped or not isinstance(entry[1], numbers.Real) or isinstance(entry[1], bool):
+            raise ValueError(f"sequence_bias maps token id sequences to numbers; got the entry {entry!r}")
+        ids, value = entry
         if len(ids) != 1:
             raise ValueError(f"sequence_bias of {list(ids)}: only single tokens can be biased here, not sequences")
-        bias[int(ids[0])] = bias.get(int(ids[0]), 0.0) + float(value)
+        bias[ids[0]] = bias.get(ids[0], 0.0) + value  # SamplingParams checks the ids and biases
     return bias
 
 
@@ -202,7 +207,8 @@ def _bad_words(settings: dict[str, Any]) -> list[list[int]]:
     """``settings``' ``bad_words_ids`` but those of one EOS id (which transformers drops)."""
     eos = settings.get("eos_token_id")
     eos = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
-    return [list(w) for w in settings.get("bad_words_ids") or () if not (len(w) == 1 and w[0] in eos)]
+    words = settings.get("bad_words_ids") or ()
+    return [w for w in words if not (isinstance(w, (list, tuple)) and len(w) == 1 and w[0] in eos)]
 
 
 def prompts_of(inputs, attention_mask=None, tokenizer=None) -> tuple[list[list[int]], str]:

@@ -181,6 +181,16 @@ def test_bad_words_and_single_token_biases_act_as_in_generate(models):
     assert kept == [[eos]]
 
 
+@pytest.mark.parametrize(
+    "setting,match",
+    [({"sequence_bias": {5: 1.0}}, "sequence_bias maps"), ({"sequence_bias": {(5,): "x"}}, "sequence_bias maps"),
+     ({"bad_words_ids": [5]}, "bad_words_ids must be a list"), ({"bad_words_ids": [[1.5]]}, "bad_words_ids must hold")],
+)  # fmt: skip
+def test_malformed_biases_and_bad_words_are_refused_by_name(setting, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        generation_settings(None, **setting)
+
+
 def test_num_return_sequences_samples_each_prompt_that_many_times(models):
     """Sequences come per prompt, one after another (transformers' order): ids, a padded tensor and finish
     reasons alike; a seeded request's first copy is its single sequence and the others differ."""
