@@ -72,6 +72,21 @@ def test_draft_length_block_runs_a_policy_of_ones_own_and_simulates_it(monkeypat
     assert "short when crowded:" in printed and "auto:" in printed
 
 
+def test_sampling_block_serves_an_openai_request_as_the_reference_decodes_it(monkeypatch, capsys):
+    from tests.e2e.test_penalties import reference_greedy
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "sampling.md").read_text(), flags=re.S)
+    namespace: dict = {"__name__": "sampling_block"}
+    exec(compile(block, "docs/sampling.md python block", "exec"), namespace)  # noqa: S102
+    request, params = namespace["request"], namespace["params"]
+    assert dict(params.logit_bias) == {7: 2.0, 42: -100.0}
+    assert request.output == reference_greedy(namespace["target"], [5, 17, 99, 3], 12, params)
+    assert 42 not in request.output and len(request.logprobs) == len(request.top_logprobs) == len(request.output)
+    assert all(len(alternatives) == 2 for alternatives in request.top_logprobs)
+    assert str(request.output) in capsys.readouterr().out
+
+
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),
                     reason="the docs extra is not installed (pip install -e '.[docs]')")  # fmt: skip
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
