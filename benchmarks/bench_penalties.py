@@ -1,8 +1,9 @@
 """Cost of penalties in the step: the time of a step (the median from one launch to the next) of the example
 model's step graph (28 layers, K = 3) through ``SpecDecoder.generate``, a decoder without penalties
 against one built with ``penalties=True``, serving requests without penalties, with a repetition penalty
-(1.05, as Qwen2.5-Instruct ships), with all three, and with ``no_repeat_ngram_size=3`` (the kernel's
-n-gram scan over each request's tokens), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and
+(1.05, as Qwen2.5-Instruct ships), with all three, with ``no_repeat_ngram_size=3`` (the kernel's
+n-gram scan over each request's tokens), and with a logit bias of 300 tokens and 32 bad words of 1-4 tokens
+(the kernel's bias and word passes), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and
 64, in one run, the settings taking turns. The ratio to the decoder without penalties at the same
 sampling is what matters (target: <= 1.03x).
 
@@ -36,6 +37,18 @@ SETTINGS = {
     "all three": (True, {"repetition_penalty": 1.05, "presence_penalty": 0.5, "frequency_penalty": 0.3}),
     "no-repeat 3-grams": (True, {"no_repeat_ngram_size": 3}),
 }
+BIAS_AND_WORDS = "bias 300 + 32 bad words"  # a setting of bias_and_words(the vocabulary's size)
+
+
+def bias_and_words(vocab_size: int) -> dict:
+    """A logit bias of 300 tokens and 32 bad words of 1-4 tokens, spread over the vocabulary."""
+    spread = vocab_size // 400
+    return {
+        "logit_bias": {t * spread: (-1.0) ** t * 2.0 for t in range(300)},
+        "bad_words_ids": [[(w * 7 + j) * spread + 1 for j in range(w % 4 + 1)] for w in range(32)],
+    }
+
+
 CLASSES = {"greedy": SamplingParams(), "top_k": SamplingParams(temperature=0.8, top_k=40, top_p=0.9)}
 
 
@@ -44,6 +57,7 @@ def main() -> None:
     add_smoke_flag(ap)
     args, batches = parse_step_bench(ap)
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
+    settings = {**SETTINGS, BIAS_AND_WORDS: (True, bias_and_words(target.cfg.vocab_size))}
     decoders = {
         on: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), penalties=on)
         for on in (False, True)
@@ -54,17 +68,17 @@ def main() -> None:
         f"# Penalties in the step, {args.layers} layers, K = 3, {env['date']}, {env['gpu']}, "
         f"torch {env['torch']}, triton {env['triton']}",
         "",
-        "| class | B | " + " | ".join(SETTINGS) + " |",
-        "| --- | --- |" + " --- |" * len(SETTINGS),
+        "| class | B | " + " | ".join(settings) + " |",
+        "| --- | --- |" + " --- |" * len(settings),
     ]
     for cls, base in CLASSES.items():
         for B in batches:
 
             def measure(name, B=B, base=base):
-                on, penalties = SETTINGS[name]
+                on, penalties = settings[name]
                 return step_ms(decoders[on], B, dataclasses.replace(base, **penalties), args.tokens, 1)
 
-            ms, dev = in_turns(SETTINGS, args.rounds, measure)
+            ms, dev = in_turns(settings, args.rounds, measure)
             record["ms_per_step"][f"{cls}/B={B}"] = {"wall": ms, "device": dev}
             rows.append(f"| {cls} | {B} | " + " | ".join(ratio_cells(ms, dev, "off")) + " |")
     rows += [
