@@ -240,7 +240,7 @@ def _bad_words(value) -> tuple[tuple[int, ...], ...]:
     for word in value:
         if isinstance(word, (str, bytes)) or not isinstance(word, Iterable):
             raise TypeError(f"bad_words_ids must be a list of token id lists; got the entry {word!r}")
-        word = tuple(word)
+        word = tuple(word.tolist() if hasattr(word, "tolist") else word)  # a tensor or an array of ids too
         if not 1 <= len(word) <= MAX_BAD_WORD_LEN:
             raise ValueError(f"each of bad_words_ids must hold 1 to {MAX_BAD_WORD_LEN} token ids, got {list(word)}")
         for t in word:

@@ -208,6 +208,8 @@ def _bad_words(settings: dict[str, Any]) -> list[list[int]]:
     eos = settings.get("eos_token_id")
     eos = set(eos) if isinstance(eos, (list, tuple, set)) else {eos}
     words = settings.get("bad_words_ids") or ()
+    if not isinstance(words, (list, tuple)):
+        return words  # SamplingParams names what is wrong with it
     return [w for w in words if not (isinstance(w, (list, tuple)) and len(w) == 1 and w[0] in eos)]
 
 

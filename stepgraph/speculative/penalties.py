@@ -109,8 +109,8 @@ class PenaltyState:
     # ---- host side, outside graphs -------------------------------------------------------------
     def admit(self, slot: int, params: SamplingParams, prompt_len: int = 0, eos: Sequence[int] = ()) -> None:
         """Start ``slot``'s request: no output yet, and the settings of ``params`` (its penalties, its n-gram
-        size, its logit bias and bad words, and with ``min_tokens`` its ``eos`` ids held back until it has that many new
-        tokens after a prompt of ``prompt_len``); its prompt goes in with :meth:`write_prompt`.
+        size, its logit bias and bad words, and with ``min_tokens`` its ``eos`` ids held back until it has
+        that many new tokens after a prompt of ``prompt_len``); its prompt goes in with :meth:`write_prompt`.
         Stream-ordered, with no wait for the steps in flight.
 
         Raises

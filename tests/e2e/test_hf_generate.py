@@ -184,7 +184,8 @@ def test_bad_words_and_single_token_biases_act_as_in_generate(models):
 @pytest.mark.parametrize(
     "setting,match",
     [({"sequence_bias": {5: 1.0}}, "sequence_bias maps"), ({"sequence_bias": {(5,): "x"}}, "sequence_bias maps"),
-     ({"bad_words_ids": [5]}, "bad_words_ids must be a list"), ({"bad_words_ids": [[1.5]]}, "bad_words_ids must hold")],
+     ({"bad_words_ids": [5]}, "bad_words_ids must be a list"), ({"bad_words_ids": 5}, "bad_words_ids must be a list"),
+     ({"bad_words_ids": [[1.5]]}, "bad_words_ids must hold")],
 )  # fmt: skip
 def test_malformed_biases_and_bad_words_are_refused_by_name(setting, match):
     with pytest.raises((ValueError, TypeError), match=match):

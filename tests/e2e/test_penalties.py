@@ -260,7 +260,7 @@ def test_bad_logit_biases_and_bad_words_are_refused_by_name():
                        ([5], "list of token id lists")]:  # fmt: skip
         with pytest.raises((ValueError, TypeError), match=match):
             SamplingParams(bad_words_ids=bad)
-    assert SamplingParams(bad_words_ids=[[4, 5], (6,)]).bad_words_ids == ((4, 5), (6,))
+    assert SamplingParams(bad_words_ids=[[4, 5], (6,), torch.tensor([7, 8])]).bad_words_ids == ((4, 5), (6,), (7, 8))
 
 
 def test_sampled_with_penalties_reproduces_its_seed_on_both_loops():
