@@ -54,13 +54,13 @@ class LogitBias(NamedTuple):
 
 
 class BadWords(NamedTuple):
-    """Per state row: ``count [S]`` int32 bad words, their lengths ``lengths [S, W]`` int32 and their tokens
-    ``tokens [S, W, N]`` int32 (word ``w``'s in ``tokens[row, w, :lengths[row, w]]``; the first ``count``
-    words of a row, the rest unread)."""
+    """Per state row: ``count [S]`` int32 bad words, and ``words [S, W, 1 + N]`` int32: word ``w``'s length
+    ``n = words[row, w, 0]``, then its tokens ``words[row, w, 1 : 1 + n]`` (the first ``count`` words of a
+    row; the rest unread). A length beside its tokens keeps the kernel's loads of lengths strided, so the
+    compiler does not widen its other per-lane tensors to two entries a thread for them."""
 
     count: torch.Tensor
-    lengths: torch.Tensor
-    tokens: torch.Tensor
+    words: torch.Tensor
 
 
 def bad_word_bans(tokens: Sequence[int], words: Sequence[Sequence[int]]) -> set[int]:
@@ -126,7 +126,7 @@ def penalise_rows_ref(
     out.scatter_(2, tokens, penalise(out.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2]))
     if words is not None:
         for b, count in enumerate(words.count[rows].tolist()):
-            listed = [words.tokens[rows[b], w, :n].tolist() for w, n in enumerate(words.lengths[rows[b], :count])]
+            listed = [w[1 : 1 + w[0]] for w in words.words[rows[b], :count].tolist()]
             seen = history[rows[b], : int(seq_len[b]) + 1].tolist()
             for i in range(R) if listed else ():
                 banned = bad_word_bans(seen + drafts[b, : min(first_row + i, K)].tolist(), listed)
@@ -182,14 +182,14 @@ def penalise_rows(
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
     n_bias, bias_ids, bias_table = bias if bias is not None else (slots, slots, counts)  # unread without a bias
-    n_words, word_len, word_tokens = words if words is not None else (slots, slots[:, None], slots[:, None, None])
+    n_words, word_table = words if words is not None else (slots, slots[:, None, None])
     _penalise_rows_kernel[(B * R,)](
         logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
-        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table, n_words, word_len, word_tokens,
+        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table, n_words, word_table,
         R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row, bias_ids.stride(0),
-        bias_table.stride(0), word_len.stride(0), word_tokens.stride(0), word_tokens.stride(1),
+        bias_table.stride(0), word_table.stride(0), word_table.stride(1),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
-        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_tokens.shape[2],
+        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2] - 1,
         num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
@@ -222,9 +222,8 @@ def _biased(raw, tok, mask, bias_row, HAS_BIAS: tl.constexpr):
 @jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
-    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, word_len_ptr, words_ptr,
-    R, K, V, L, history_stride, scratch, first_row, bias_ids_stride, bias_stride, word_len_stride, words_stride,
-    word_stride,
+    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, words_ptr,
+    R, K, V, L, history_stride, scratch, first_row, bias_ids_stride, bias_stride, words_stride, word_stride,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr,
 ):  # fmt: skip
@@ -290,13 +289,14 @@ def _penalise_rows_kernel(
         for w0 in range(0, n_words, BLOCK):
             w = w0 + lanes
             listed = w < n_words
-            length = tl.load(word_len_ptr + row * word_len_stride + w, mask=listed, other=1)
             word = words_ptr + row * words_stride + w.to(tl.int64) * word_stride
+            length = tl.load(word, mask=listed, other=1)
+            word += 1  # its tokens
             ends = listed
-            for j in range(0, WORD_LEN - 1):
-                inside = j < length - 1
-                expect = tl.load(word + j, mask=listed & inside, other=-1)
-                have = _token_at(ctx - length + 1 + j, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
+            for q in range(0, WORD_LEN - 1):  # (a name of its own: a compiled loop keeps each name's type)
+                inside = q < length - 1
+                expect = tl.load(word + q, mask=listed & inside, other=-1)
+                have = _token_at(ctx - length + 1 + q, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
                 ends = ends & ((expect == have) | ~inside)
             last = tl.load(word + length - 1, mask=listed, other=0).to(tl.int64)
             tl.store(out_ptr + base + last, tl.full([BLOCK], float("-inf"), tl.float32), mask=ends)

@@ -68,7 +68,7 @@ class PenaltyState:
     0: none), and ``logit_bias``'s :class:`~stepgraph.kernels.penalties.LogitBias`: ``bias_count [rows]``
     int32, ``bias_ids [rows, MAX_LOGIT_BIAS]`` int32 and ``bias [rows, V + 1]`` float32 (as much memory as
     the counts), and ``bad_words_ids``' :class:`~stepgraph.kernels.penalties.BadWords`: ``word_count [rows]``,
-    ``word_len [rows, MAX_BAD_WORDS]`` and ``words [rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN]`` int32.
+    and ``words [rows, MAX_BAD_WORDS, 1 + MAX_BAD_WORD_LEN]`` int32 (each word's length, then its tokens).
     Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
 
     def __init__(self, rows: int, vocab_size: int, max_len: int, device: torch.device | str) -> None:
@@ -91,10 +91,9 @@ class PenaltyState:
         self._host_bias = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, pin_memory=pinned)
         self._bias_values = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, device=self.device)
         self.word_count = torch.zeros(rows, dtype=torch.int32, device=self.device)
-        self.word_len = torch.ones((rows, MAX_BAD_WORDS), dtype=torch.int32, device=self.device)
-        self.words = torch.zeros((rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN), dtype=torch.int32, device=self.device)
-        self._host_word_len = torch.ones((rows, MAX_BAD_WORDS), dtype=torch.int32, pin_memory=pinned)
-        self._host_words = torch.zeros((rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN), dtype=torch.int32, pin_memory=pinned)
+        words = (rows, MAX_BAD_WORDS, 1 + MAX_BAD_WORD_LEN)  # each word's length, then its tokens
+        self.words = torch.zeros(words, dtype=torch.int32, device=self.device)
+        self._host_words = torch.zeros(words, dtype=torch.int32, pin_memory=pinned)
         self._one = torch.ones(1, dtype=torch.int32, device=self.device)
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -103,7 +102,7 @@ class PenaltyState:
             "penalty_counts": self.counts, "penalty_history": self.history, "penalty_settings": self.settings,
             "penalty_ban_until": self.ban_until, "penalty_banned": self.banned, "penalty_no_repeat": self.no_repeat,
             "penalty_bias_count": self.bias_count, "penalty_bias_ids": self.bias_ids, "penalty_bias": self.bias,
-            "penalty_word_count": self.word_count, "penalty_word_len": self.word_len, "penalty_words": self.words,
+            "penalty_word_count": self.word_count, "penalty_words": self.words,
         }  # fmt: skip
 
     # ---- host side, outside graphs -------------------------------------------------------------
@@ -152,9 +151,7 @@ class PenaltyState:
         if not words:
             return
         for w, word in enumerate(words):
-            self._host_word_len[slot, w] = len(word)
-            self._host_words[slot, w, : len(word)] = torch.tensor(word, dtype=torch.int32)
-        self.word_len[slot].copy_(self._host_word_len[slot], non_blocking=True)
+            self._host_words[slot, w, : 1 + len(word)] = torch.tensor([len(word), *word], dtype=torch.int32)
         self.words[slot].copy_(self._host_words[slot], non_blocking=True)
 
     def record_first(self, slot: int, position: int, token: torch.Tensor) -> None:
@@ -165,7 +162,7 @@ class PenaltyState:
     def move(self, src: int, dst: int) -> None:
         """Copy slot ``src``'s rows to ``dst`` (a lone request moving to the view slot)."""
         for t in (self.counts, self.history, self.settings, self.ban_until, self.banned, self.no_repeat,
-                  self.bias_count, self.bias_ids, self.bias, self.word_count, self.word_len, self.words):  # fmt: skip
+                  self.bias_count, self.bias_ids, self.bias, self.word_count, self.words):  # fmt: skip
             t[dst].copy_(t[src])
 
     # ---- inside a graph ----------------------------------------------------------------------------
@@ -198,7 +195,7 @@ class PenaltyState:
         args = (self.history, self.counts, self.settings, self.scratch)
         bans = Bans(self.ban_until, self.banned, self.no_repeat)
         bias = LogitBias(self.bias_count, self.bias_ids, self.bias)
-        words = BadWords(self.word_count, self.word_len, self.words)
+        words = BadWords(self.word_count, self.words)
         return penalise_rows(
             logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row, bias=bias, words=words
         )

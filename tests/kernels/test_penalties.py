@@ -201,7 +201,7 @@ def test_bad_words_equal_their_reference(first_row, R):
         2: [history[2, L - 3 : L].tolist() + [23]],
     }
     st = admitted(S, V, {s: SamplingParams(bad_words_ids=w, logit_bias={31: 2.0}) for s, w in words.items()})
-    bad = BadWords(st.word_count, st.word_len, st.words)
+    bad = BadWords(st.word_count, st.words)
     bias = LogitBias(st.bias_count, st.bias_ids, st.bias)
     bans = Bans(torch.zeros(S, dtype=torch.int32, device=DEV), torch.full((S, 8), -1, dtype=torch.int32, device=DEV),
                 torch.tensor([2, 0, 0, 0, 3, 0], dtype=torch.int32, device=DEV))  # fmt: skip

@@ -131,7 +131,7 @@ def test_penalise_rows_property(data, B, K, V, dtype):
         "bans": Bans(state.ban_until, state.banned, state.no_repeat),
         "first_row": first_row,
         "bias": LogitBias(state.bias_count, state.bias_ids, state.bias),
-        "words": BadWords(state.word_count, state.word_len, state.words),
+        "words": BadWords(state.word_count, state.words),
     }
     got, ref = penalise_rows(*args, **kw), penalise_rows_ref(*args, **kw)
     torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
