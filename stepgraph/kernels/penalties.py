@@ -56,8 +56,7 @@ class LogitBias(NamedTuple):
 class BadWords(NamedTuple):
     """Per state row: ``count [S]`` int32 bad words, and ``words [S, W, 1 + N]`` int32: word ``w``'s length
     ``n = words[row, w, 0]``, then its tokens ``words[row, w, 1 : 1 + n]`` (the first ``count`` words of a
-    row; the rest unread). A length beside its tokens keeps the kernel's loads of lengths strided, so the
-    compiler does not widen its other per-lane tensors to two entries a thread for them."""
+    row; the rest unread)."""
 
     count: torch.Tensor
     words: torch.Tensor
