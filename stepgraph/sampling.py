@@ -41,7 +41,8 @@ NEUTRAL = (1.0, 0.0, 0.0)
 
 #: The most tokens one request's ``logit_bias`` may bias (a device table of this width per relay slot).
 MAX_LOGIT_BIAS = 1024
-#: The most sequences one request's ``bad_words_ids`` may hold, and the most tokens in each.
+#: The most sequences one request's ``bad_words_ids`` may hold, and the most tokens in each (a power of two: the
+#: width of the kernel's table of words).
 MAX_BAD_WORDS = 128
 MAX_BAD_WORD_LEN = 16
 

@@ -30,6 +30,7 @@ import triton.language as tl
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2, use_triton
 
 HISTORY_BLOCK = 256
+WORD_BLOCK: tl.constexpr = tl.constexpr(64)  # bad words compared at once
 
 
 class Bans(NamedTuple):
@@ -54,12 +55,30 @@ class LogitBias(NamedTuple):
 
 
 class BadWords(NamedTuple):
-    """Per state row: ``count [S]`` int32 bad words, and ``words [S, W, 1 + N]`` int32: word ``w``'s length
-    ``n = words[row, w, 0]``, then its tokens ``words[row, w, 1 : 1 + n]`` (the first ``count`` words of a
-    row; the rest unread)."""
+    """Per state row: ``count [S]`` int32 bad words, and ``words [S, W, N]`` int32 (``N`` a power of two): word
+    ``w``'s last token at ``words[row, w, 0]``, the tokens before it right-aligned in ``words[row, w, 1:]``,
+    :data:`ANY` to their left (the first ``count`` words of a row; the rest unread). So column ``c >= 1`` of
+    every word is compared with the row's token ``N - c`` places from its end. :func:`bad_word_table` makes
+    a row's."""
 
     count: torch.Tensor
     words: torch.Tensor
+
+
+#: a bad word table's entry left of a word's tokens: any token matches it
+ANY = -2
+ANY_C: tl.constexpr = tl.constexpr(ANY)
+
+
+def bad_word_table(words: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """``words [len(words), width]`` int32 for :class:`BadWords`: each word's last token, then the ones
+    before it right-aligned after :data:`ANY` (a word of at most ``width`` tokens)."""
+    table = torch.full((len(words), width), ANY, dtype=torch.int32)
+    for w, word in enumerate(words):
+        table[w, 0] = word[-1]
+        if len(word) > 1:
+            table[w, width - len(word) + 1 :] = torch.tensor(word[:-1], dtype=torch.int32)
+    return table
 
 
 def bad_word_bans(tokens: Sequence[int], words: Sequence[Sequence[int]]) -> set[int]:
@@ -125,7 +144,7 @@ def penalise_rows_ref(
     out.scatter_(2, tokens, penalise(out.gather(2, tokens), n, s[:, 0], s[:, 1], s[:, 2]))
     if words is not None:
         for b, count in enumerate(words.count[rows].tolist()):
-            listed = [w[1 : 1 + w[0]] for w in words.words[rows[b], :count].tolist()]
+            listed = [[t for t in w[1:] if t != ANY] + w[:1] for w in words.words[rows[b], :count].tolist()]
             seen = history[rows[b], : int(seq_len[b]) + 1].tolist()
             for i in range(R) if listed else ():
                 banned = bad_word_bans(seen + drafts[b, : min(first_row + i, K)].tolist(), listed)
@@ -188,7 +207,7 @@ def penalise_rows(
         R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row, bias_ids.stride(0),
         bias_table.stride(0), word_table.stride(0), word_table.stride(1),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
-        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2] - 1,
+        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2],
         num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
@@ -283,22 +302,19 @@ def _penalise_rows_kernel(
     lanes = tl.arange(0, BLOCK)
     if HAS_BAN or HAS_WORDS:  # the sequence bans after every write above, each a -inf
         tl.debug_barrier()
-    if HAS_WORDS:  # a word a lane: its tokens but the last against the row's last ones
+    if HAS_WORDS:  # a word a row of the tile: its tokens but the last against the row's last ones
+        column = tl.arange(0, WORD_LEN)
+        tail = _token_at(ctx - WORD_LEN + column, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
         n_words = tl.load(n_words_ptr + row)
-        for w0 in range(0, n_words, BLOCK):
-            w = w0 + lanes
+        for w0 in range(0, n_words, WORD_BLOCK):
+            w = w0 + tl.arange(0, WORD_BLOCK)
             listed = w < n_words
-            word = words_ptr + row * words_stride + w.to(tl.int64) * word_stride
-            length = tl.load(word, mask=listed, other=1)
-            word += 1  # its tokens
-            ends = listed
-            for q in range(0, WORD_LEN - 1):  # (a name of its own: a compiled loop keeps each name's type)
-                inside = q < length - 1
-                expect = tl.load(word + q, mask=listed & inside, other=-1)
-                have = _token_at(ctx - length + 1 + q, seq, i, K, L, b, row, history_ptr, history_stride, drafts_ptr)
-                ends = ends & ((expect == have) | ~inside)
-            last = tl.load(word + length - 1, mask=listed, other=0).to(tl.int64)
-            tl.store(out_ptr + base + last, tl.full([BLOCK], float("-inf"), tl.float32), mask=ends)
+            entries = words_ptr + row * words_stride + w[:, None].to(tl.int64) * word_stride + column[None, :]
+            tile = tl.load(entries, mask=listed[:, None], other=ANY_C)
+            fits = (tile == tail[None, :]) | (tile == ANY_C) | (column[None, :] == 0)
+            ends = listed & (tl.min(fits.to(tl.int32), axis=1) > 0)
+            last = tl.sum(tl.where(column[None, :] == 0, tile, 0), axis=1).to(tl.int64)
+            tl.store(out_ptr + base + last, tl.full([WORD_BLOCK], float("-inf"), tl.float32), mask=ends)
     if HAS_BAN:  # n-gram bans
         n = tl.load(no_repeat_ptr + row)
         for g0 in range(0, tl.where(n > 0, ctx - n + 1, 0), BLOCK):  # n-grams starting at g (none past ctx)

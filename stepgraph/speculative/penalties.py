@@ -48,6 +48,7 @@ from stepgraph.kernels.penalties import (
     Bans,
     LogitBias,
     bad_word_bans,
+    bad_word_table,
     penalise_rows,
     record_tokens,
     repeated_ngram_bans,
@@ -68,7 +69,8 @@ class PenaltyState:
     0: none), and ``logit_bias``'s :class:`~stepgraph.kernels.penalties.LogitBias`: ``bias_count [rows]``
     int32, ``bias_ids [rows, MAX_LOGIT_BIAS]`` int32 and ``bias [rows, V + 1]`` float32 (as much memory as
     the counts), and ``bad_words_ids``' :class:`~stepgraph.kernels.penalties.BadWords`: ``word_count [rows]``,
-    and ``words [rows, MAX_BAD_WORDS, 1 + MAX_BAD_WORD_LEN]`` int32 (each word's length, then its tokens).
+    and ``words [rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN]`` int32 (each word's last token, then the others
+    right-aligned: :func:`~stepgraph.kernels.penalties.bad_word_table`).
     Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
 
     def __init__(self, rows: int, vocab_size: int, max_len: int, device: torch.device | str) -> None:
@@ -91,7 +93,7 @@ class PenaltyState:
         self._host_bias = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, pin_memory=pinned)
         self._bias_values = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, device=self.device)
         self.word_count = torch.zeros(rows, dtype=torch.int32, device=self.device)
-        words = (rows, MAX_BAD_WORDS, 1 + MAX_BAD_WORD_LEN)  # each word's length, then its tokens
+        words = (rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN)
         self.words = torch.zeros(words, dtype=torch.int32, device=self.device)
         self._host_words = torch.zeros(words, dtype=torch.int32, pin_memory=pinned)
         self._one = torch.ones(1, dtype=torch.int32, device=self.device)
@@ -150,8 +152,7 @@ class PenaltyState:
         self.word_count[slot].fill_(len(words))
         if not words:
             return
-        for w, word in enumerate(words):
-            self._host_words[slot, w, : 1 + len(word)] = torch.tensor([len(word), *word], dtype=torch.int32)
+        self._host_words[slot, : len(words)] = bad_word_table(words, MAX_BAD_WORD_LEN)
         self.words[slot].copy_(self._host_words[slot], non_blocking=True)
 
     def record_first(self, slot: int, position: int, token: torch.Tensor) -> None:
