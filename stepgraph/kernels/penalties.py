@@ -229,7 +229,8 @@ def _banned(tok, ids, banning):
 
 @triton.jit
 def _biased(raw, tok, mask, bias_row, HAS_BIAS: tl.constexpr):
-    """``raw`` as float32, plus the bias of each of ``tok`` that has one (``bias_row``: the table's row)."""
+    """``raw`` as float32, plus the bias of each of ``tok`` that has one (``bias_row``: the table's row;
+    ``mask`` false: none read)."""
     x = raw.to(tl.float32)
     if HAS_BIAS:
         b = tl.load(bias_row + tok, mask=mask, other=0.0)
@@ -267,6 +268,7 @@ def _penalise_rows_kernel(
         ids = tl.load(banned_ptr + row * E_ROW + e, mask=e < E_ROW, other=-1).to(tl.int64)
         banning = (ids >= 0) & (seq + 1 + i + e * 0 < tl.load(until_ptr + row + e * 0))
     bias_row = bias_ptr + row * bias_stride
+    n_bias = 0
     if HAS_BIAS:  # the biased tokens, before the seen ones (the barrier) rewrite theirs with the penalty
         n_bias = tl.load(n_bias_ptr + row)
         for start in range(0, n_bias, BLOCK):
@@ -284,7 +286,7 @@ def _penalise_rows_kernel(
         n = tl.load(counts_row + tok, mask=ok, other=0)
         n += tl.sum((tok[:, None] == d[None, :]).to(tl.int32), 1)
         raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
-        value = _penalised(_biased(raw, tok, ok, bias_row, HAS_BIAS), n, rep, pres, freq)
+        value = _penalised(_biased(raw, tok, ok & (n_bias > 0), bias_row, HAS_BIAS), n, rep, pres, freq)
         if HAS_BAN:
             value = tl.where(_banned(tok, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tok, value, mask=ok)
@@ -293,13 +295,12 @@ def _penalise_rows_kernel(
     n = tl.load(counts_row + dt, mask=before, other=0)
     n += tl.sum((dt[:, None] == d[None, :]).to(tl.int32), 1)
     raw = tl.load(logits_ptr + base + dt, mask=before, other=0.0)
-    value = _penalised(_biased(raw, dt, before, bias_row, HAS_BIAS), n, rep, pres, freq)
+    value = _penalised(_biased(raw, dt, before & (n_bias > 0), bias_row, HAS_BIAS), n, rep, pres, freq)
     if HAS_BAN:
         value = tl.where(_banned(dt, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tl.where(banning, ids, 0), tl.full([E], float("-inf"), tl.float32), mask=banning)
     tl.store(out_ptr + base + dt, value, mask=before)
     ctx = seq + 1 + tl.minimum(i, K)  # the row's tokens: history 0..seq, then its drafts
-    lanes = tl.arange(0, BLOCK)
     if HAS_BAN or HAS_WORDS:  # the sequence bans after every write above, each a -inf
         tl.debug_barrier()
     if HAS_WORDS:  # a word a row of the tile: its tokens but the last against the row's last ones
@@ -317,6 +318,7 @@ def _penalise_rows_kernel(
             tl.store(out_ptr + base + last, tl.full([WORD_BLOCK], float("-inf"), tl.float32), mask=ends)
     if HAS_BAN:  # n-gram bans
         n = tl.load(no_repeat_ptr + row)
+        lanes = tl.arange(0, BLOCK)
         for g0 in range(0, tl.where(n > 0, ctx - n + 1, 0), BLOCK):  # n-grams starting at g (none past ctx)
             g = g0 + lanes  # (loop variables of their own: a compiled loop keeps each name's type)
             match = g <= ctx - n
