@@ -228,12 +228,12 @@ def _banned(tok, ids, banning):
 
 
 @triton.jit
-def _biased(raw, tok, mask, bias_row, HAS_BIAS: tl.constexpr):
+def _biased(raw, tok, mask, bias_row, n_bias, HAS_BIAS: tl.constexpr):
     """``raw`` as float32, plus the bias of each of ``tok`` that has one (``bias_row``: the table's row;
-    ``mask`` false: none read)."""
+    nothing read where ``mask`` is false, or at all when the row has no bias, ``n_bias == 0``)."""
     x = raw.to(tl.float32)
     if HAS_BIAS:
-        b = tl.load(bias_row + tok, mask=mask, other=0.0)
+        b = tl.load(bias_row + tok, mask=tl.where(n_bias > 0, mask, False), other=0.0)
         x = tl.where(b != 0, x + b, x)
     return x
 
@@ -276,7 +276,7 @@ def _penalise_rows_kernel(
             ok = at < n_bias
             tok = tl.load(bias_ids_ptr + row * bias_ids_stride + at, mask=ok, other=0).to(tl.int64)
             raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
-            tl.store(out_ptr + base + tok, _biased(raw, tok, ok, bias_row, HAS_BIAS), mask=ok)
+            tl.store(out_ptr + base + tok, _biased(raw, tok, ok, bias_row, n_bias, HAS_BIAS), mask=ok)
         tl.debug_barrier()
     # the request's tokens at positions 0..seq
     for start in range(0, seq + 1, BLOCK):
@@ -286,7 +286,7 @@ def _penalise_rows_kernel(
         n = tl.load(counts_row + tok, mask=ok, other=0)
         n += tl.sum((tok[:, None] == d[None, :]).to(tl.int32), 1)
         raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
-        value = _penalised(_biased(raw, tok, ok & (n_bias > 0), bias_row, HAS_BIAS), n, rep, pres, freq)
+        value = _penalised(_biased(raw, tok, ok, bias_row, n_bias, HAS_BIAS), n, rep, pres, freq)
         if HAS_BAN:
             value = tl.where(_banned(tok, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tok, value, mask=ok)
@@ -295,7 +295,7 @@ def _penalise_rows_kernel(
     n = tl.load(counts_row + dt, mask=before, other=0)
     n += tl.sum((dt[:, None] == d[None, :]).to(tl.int32), 1)
     raw = tl.load(logits_ptr + base + dt, mask=before, other=0.0)
-    value = _penalised(_biased(raw, dt, before & (n_bias > 0), bias_row, HAS_BIAS), n, rep, pres, freq)
+    value = _penalised(_biased(raw, dt, before, bias_row, n_bias, HAS_BIAS), n, rep, pres, freq)
     if HAS_BAN:
         value = tl.where(_banned(dt, ids, banning), float("-inf"), value)
         tl.store(out_ptr + base + tl.where(banning, ids, 0), tl.full([E], float("-inf"), tl.float32), mask=banning)
