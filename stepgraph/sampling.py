@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -132,6 +132,12 @@ class SamplingParams:
     request never emits, at most :data:`MAX_BAD_WORDS` of at most :data:`MAX_BAD_WORD_LEN` tokens. The last
     token of each gets ``-inf`` wherever the request's tokens end with the ones before it (a single token:
     always), after the penalties. Kept as a tuple of tuples.
+
+    Stops (vLLM's names; checked on the host, no penalty state needed): ``stop_token_ids`` end the request
+    as its EOS ids do, the stop token kept, with ``finish_reason`` ``"stop"``; ``ignore_eos`` leaves the
+    decoder's EOS ids free, so the request runs to its length or a stop token. With ``min_tokens`` the
+    stop tokens are held back too, as the EOS ids are (at most
+    :data:`stepgraph.speculative.penalties.MAX_BANNED` ids in all). Kept as a tuple, without repeats.
     """
 
     temperature: float = 0.0
@@ -146,10 +152,15 @@ class SamplingParams:
     no_repeat_ngram_size: int = 0
     logit_bias: Mapping[int, float] | tuple[tuple[int, float], ...] = ()
     bad_words_ids: Iterable[Iterable[int]] = ()
+    stop_token_ids: Iterable[int] = ()
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
         object.__setattr__(self, "bad_words_ids", _bad_words(self.bad_words_ids))
+        object.__setattr__(self, "stop_token_ids", _stop_token_ids(self.stop_token_ids))
+        if not isinstance(self.ignore_eos, bool):
+            raise TypeError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
         for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
@@ -205,6 +216,11 @@ class SamplingParams:
         """The least general class whose step serves these settings exactly (see :data:`CLASSES`)."""
         return class_of(self)
 
+    def stops(self, eos: Sequence[int]) -> tuple[int, ...]:
+        """The ids that end this request: the decoder's ``eos`` (unless ``ignore_eos``), then its
+        ``stop_token_ids``, without repeats."""
+        return tuple(dict.fromkeys((*(() if self.ignore_eos else eos), *self.stop_token_ids)))
+
     def request_values(self) -> dict[str, float | int]:
         """The values a request carries on the device for its sampling (:data:`REQUEST_FIELDS`)."""
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
@@ -251,6 +267,19 @@ def _bad_words(value) -> tuple[tuple[int, ...], ...]:
     if len(words) > MAX_BAD_WORDS:
         raise ValueError(f"bad_words_ids holds at most {MAX_BAD_WORDS} sequences a request, got {len(words)}")
     return tuple(words)
+
+
+def _stop_token_ids(value) -> tuple[int, ...]:
+    """``stop_token_ids`` checked, as a tuple without repeats (in the order given)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"stop_token_ids must be a list of token ids, got {value!r}")
+    ids = value.tolist() if hasattr(value, "tolist") else list(value)  # a tensor or an array of ids too
+    if not isinstance(ids, list):
+        raise TypeError(f"stop_token_ids must be a list of token ids, got {value!r}")
+    for t in ids:
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool) or not 0 <= t <= INT32_MAX:
+            raise ValueError(f"stop_token_ids must hold token ids (ints >= 0), got {t!r}")
+    return tuple(dict.fromkeys(int(t) for t in ids))
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@
   prompt, as transformers allows) gets the prompt, then the tokens as they are accepted; ``on_tokens(i,
   tokens)`` gets every request's, in both loops.
 * **Why each stopped**: with ``return_dict_in_generate=True`` the result is a :class:`HFGenerateOutput`
-  with ``finish_reasons`` per request: ``"stop"`` (an EOS id), ``"length"`` or ``"stop_string"``, and the
-  tokens' log-probabilities when the decoder was built with ``logprobs=``.
+  with ``finish_reasons`` per request: ``"stop"`` (an EOS id, or a ``stop_token_ids`` id of ``sampling=``),
+  ``"length"`` or ``"stop_string"``, and the tokens' log-probabilities when the decoder was built with
+  ``logprobs=``.
 """
 
 from __future__ import annotations
@@ -92,6 +93,14 @@ class HFGenerateOutput:
     finish_reasons: list[str]
     logprobs: list[list[float]] | None = None
     top_logprobs: list[list[list[tuple[int, float]]]] | None = None
+
+
+def _finish_reason(request: Request) -> str:
+    """``finish_reasons``' name for why ``request`` ended (a stop token of its ``SamplingParams`` is
+    ``"stop"``, as an EOS id)."""
+    if request.finish_reason == "stop" and request.output[-1] in request.params.stop_token_ids:
+        return "stop"
+    return FINISH_REASONS[request.finish_reason]
 
 
 def generation_settings(model_config, generation_config=None, **kwargs) -> dict[str, Any]:
@@ -334,7 +343,7 @@ class HFSpecDecoder(SpecDecoder):
         new = [r.output for r in requests]
         sequences = self._shaped(new, inputs, kind, settings, tokenizer)
         if settings.get("return_dict_in_generate"):
-            reasons = [FINISH_REASONS[r.finish_reason] for r in requests]
+            reasons = [_finish_reason(r) for r in requests]
             if self.logprobs is None:
                 return HFGenerateOutput(sequences, new, reasons)
             lps, tops = [r.logprobs for r in requests], [r.top_logprobs for r in requests]
@@ -350,7 +359,7 @@ class HFSpecDecoder(SpecDecoder):
         if len(eos) > MAX_BANNED and any(r.params.min_tokens for r in requests):
             raise ValueError(f"min_new_tokens holds back at most {MAX_BANNED} EOS ids; eos_token_id has {len(eos)}")
         for r in requests:
-            r.eos, r.stop = eos, stop
+            r.eos, r.stop = r.params.stops(eos), stop
 
     def _shaped(self, new: list[list[int]], inputs, kind: str, settings: dict, tokenizer):
         if kind == "ids":

@@ -219,12 +219,18 @@ def draft_penalties(penalties: PenaltyState | None, draft) -> PenaltyState | Non
 
 
 def check_token_ids(params: SamplingParams, vocab_size: int) -> None:
-    """A clear error for a ``logit_bias`` or ``bad_words_ids`` id outside ``[0, vocab_size)``."""
+    """A clear error for a ``logit_bias``, ``bad_words_ids`` or ``stop_token_ids`` id outside ``[0,
+    vocab_size)``."""
     if params.logit_bias and params.logit_bias[-1][0] >= vocab_size:
         raise ValueError(f"logit_bias names token {params.logit_bias[-1][0]}; ids must be in [0, {vocab_size})")
     for word in params.bad_words_ids:
         if max(word) >= vocab_size:
             raise ValueError(f"bad_words_ids holds {list(word)}; ids must be in [0, {vocab_size})")
+    if params.stop_token_ids and max(params.stop_token_ids) >= vocab_size:
+        raise ValueError(
+            f"stop_token_ids holds {max(params.stop_token_ids)}, outside the vocabulary [0, {vocab_size}); "
+            "it would never match"
+        )
 
 
 def penalised_logits_ref(

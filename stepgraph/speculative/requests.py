@@ -23,7 +23,9 @@ class Request:
 
     ``on_tokens(tokens)`` is called with the tokens it takes, as it takes them (streaming); ``stop(output)``
     is asked after each token and ends the request when true (``finish_reason`` ``"stop"``). Both run on
-    the host, between steps. With a decoder that reports log-probabilities, ``logprobs[i]`` is
+    the host, between steps. ``eos``: the ids that end it, kept as its last token (the decoder's EOS ids
+    unless ``params.ignore_eos``, and ``params.stop_token_ids``; ``finish_reason`` ``"eos"``, or ``"stop"``
+    for a stop token). With a decoder that reports log-probabilities, ``logprobs[i]`` is
     ``output[i]``'s and ``top_logprobs[i]`` its alternatives, ``[(token, logprob), ...]``."""
 
     id: int
@@ -36,7 +38,7 @@ class Request:
     slot: int = -1
     cache_row: int = -1
     finished: bool = False
-    finish_reason: str | None = None  # "eos", "length" or "stop"
+    finish_reason: str | None = None  # "eos", "length" or "stop" (a stop token or stop())
     on_tokens: Callable[[list[int]], None] | None = None
     stop: Callable[[list[int]], bool] | None = None
     logprobs: list[float] = field(default_factory=list)
@@ -79,7 +81,7 @@ class Request:
         for tok in tokens:
             self.output.append(tok)
             if tok in self.eos:
-                self.finished, self.finish_reason = True, "eos"
+                self.finished, self.finish_reason = True, "stop" if tok in self.params.stop_token_ids else "eos"
             elif len(self.output) >= self.max_new_tokens:
                 self.finished, self.finish_reason = True, "length"
             elif self.stop is not None and self.stop(self.output):
@@ -151,9 +153,13 @@ class RequestRules:
                 f"this request sets {name}={getattr(params, name)!r}, which the decoder applies with its penalties, "
                 "but it was built without them; build it with penalties=True"
             )
-        if params.min_tokens and len(self.eos) > MAX_BANNED:
-            raise ValueError(f"min_tokens holds back at most {MAX_BANNED} EOS ids; this decoder has {len(self.eos)}")
         check_token_ids(params, self.vocab_size)
+        stops = params.stops(self.eos)
+        if params.min_tokens and len(stops) > MAX_BANNED:
+            raise ValueError(
+                f"min_tokens holds back at most {MAX_BANNED} EOS and stop token ids; this request has {len(stops)} "
+                f"(the decoder's {len(self.eos)} EOS ids{'' if params.ignore_eos else ' and'} its stop_token_ids)"
+            )
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:
@@ -168,7 +174,7 @@ class RequestRules:
             self.kv.check_fits(need)
         if params.seed is None:
             params = replace(params, seed=(self.seed * 1_000_003 + rid) % (INT64_MAX + 1))
-        return Request(rid, prompt, int(max_new_tokens), params, self.eos)
+        return Request(rid, prompt, int(max_new_tokens), params, stops)
 
 
 def token_ids(prompt: Sequence[int] | torch.Tensor) -> list[int]:

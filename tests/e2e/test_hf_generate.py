@@ -263,6 +263,19 @@ def test_finish_reasons_and_eos(models):
     assert out.sequences == out.new_tokens
 
 
+def test_a_stop_token_of_sampling_ends_its_request_with_reason_stop(models):
+    """``sampling=SamplingParams(stop_token_ids=...)`` stops as an EOS id does, reason "stop"; with
+    ``ignore_eos`` the call's EOS id leaves the request free."""
+    target, _ = models
+    free = hf_greedy(target, PROMPTS[0], 8, eos_token_id=None)
+    stop = next(t for i, t in enumerate(free) if i > 2 and t not in free[:i])
+    out = decoder(models).generate(
+        PROMPTS[:1], max_new_tokens=8, eos_token_id=free[0], sampling=SamplingParams(stop_token_ids=[stop], ignore_eos=True),
+        return_dict_in_generate=True,
+    )  # fmt: skip
+    assert out.new_tokens == [free[: free.index(stop) + 1]] and out.finish_reasons == ["stop"]
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     from stepgraph.examples.tiny_checkpoint import write_tiny_llama
