@@ -113,7 +113,7 @@ def test_min_tokens_refused_where_it_cannot_apply():
     with pytest.raises(ValueError, match="min_tokens=3.*build it with penalties=True"):
         SpecDecoder.for_example(target, draft, eos_token_id=1).make_requests([[1, 2]], 4, SamplingParams(min_tokens=3))
     many = SpecDecoder.for_example(target, draft, penalties=True, eos_token_id=list(range(MAX_BANNED + 1)))
-    with pytest.raises(ValueError, match=f"at most {MAX_BANNED} EOS ids"):
+    with pytest.raises(ValueError, match=f"at most {MAX_BANNED} EOS and stop token ids"):
         many.make_requests([[1, 2]], 4, SamplingParams(min_tokens=3))
     many.make_requests([[1, 2]], 4, SamplingParams())  # without min_tokens any number of EOS ids is fine
     with pytest.raises(ValueError, match="min_tokens must be in"):
