@@ -2,8 +2,9 @@
 model's step graph (28 layers, K = 3) through ``SpecDecoder.generate``, a decoder without penalties
 against one built with ``penalties=True``, serving requests without penalties, with a repetition penalty
 (1.05, as Qwen2.5-Instruct ships), with all three, with ``no_repeat_ngram_size=3`` (the kernel's
-n-gram scan over each request's tokens), and with a logit bias of 300 tokens and 32 bad words of 1-4 tokens
-(the kernel's bias and word passes), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and
+n-gram scan over each request's tokens), with a logit bias of 300 tokens and 32 bad words of 1-4 tokens
+(the kernel's bias and word passes), and with ``allowed_token_ids`` of 2000 tokens (a pass over the
+vocabulary for every row, the draft's too), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and
 64, in one run, the settings taking turns. The ratio to the decoder without penalties at the same
 sampling is what matters (target: <= 1.03x).
 
@@ -40,6 +41,14 @@ SETTINGS = {
 BIAS_AND_WORDS = "bias 300 + 32 bad words"  # a setting of bias_and_words(the vocabulary's size)
 
 
+ALLOWED = "allowed 2000 tokens"  # a setting of allowed_tokens(the vocabulary's size)
+
+
+def allowed_tokens(vocab_size: int) -> dict:
+    """``allowed_token_ids`` of 2000 tokens spread over the vocabulary."""
+    return {"allowed_token_ids": range(0, vocab_size, max(1, vocab_size // 2000))[:2000]}
+
+
 def bias_and_words(vocab_size: int) -> dict:
     """A logit bias of 300 tokens and 32 bad words of 1-4 tokens, spread over the vocabulary."""
     spread = vocab_size // 400
@@ -57,7 +66,8 @@ def main() -> None:
     add_smoke_flag(ap)
     args, batches = parse_step_bench(ap)
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
-    settings = {**SETTINGS, BIAS_AND_WORDS: (True, bias_and_words(target.cfg.vocab_size))}
+    V = target.cfg.vocab_size
+    settings = {**SETTINGS, BIAS_AND_WORDS: (True, bias_and_words(V)), ALLOWED: (True, allowed_tokens(V))}
     decoders = {
         on: SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=max(batches), penalties=on)
         for on in (False, True)

@@ -133,6 +133,9 @@ class SamplingParams:
     token of each gets ``-inf`` wherever the request's tokens end with the ones before it (a single token:
     always), after the penalties. Kept as a tuple of tuples.
 
+    ``allowed_token_ids`` (vLLM's): the only tokens the request may emit; every other token gets a bias of
+    ``-inf`` (so the penalties and bans leave it there). ``None``: every token. Kept sorted, without repeats.
+
     Stops (vLLM's names; checked on the host, no penalty state needed): ``stop_token_ids`` end the request
     as its EOS ids do, the stop token kept, with ``finish_reason`` ``"stop"``; ``ignore_eos`` leaves the
     decoder's EOS ids free, so the request runs to its length or a stop token. With ``min_tokens`` the
@@ -154,11 +157,17 @@ class SamplingParams:
     bad_words_ids: Iterable[Iterable[int]] = ()
     stop_token_ids: Iterable[int] = ()
     ignore_eos: bool = False
+    allowed_token_ids: Iterable[int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
         object.__setattr__(self, "bad_words_ids", _bad_words(self.bad_words_ids))
-        object.__setattr__(self, "stop_token_ids", _stop_token_ids(self.stop_token_ids))
+        object.__setattr__(self, "stop_token_ids", _token_id_list("stop_token_ids", self.stop_token_ids))
+        if self.allowed_token_ids is not None:
+            allowed = tuple(sorted(_token_id_list("allowed_token_ids", self.allowed_token_ids)))
+            if not allowed:
+                raise ValueError("allowed_token_ids=[] would allow no token; give at least one id, or None for all")
+            object.__setattr__(self, "allowed_token_ids", allowed)
         if not isinstance(self.ignore_eos, bool):
             raise TypeError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
         for name in ("temperature", "top_p", "min_p", *PENALTY_FIELDS):
@@ -200,9 +209,10 @@ class SamplingParams:
     @property
     def needs_penalty_state(self) -> str | None:
         """The first of these settings that needs the decoder's penalty state (``penalties=True``): a
-        penalty, ``min_tokens``, ``no_repeat_ngram_size``, ``logit_bias`` or ``bad_words_ids``; ``None`` if
-        none does."""
-        for name in (*PENALTY_FIELDS, "min_tokens", "no_repeat_ngram_size", "logit_bias", "bad_words_ids"):
+        penalty, ``min_tokens``, ``no_repeat_ngram_size``, ``logit_bias``, ``bad_words_ids`` or
+        ``allowed_token_ids``; ``None`` if none does."""
+        fields = ("min_tokens", "no_repeat_ngram_size", "logit_bias", "bad_words_ids", "allowed_token_ids")
+        for name in (*PENALTY_FIELDS, *fields):
             if getattr(self, name) != getattr(SamplingParams, name):
                 return name
         return None
@@ -269,16 +279,17 @@ def _bad_words(value) -> tuple[tuple[int, ...], ...]:
     return tuple(words)
 
 
-def _stop_token_ids(value) -> tuple[int, ...]:
-    """``stop_token_ids`` checked, as a tuple without repeats (in the order given)."""
+def _token_id_list(name: str, value) -> tuple[int, ...]:
+    """A list of token ids checked (a list, tuple, tensor or array), as a tuple without repeats (in the
+    order given)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"stop_token_ids must be a list of token ids, got {value!r}")
-    ids = value.tolist() if hasattr(value, "tolist") else list(value)  # a tensor or an array of ids too
+        raise TypeError(f"{name} must be a list of token ids, got {value!r}")
+    ids = value.tolist() if hasattr(value, "tolist") else list(value)
     if not isinstance(ids, list):
-        raise TypeError(f"stop_token_ids must be a list of token ids, got {value!r}")
+        raise TypeError(f"{name} must be a list of token ids, got {value!r}")
     for t in ids:
         if not isinstance(t, numbers.Integral) or isinstance(t, bool) or not 0 <= t <= INT32_MAX:
-            raise ValueError(f"stop_token_ids must hold token ids (ints >= 0), got {t!r}")
+            raise ValueError(f"{name} must hold token ids (ints >= 0), got {t!r}")
     return tuple(dict.fromkeys(int(t) for t in ids))
 
 

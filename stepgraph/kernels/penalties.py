@@ -5,9 +5,9 @@ with their torch references.
 token it has seen penalised, for each verify row ``i`` with its tokens at positions ``0..seq_len`` and its
 drafts ``0..i-1``, then its bans at ``-inf`` (:class:`Bans`: EOS before ``min_tokens``, and the tokens that
 would repeat an n-gram of those tokens; :class:`BadWords`: the last token of each bad word whose other
-tokens end the row's). One program per row writes the biased tokens, then walks the
-request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same
-value, since a value depends only on the token and the row.
+tokens end the row's). One program per row writes the biased tokens (every token of a dense bias
+row, :data:`DENSE`), then walks the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its
+drafts; duplicates write the same value, since a value depends only on the token and the row.
 ``record_tokens``: a step's emitted tokens into the history at their positions and into the counts
 (atomic adds: a step may emit a token twice).
 
@@ -30,6 +30,9 @@ import triton.language as tl
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2, use_triton
 
 HISTORY_BLOCK = 256
+DENSE_BLOCK = 2048  # a dense bias row's tokens a loop step (wide: the loop runs over the whole vocabulary)
+#: a :class:`LogitBias` count meaning "the table's whole row"
+DENSE = -1
 WORD_BLOCK: tl.constexpr = tl.constexpr(64)  # bad words compared at once
 
 
@@ -47,7 +50,9 @@ class Bans(NamedTuple):
 class LogitBias(NamedTuple):
     """Per state row: ``count [S]`` int32 biased tokens, their ids ``ids [S, M]`` int32 (the first ``count``
     of a row; the rest unread), and ``table [S, V + 1]`` float32 with each biased token's bias at its id
-    and 0 elsewhere (column ``V`` unread). A bias is never 0: a token without one is left as it is."""
+    and 0 elsewhere (column ``V`` unread). A bias is never 0: a token without one is left as it is. A
+    ``count`` of :data:`DENSE` biases the whole row by its table (``ids`` unread): a request with
+    ``allowed_token_ids`` has ``-inf`` at every other token."""
 
     count: torch.Tensor
     ids: torch.Tensor
@@ -208,7 +213,7 @@ def penalise_rows(
         bias_table.stride(0), word_table.stride(0), word_table.stride(1),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
         HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2],
-        num_warps=4, **EXACT_ROUNDING,
+        DENSE_BLOCK=DENSE_BLOCK, num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
 
@@ -233,7 +238,7 @@ def _biased(raw, tok, mask, bias_row, n_bias, HAS_BIAS: tl.constexpr):
     nothing read where ``mask`` is false, or at all when the row has no bias, ``n_bias == 0``)."""
     x = raw.to(tl.float32)
     if HAS_BIAS:
-        b = tl.load(bias_row + tok, mask=tl.where(n_bias > 0, mask, False), other=0.0)
+        b = tl.load(bias_row + tok, mask=tl.where(n_bias != 0, mask, False), other=0.0)
         x = tl.where(b != 0, x + b, x)
     return x
 
@@ -244,7 +249,7 @@ def _penalise_rows_kernel(
     banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, words_ptr,
     R, K, V, L, history_stride, scratch, first_row, bias_ids_stride, bias_stride, words_stride, word_stride,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr, DENSE_BLOCK: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
@@ -271,12 +276,18 @@ def _penalise_rows_kernel(
     n_bias = 0
     if HAS_BIAS:  # the biased tokens, before the seen ones (the barrier) rewrite theirs with the penalty
         n_bias = tl.load(n_bias_ptr + row)
-        for start in range(0, n_bias, BLOCK):
+        for start in range(0, n_bias, BLOCK):  # the listed ids (none for a dense row, whose count is < 0)
             at = start + tl.arange(0, BLOCK)
             ok = at < n_bias
             tok = tl.load(bias_ids_ptr + row * bias_ids_stride + at, mask=ok, other=0).to(tl.int64)
             raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
             tl.store(out_ptr + base + tok, _biased(raw, tok, ok, bias_row, n_bias, HAS_BIAS), mask=ok)
+        for v0 in range(0, tl.where(n_bias < 0, V, 0), DENSE_BLOCK):  # a dense row: every token
+            v = v0 + tl.arange(0, DENSE_BLOCK)
+            in_row = v < V
+            raw = tl.load(logits_ptr + base + v, mask=in_row, other=0.0)
+            value = _biased(raw, v.to(tl.int64), in_row, bias_row, n_bias, HAS_BIAS)
+            tl.store(out_ptr + base + v, value, mask=in_row)
         tl.debug_barrier()
     # the request's tokens at positions 0..seq
     for start in range(0, seq + 1, BLOCK):

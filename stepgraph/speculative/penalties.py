@@ -25,6 +25,8 @@ penalised choice: a penalty takes no acceptance from a draft that agrees with th
 
 ``logit_bias`` (the OpenAI API's) rides on the same copy: each biased token's logit plus its bias, before
 the penalties (vLLM's order, and transformers' for its ``sequence_bias`` of single tokens).
+``allowed_token_ids`` (vLLM's) is a bias of ``-inf`` on every other token: the slot's bias row then covers
+the whole vocabulary, and its rows take it whole.
 ``min_tokens`` and ``no_repeat_ngram_size`` ride on it too, as transformers'
 ``MinNewTokensLengthLogitsProcessor`` and ``NoRepeatNGramLogitsProcessor`` define them. Each slot keeps
 the position from which its EOS ids may be drawn (the prompt's length plus ``min_tokens``), those ids (up
@@ -33,17 +35,20 @@ gets ``-inf`` at the EOS ids, and every row gets ``-inf`` at each token that wou
 already in its tokens (prompt, output and the drafts before it), or one of its ``bad_words_ids``.
 
 Only a request's own tokens change, so the penalty reads and writes those (its ``seq_len + 1`` tokens
-and the drafts) instead of passing over the vocabulary: a copy of the logits and one kernel
-(:mod:`stepgraph.kernels.penalties`), and one kernel to record a step's tokens.
+and the drafts) instead of passing over the vocabulary (but for a request with ``allowed_token_ids``): a
+copy of the logits and one kernel (:mod:`stepgraph.kernels.penalties`), and one kernel to record a step's
+tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from stepgraph.kernels.penalties import (
+    DENSE,
     BadWords,
     Bans,
     LogitBias,
@@ -67,10 +72,11 @@ class PenaltyState:
     ``ban_until [rows]`` int32 (the first position whose token may be a banned id; 0: none) and ``banned
     [rows, MAX_BANNED]`` int32 (the ids, ``-1``: none), and ``no_repeat [rows]`` int32 (the n-gram size;
     0: none), and ``logit_bias``'s :class:`~stepgraph.kernels.penalties.LogitBias`: ``bias_count [rows]``
-    int32, ``bias_ids [rows, MAX_LOGIT_BIAS]`` int32 and ``bias [rows, V + 1]`` float32 (as much memory as
-    the counts), and ``bad_words_ids``' :class:`~stepgraph.kernels.penalties.BadWords`: ``word_count [rows]``,
-    and ``words [rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN]`` int32 (each word's last token, then the others
-    right-aligned: :func:`~stepgraph.kernels.penalties.bad_word_table`).
+    int32 (:data:`~stepgraph.kernels.penalties.DENSE` for ``allowed_token_ids``), ``bias_ids [rows,
+    MAX_LOGIT_BIAS]`` int32 and ``bias [rows, V + 1]`` float32 (as much memory as the counts), and
+    ``bad_words_ids``' :class:`~stepgraph.kernels.penalties.BadWords`: ``word_count [rows]``, and ``words
+    [rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN]`` int32 (each word's last token, then the others right-aligned:
+    :func:`~stepgraph.kernels.penalties.bad_word_table`).
     Row ``rows - 1`` is the scratch row of padded batch rows (slot ``-1``); it stays zero."""
 
     def __init__(self, rows: int, vocab_size: int, max_len: int, device: torch.device | str) -> None:
@@ -92,6 +98,11 @@ class PenaltyState:
         self._host_ids = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.int32, pin_memory=pinned)
         self._host_bias = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, pin_memory=pinned)
         self._bias_values = torch.zeros((rows, MAX_LOGIT_BIAS), dtype=torch.float32, device=self.device)
+        # allowed_token_ids go up as a bitmask (a bit a token), then mask the slot's bias row
+        packed = (rows, (vocab_size + 7) // 8)
+        self._host_allowed = torch.zeros(packed, dtype=torch.uint8, pin_memory=pinned)
+        self._allowed = torch.zeros(packed, dtype=torch.uint8, device=self.device)
+        self._bit = torch.arange(8, dtype=torch.uint8, device=self.device)
         self.word_count = torch.zeros(rows, dtype=torch.int32, device=self.device)
         words = (rows, MAX_BAD_WORDS, MAX_BAD_WORD_LEN)
         self.words = torch.zeros(words, dtype=torch.int32, device=self.device)
@@ -133,6 +144,7 @@ class PenaltyState:
             self.banned[slot, j].fill_(int(token))
         self.no_repeat[slot].fill_(params.no_repeat_ngram_size)
         self._admit_bias(slot, params.logit_bias)
+        self._admit_allowed(slot, params.allowed_token_ids)
         self._admit_words(slot, params.bad_words_ids)
 
     def _admit_bias(self, slot: int, pairs: tuple[tuple[int, float], ...]) -> None:
@@ -147,6 +159,18 @@ class PenaltyState:
         self.bias_ids[slot].copy_(self._host_ids[slot], non_blocking=True)
         self._bias_values[slot].copy_(self._host_bias[slot], non_blocking=True)
         self.bias[slot].scatter_(0, self.bias_ids[slot, :n].long(), self._bias_values[slot, :n])
+
+    def _admit_allowed(self, slot: int, allowed: tuple[int, ...] | None) -> None:
+        """Every token but ``allowed`` at ``-inf`` in the slot's bias row, which then biases the whole row."""
+        if allowed is None:
+            return
+        mask = np.zeros(self._host_allowed.shape[1] * 8, dtype=bool)
+        mask[list(allowed)] = True
+        self._host_allowed[slot] = torch.from_numpy(np.packbits(mask, bitorder="little"))
+        self._allowed[slot].copy_(self._host_allowed[slot], non_blocking=True)
+        bits = (self._allowed[slot, :, None] >> self._bit) & 1  # [V / 8, 8]: token 8 * i + j at [i, j]
+        self.bias[slot, : self.vocab_size].masked_fill_(bits.view(-1)[: self.vocab_size] == 0, float("-inf"))
+        self.bias_count[slot].fill_(DENSE)
 
     def _admit_words(self, slot: int, words: tuple[tuple[int, ...], ...]) -> None:
         self.word_count[slot].fill_(len(words))
@@ -219,8 +243,8 @@ def draft_penalties(penalties: PenaltyState | None, draft) -> PenaltyState | Non
 
 
 def check_token_ids(params: SamplingParams, vocab_size: int) -> None:
-    """A clear error for a ``logit_bias``, ``bad_words_ids`` or ``stop_token_ids`` id outside ``[0,
-    vocab_size)``."""
+    """A clear error for a ``logit_bias``, ``bad_words_ids``, ``stop_token_ids`` or ``allowed_token_ids`` id
+    outside ``[0, vocab_size)``."""
     if params.logit_bias and params.logit_bias[-1][0] >= vocab_size:
         raise ValueError(f"logit_bias names token {params.logit_bias[-1][0]}; ids must be in [0, {vocab_size})")
     for word in params.bad_words_ids:
@@ -231,14 +255,16 @@ def check_token_ids(params: SamplingParams, vocab_size: int) -> None:
             f"stop_token_ids holds {max(params.stop_token_ids)}, outside the vocabulary [0, {vocab_size}); "
             "it would never match"
         )
+    if params.allowed_token_ids and params.allowed_token_ids[-1] >= vocab_size:
+        raise ValueError(f"allowed_token_ids holds {params.allowed_token_ids[-1]}; ids must be in [0, {vocab_size})")
 
 
 def penalised_logits_ref(
     logits: torch.Tensor, prompt: Sequence[int], output: Sequence[int], params: SamplingParams, eos: Sequence[int] = ()
 ) -> torch.Tensor:
     """Reference: one row of ``logits [V]`` processed for a request with ``prompt`` and ``output`` so far
-    and ``params`` (its logit bias, penalties, ``min_tokens`` over ``eos``, ``no_repeat_ngram_size`` and
-    ``bad_words_ids``), over the whole vocabulary, in float32."""
+    and ``params`` (its logit bias and ``allowed_token_ids``, penalties, ``min_tokens`` over ``eos``,
+    ``no_repeat_ngram_size`` and ``bad_words_ids``), over the whole vocabulary, in float32."""
     repetition, presence, frequency = params.penalties()
     dev = logits.device
     counts = torch.bincount(torch.tensor(list(output), dtype=torch.int64, device=dev), minlength=logits.shape[-1])
@@ -247,6 +273,10 @@ def penalised_logits_ref(
     x = logits.to(torch.float32, copy=True)
     for token, bias in params.logit_bias:
         x[token] += bias
+    if params.allowed_token_ids is not None:  # every other token biased by -inf
+        allowed = torch.zeros_like(seen)
+        allowed[torch.tensor(params.allowed_token_ids, dtype=torch.int64, device=dev)] = True
+        x = torch.where(allowed, x, x + float("-inf"))
     x = torch.where(seen, torch.where(x > 0, x / repetition, x * repetition), x)
     x = x - frequency * counts.float() - presence * (counts > 0).float()
     banned = set(eos) if len(output) < params.min_tokens else set()

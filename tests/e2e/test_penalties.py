@@ -238,6 +238,40 @@ def test_greedy_with_bad_words_equals_the_reference_decode(overlap, k):
     assert out[0][0] == plain[0][0] and out[0][1] != plain[0][1] and out[2] == plain[2]
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.parametrize("chunk", [None, 4], ids=["whole", "chunked"])
+def test_greedy_with_allowed_tokens_equals_the_reference_decode(overlap, k, chunk):
+    """Allowed tokens without the plain decode's first and commonest (the prefill's first token is
+    restricted too), with a bias and a repetition penalty on one request: the output is the reference
+    decode's and holds allowed tokens only; a request without them decodes as it would without."""
+    target, draft = build("tiny")
+    plain = SpecDecoder.for_example(target, draft, num_draft_tokens=k).generate(PROMPTS, max_new_tokens=12)
+    allowed = [[t for t in range(0, 512, 5) if t not in (p[0], max(set(p), key=p.count))] for p in plain]
+    params = [SamplingParams(allowed_token_ids=allowed[0]),
+              SamplingParams(allowed_token_ids=allowed[1], logit_bias={10: 3.0, 11: 9.0}, repetition_penalty=1.3),
+              SamplingParams()]  # fmt: skip
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=k, max_batch=3, penalties=True, prefill_chunk=chunk)
+    out = dec.generate(PROMPTS, max_new_tokens=12, sampling=params, overlap=overlap)
+    for prompt, tokens, p in zip(PROMPTS, out, params):
+        assert tokens == reference_greedy(target, prompt, 12, p)
+    for tokens, ok in zip(out[:2], allowed):
+        assert set(tokens) <= set(ok)
+    assert 11 not in out[1] and out[2] == plain[2]
+
+
+def test_sampled_draws_allowed_tokens_only():
+    target, draft = build("tiny")
+    allowed = [3, 64, 65, 200, 511]
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, penalties=True)
+    drawn = set()
+    for seed in range(3):
+        params = SamplingParams(temperature=1.5, top_p=0.95, seed=seed, allowed_token_ids=allowed)
+        for tokens in dec.generate(PROMPTS, max_new_tokens=10, sampling=params):
+            drawn |= set(tokens)
+    assert drawn <= set(allowed) and len(drawn) > 2
+
+
 def test_bad_logit_biases_and_bad_words_are_refused_by_name():
     target, draft = build("tiny")
     V = target.cfg.vocab_size
@@ -261,6 +295,15 @@ def test_bad_logit_biases_and_bad_words_are_refused_by_name():
         with pytest.raises((ValueError, TypeError), match=match):
             SamplingParams(bad_words_ids=bad)
     assert SamplingParams(bad_words_ids=[[4, 5], (6,), torch.tensor([7, 8])]).bad_words_ids == ((4, 5), (6,), (7, 8))
+    assert SamplingParams(allowed_token_ids=torch.tensor([9, 2, 9])).allowed_token_ids == (2, 9)
+    with pytest.raises(ValueError, match="allowed_token_ids=\\[\\] would allow no token"):
+        SamplingParams(allowed_token_ids=[])
+    with pytest.raises(ValueError, match="allowed_token_ids must hold token ids"):
+        SamplingParams(allowed_token_ids=[1, -1])
+    with pytest.raises(ValueError, match=f"allowed_token_ids holds {V}; ids must be in"):
+        dec.make_requests([PROMPTS[0]], 4, SamplingParams(allowed_token_ids=[1, V]))
+    with pytest.raises(ValueError, match="allowed_token_ids=.*build it with penalties=True"):
+        SpecDecoder.for_example(target, draft).make_requests([PROMPTS[0]], 4, SamplingParams(allowed_token_ids=[1]))
 
 
 def test_sampled_with_penalties_reproduces_its_seed_on_both_loops():

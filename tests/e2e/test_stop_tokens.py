@@ -69,7 +69,11 @@ def test_ignore_eos_runs_past_the_decoders_eos(models, free, overlap):
     eos = first_new(tokens, skip=2)
     stop = first_new(tokens, skip=tokens.index(eos) + 1)
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, eos_token_id=eos)
-    sampling = [SamplingParams(), SamplingParams(ignore_eos=True), SamplingParams(ignore_eos=True, stop_token_ids=[stop])]
+    sampling = [
+        SamplingParams(),
+        SamplingParams(ignore_eos=True),
+        SamplingParams(ignore_eos=True, stop_token_ids=[stop]),
+    ]
     reqs = dec.make_requests([PROMPTS[1]] * 3, N, sampling)
     dec.serve(reqs, overlap=overlap)
     assert reqs[0].output == prefix(tokens, eos) and reqs[0].finish_reason == "eos"
@@ -109,7 +113,9 @@ def test_stops_are_checked_and_kept_without_repeats(models):
     with pytest.raises(ValueError, match="stop_token_ids holds 100000.*would never match"):
         dec.make_requests([[1, 2]], 4, SamplingParams(stop_token_ids=[5, 100000]))
     two = SamplingParams(min_tokens=3, stop_token_ids=[50, 51])
-    with pytest.raises(ValueError, match=f"at most {MAX_BANNED} EOS and stop token ids; this request has {MAX_BANNED + 1}"):
+    with pytest.raises(
+        ValueError, match=f"at most {MAX_BANNED} EOS and stop token ids; this request has {MAX_BANNED + 1}"
+    ):
         dec.make_requests([[1, 2]], 4, two)
     dec.make_requests([[1, 2]], 4, SamplingParams(min_tokens=3, stop_token_ids=[50, 51], ignore_eos=True))
     dec.make_requests([[1, 2]], 4, SamplingParams(stop_token_ids=[50, 51]))  # without min_tokens any number

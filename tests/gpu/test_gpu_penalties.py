@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 SAMPLED = [SamplingParams(temperature=0.8, top_k=40, seed=2, repetition_penalty=1.4, presence_penalty=0.5),
            SamplingParams(temperature=0.8, seed=3, logit_bias={5: 2.0, 17: float("-inf")}, bad_words_ids=[[5, 5], [9]]),
-           SamplingParams(temperature=1.0, top_p=0.9, frequency_penalty=1.0)]  # fmt: skip
+           SamplingParams(temperature=1.0, top_p=0.9, frequency_penalty=1.0, allowed_token_ids=range(0, 512, 3))]  # fmt: skip
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
@@ -42,7 +42,7 @@ def test_step_graph_penalties_equal_eager(overlap, chunk, params):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_apply_on_the_device_equals_the_cpu(dtype):
-    V, L, B, K = 1000, 64, 6, 3
+    V, L, B, K = 2500, 64, 6, 3  # more than one loop step of a dense bias row
     g = torch.Generator().manual_seed(0)
     states = [PenaltyState(8, V, L, dev) for dev in ("cpu", "cuda")]
     for slot in range(6):
@@ -51,7 +51,8 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
         for s in states:
             s.admit(slot, SamplingParams(repetition_penalty=1.3, presence_penalty=0.4, frequency_penalty=-0.7,
                                          logit_bias={3 * slot: 1.5, 40 + slot: float("-inf"), 900: -2.0},
-                                         bad_words_ids=[[out[-1].item(), 7], [slot]]))  # fmt: skip
+                                         bad_words_ids=[[out[-1].item(), 7], [slot]],
+                                         allowed_token_ids=range(slot, V, 2) if slot > 3 else None))  # fmt: skip
             s.write_prompt(torch.tensor([prompt], device=s.device), torch.tensor([slot], device=s.device),
                            torch.tensor([0], device=s.device), torch.tensor([len(prompt)], device=s.device))  # fmt: skip
             s.record(out[None].to(s.device), torch.tensor([slot], device=s.device),
@@ -66,7 +67,7 @@ def test_apply_on_the_device_equals_the_cpu(dtype):
 
 
 def test_admitting_a_logit_bias_and_bad_words_waits_for_no_step():
-    """The biases and bad words go up from pinned memory: an admission with the device busy does not wait
+    """The biases, bad words and allowed tokens go up from pinned memory: an admission with the device busy does not wait
     for it."""
     state = PenaltyState(4, 1000, 64, "cuda")
     busy = torch.randn(4096, 4096, device="cuda")
@@ -83,6 +84,14 @@ def test_admitting_a_logit_bias_and_bad_words_waits_for_no_step():
     assert state.bias_ids[1, :3].tolist() == [3, 7, 999]
     assert state.word_count[1].item() == 2
     assert state.words[1, 0, [0, -1]].tolist() == [5, 4] and state.words[1, 1, [0, -1]].tolist() == [6, -2]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        state.admit(2, SamplingParams(allowed_token_ids=[0, 9, 998], logit_bias={9: 2.0, 10: 1.0}))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    want = torch.full((1001,), float("-inf"))
+    want[[0, 9, 998, 1000]] = torch.tensor([0.0, 2.0, 0.0, 0.0])
+    assert torch.equal(state.bias[2].cpu(), want) and state.bias_count[2].item() == -1
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])

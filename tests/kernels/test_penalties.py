@@ -1,11 +1,15 @@
 """The penalty kernels against their torch references, bit for bit: odd vocabularies, every dtype, NaN,
 -inf and ties in the logits, repeated tokens in histories and drafts, padded rows, lengths 0 and max."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from stepgraph import SamplingParams
 from stepgraph.kernels.penalties import (
+    DENSE,
+    DENSE_BLOCK,
     BadWords,
     Bans,
     LogitBias,
@@ -179,6 +183,53 @@ def test_the_logit_bias_equals_its_reference(K, dtype):
     assert not torch.equal(torch.nan_to_num(want[2]), torch.nan_to_num(plain[2]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("K", [0, 3])
+def test_allowed_token_ids_equal_their_reference(K, dtype):
+    """Dense bias rows (``allowed_token_ids``) over more than one loop step of the vocabulary: allowed
+    tokens seen (then penalised), biased, banned by min_tokens, or only among the drafts; a biased token
+    that is not allowed; beside a slot with a listed bias, one without, and a padded row. Every token not
+    allowed is -inf (NaN where its logit is NaN, as a bias of -inf gives)."""
+    S, V, L, B = 6, DENSE_BLOCK + 301, 30, 4
+    history, counts, settings = state(S, V, L, seed=K + 50)
+    g = torch.Generator().manual_seed(K + 5)
+    logits = odd_logits((B, K + 1, V), dtype, seed=K + 6).to(DEV)
+    drafts = torch.randint(0, 13, (B, K), generator=g).to(DEV)
+    drafts[0, :1] = V - 3  # allowed, only among the drafts
+    slots = torch.tensor([4, -1, 0, 2], device=DEV)
+    seq_len = torch.tensor([L // 2, 0, 3, L - 1], device=DEV)
+    seen = sorted(set(history[4, :3].tolist()))
+    allowed = [*seen, 5, 17, DENSE_BLOCK + 7, V - 3, V - 1]
+    per_slot = {
+        4: SamplingParams(allowed_token_ids=allowed, logit_bias={17: 2.5, 18: 4.0, seen[0]: -1.0}),
+        0: SamplingParams(logit_bias={7: 9.0}),
+        2: SamplingParams(allowed_token_ids=range(0, V, 3)),
+    }
+    st = admitted(S, V, per_slot)
+    bias = LogitBias(st.bias_count, st.bias_ids, st.bias)
+    bans = Bans(
+        torch.tensor([0, 0, 0, 0, L + 9, 0], dtype=torch.int32, device=DEV),
+        torch.full((S, 8), -1, dtype=torch.int32, device=DEV),
+        torch.zeros(S, dtype=torch.int32, device=DEV),
+    )
+    bans.banned[4, 0] = V - 1  # min_tokens holds back an allowed token
+    args = (logits, drafts, slots, seq_len, history, counts, settings, S - 1)
+    got = penalise_rows(*args, bans=bans, bias=bias)
+    want = penalise_rows_ref(*args, bans=bans, bias=bias)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    raw = logits.float()
+    others = torch.ones(V, dtype=torch.bool)
+    others[allowed] = False
+    finite_or_ninf = ~(raw[0][:, others].isnan() | (raw[0][:, others] == float("inf")))  # else NaN
+    assert torch.equal(want[0][:, others] == float("-inf"), finite_or_ninf)
+    assert (want[0, :, V - 1] == float("-inf")).all()  # allowed, and banned
+    assert torch.equal(want[0, :, DENSE_BLOCK + 7], raw[0, :, DENSE_BLOCK + 7])  # allowed, unseen, unbiased
+    assert torch.equal(want[0, :, 17], raw[0, :, 17] + 2.5)
+    assert (want[3, :, 1] == float("-inf")).all() and torch.equal(want[3, :, 2100], raw[3, :, 2100])
+    torch.testing.assert_close(want[1], raw[1], rtol=0, atol=0, equal_nan=True)  # padded: the scratch row
+    assert bias.count.tolist() == [1, 0, DENSE, 0, DENSE, 0]
+
+
 @pytest.mark.parametrize("first_row,R", [(0, 1), (0, 4), (2, 2)])
 def test_bad_words_equal_their_reference(first_row, R):
     """Words that end each slot's history (one to six tokens), words whose prefix runs into the drafts, a
@@ -258,8 +309,8 @@ def test_strided_lengths_and_slots_are_read_by_their_strides():
 
 def test_greedy_decode_through_the_kernels_equals_the_reference():
     """The step with every kernel (Triton's interpreter on the CPU): greedy with penalties, an n-gram ban, a
-    logit bias and bad words, K = 3, long enough for every request's history to matter (a later request's
-    once went astray)."""
+    logit bias and bad words, allowed tokens, K = 3, long enough for every request's history to matter (a
+    later request's once went astray)."""
     from stepgraph.examples.model import build
     from stepgraph.speculative.decoder import SpecDecoder
     from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
@@ -268,7 +319,8 @@ def test_greedy_decode_through_the_kernels_equals_the_reference():
     dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=3, penalties=True)
     sampling = [PENALISED[0], SamplingParams(no_repeat_ngram_size=2, logit_bias={17: float("-inf"), 300: 2.0},
                                                bad_words_ids=[[7, 300], [300, 300, 5], [1]]),
-                PENALISED[2]]  # fmt: skip
+                replace(PENALISED[2], allowed_token_ids=range(1, 512, 2))]  # fmt: skip
     out = dec.generate(PROMPTS, max_new_tokens=16, sampling=sampling)
+    assert all(t % 2 for t in out[2])
     for prompt, tokens, params in zip(PROMPTS, out, sampling):
         assert tokens == reference_greedy(target, prompt, 16, params)

@@ -100,8 +100,8 @@ def test_relay_property(data, S, B):
 @SETTINGS
 @given(st.data(), st.integers(1, 4), st.integers(0, 4), st.integers(2, 400), st.sampled_from(DTYPES))
 def test_penalise_rows_property(data, B, K, V, dtype):
-    """Penalties, logit biases (``-inf`` among them), bad words, min_tokens and n-gram bans of random
-    requests over a few ids (so that tokens repeat and words match), some rows later in their chain."""
+    """Penalties, logit biases (``-inf`` among them), allowed tokens, bad words, min_tokens and n-gram bans
+    of random requests over a few ids (so that tokens repeat and words match), some rows later in their chain."""
     S, L = 6, data.draw(st.integers(1, 40))
     few = st.integers(0, min(V, data.draw(st.integers(1, 6))) - 1)
     state = PenaltyState(S, V, L, DEV)
@@ -109,6 +109,7 @@ def test_penalise_rows_property(data, B, K, V, dtype):
         bias = {data.draw(st.integers(0, V - 1)): data.draw(st.sampled_from([-2.5, 0.75, 30.0, float("-inf")]))
                 for _ in range(data.draw(st.integers(0, 3)))}  # fmt: skip
         words = data.draw(st.lists(st.lists(few, min_size=1, max_size=4), max_size=4))
+        allowed = data.draw(st.none() | st.lists(st.integers(0, V - 1), min_size=1, max_size=8))
         params = SamplingParams(
             repetition_penalty=data.draw(st.sampled_from([1.0, 0.7, 1.3])),
             presence_penalty=data.draw(st.sampled_from([0.0, -1.5, 0.5])),
@@ -117,6 +118,7 @@ def test_penalise_rows_property(data, B, K, V, dtype):
             no_repeat_ngram_size=data.draw(st.integers(0, 3)),
             logit_bias=bias,
             bad_words_ids=words,
+            allowed_token_ids=allowed,
         )
         state.admit(slot, params, data.draw(st.integers(0, L)), eos=data.draw(st.lists(few, max_size=2)))
         state.history[slot, :L] = torch.tensor(data.draw(st.lists(few, min_size=L, max_size=L)), dtype=torch.int32)
