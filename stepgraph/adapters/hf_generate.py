@@ -356,10 +356,11 @@ class HFSpecDecoder(SpecDecoder):
         if strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer=... to hf_spec_decoder or generate()")
         stop = StopStrings(tokenizer, strings) if strings else None
-        if len(eos) > MAX_BANNED and any(r.params.min_tokens for r in requests):
+        stops = [r.params.stops(eos) for r in requests]
+        if any(r.params.min_tokens and len(ids) > MAX_BANNED for r, ids in zip(requests, stops)):
             raise ValueError(f"min_new_tokens holds back at most {MAX_BANNED} EOS ids; eos_token_id has {len(eos)}")
-        for r in requests:
-            r.eos, r.stop = r.params.stops(eos), stop
+        for r, ids in zip(requests, stops):
+            r.eos, r.stop = ids, stop
 
     def _shaped(self, new: list[list[int]], inputs, kind: str, settings: dict, tokenizer):
         if kind == "ids":
