@@ -116,6 +116,10 @@ def test_min_new_tokens_holds_eos_back_as_generate_does(models, chunk):
         assert new == hf_greedy(target, p, 10, min_new_tokens=6, eos_token_id=eos)
     assert len(out.new_tokens[0]) >= 6 and not set(out.new_tokens[0][:6]) & set(eos)
     assert dec.generate(PROMPTS, min_new_tokens=0) == [hf_greedy(target, p, 10, eos_token_id=eos) for p in PROMPTS]
+    many = list(range(9))
+    with pytest.raises(ValueError, match="min_new_tokens holds back at most 8 EOS ids; eos_token_id has 9"):
+        dec.generate(PROMPTS, eos_token_id=many)
+    dec.generate(PROMPTS[:1], eos_token_id=many, sampling=SamplingParams(min_tokens=6, ignore_eos=True))
 
 
 def test_min_length_counts_the_prompt_as_generate_does(models):
