@@ -454,6 +454,7 @@ def hf_spec_decoder(
     penalties: bool | None = None,
     prefill_chunk: int | None | str = "auto",
     logprobs_mode: str = "raw",
+    prompt_logprobs: int | None = None,
 ) -> HFSpecDecoder:
     """An :class:`~stepgraph.adapters.hf_generate.HFSpecDecoder` over an HF causal LM (e.g.
     ``LlamaForCausalLM``) and a draft: another causal LM sharing its vocabulary (or one tokenizer's, padded
@@ -495,6 +496,9 @@ def hf_spec_decoder(
     logprobs, logprobs_mode:
         ``None``, or the alternatives per token (0..20) to report with each token's log-probability, under
         ``"raw"`` or ``"processed"`` (:class:`SpecDecoder`).
+    prompt_logprobs:
+        ``None``, or the alternatives per position (0..20) to report with each prompt token's
+        log-probability (:class:`SpecDecoder`; ``generate(..., return_dict_in_generate=True)`` returns them).
     kv, page_size, num_pages, kv_schedule:
         ``"rows"`` (a row of ``max_seq_len`` positions per request) or ``"paged"`` (``num_pages`` pages of
         ``page_size`` positions, by default the rows' memory, handed out as requests grow:
@@ -604,4 +608,5 @@ def hf_spec_decoder(
         penalties=penalties,
         prefill_chunk=prefill_chunk,
         logprobs_mode=logprobs_mode,
+        prompt_logprobs=prompt_logprobs,
     )

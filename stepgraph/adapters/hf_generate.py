@@ -85,7 +85,8 @@ class HFGenerateOutput:
     request's new ids; ``finish_reasons``: each request's ``"stop"``, ``"length"`` or ``"stop_string"``; with a
     decoder built with ``logprobs=n``, ``logprobs`` (each new token's, under the target's raw distribution, or
     with ``logprobs_mode="processed"`` the one it was drawn from) and ``top_logprobs`` (its ``n`` alternatives,
-    ``[(token, logprob), ...]``) per request.
+    ``[(token, logprob), ...]``) per request; with one built with ``prompt_logprobs=n``, ``prompt_logprobs``
+    and ``prompt_top_logprobs`` per request (its prompt's tokens, padding left out; ``None`` at the first).
     """
 
     sequences: Any
@@ -93,6 +94,8 @@ class HFGenerateOutput:
     finish_reasons: list[str]
     logprobs: list[list[float]] | None = None
     top_logprobs: list[list[list[tuple[int, float]]]] | None = None
+    prompt_logprobs: list[list[float | None]] | None = None
+    prompt_top_logprobs: list[list[list[tuple[int, float]] | None]] | None = None
 
 
 def _finish_reason(request: Request) -> str:
@@ -344,10 +347,13 @@ class HFSpecDecoder(SpecDecoder):
         sequences = self._shaped(new, inputs, kind, settings, tokenizer)
         if settings.get("return_dict_in_generate"):
             reasons = [_finish_reason(r) for r in requests]
-            if self.logprobs is None:
-                return HFGenerateOutput(sequences, new, reasons)
-            lps, tops = [r.logprobs for r in requests], [r.top_logprobs for r in requests]
-            return HFGenerateOutput(sequences, new, reasons, lps, tops)
+            out = HFGenerateOutput(sequences, new, reasons)
+            if self.logprobs is not None:
+                out.logprobs, out.top_logprobs = [r.logprobs for r in requests], [r.top_logprobs for r in requests]
+            if self.prompt_logprobs is not None:
+                out.prompt_logprobs = [r.prompt_logprobs for r in requests]
+                out.prompt_top_logprobs = [r.prompt_top_logprobs for r in requests]
+            return out
         return sequences
 
     def _set_stops(self, requests: list[Request], settings: dict, tokenizer) -> None:

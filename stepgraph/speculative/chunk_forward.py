@@ -37,6 +37,7 @@ from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify
 from stepgraph.runner import StepGraphRunner
 from stepgraph.sampling import REQUEST_FIELDS, Sampling, sampling_class
 from stepgraph.speculative.penalties import PenaltyState, draft_penalties
+from stepgraph.speculative.scores import next_tokens, token_scores
 from stepgraph.speculative.step import Draft, Target
 
 MAX_CHUNKS = 8  # requests' chunks in one forward at most
@@ -71,6 +72,10 @@ class ChunkForward:
         The requests' penalty state: each chunk's tokens go into it, and a finished prompt's first token
         is sampled from its last logits penalised with its prompt (:mod:`stepgraph.speculative.penalties`),
         and its first draft from the draft's logits penalised with the prompt and that token.
+    prompt_logprobs, logprob_kernels:
+        ``None``, or the alternatives per position: each chunk position's next prompt token scored under
+        its raw logits in the forward (:func:`~stepgraph.speculative.scores.next_tokens`), through the
+        fused log-probability kernels with ``logprob_kernels``.
     """
 
     def __init__(
@@ -89,8 +94,11 @@ class ChunkForward:
         config: RunnerConfig | None = None,
         agree=None,
         penalties: PenaltyState | None = None,
+        prompt_logprobs: int | None = None,
+        logprob_kernels: bool = True,
     ) -> None:
         self.target, self.draft, self.chunk, self.max_seq_len = target, draft, chunk, max_seq_len
+        self.prompt_logprobs, self.logprob_kernels = prompt_logprobs, logprob_kernels
         self.penalties, self.draft_penalties = penalties, draft_penalties(penalties, draft)
         self.device, self.hidden_size, self.hidden_dtype, self.kernels = device, hidden_size, hidden_dtype, kernels
         self._offsets = torch.arange(chunk + 1, device=device)
@@ -147,7 +155,7 @@ class ChunkForward:
         d_end = d_logits[at, last + 1][:, None]  # [n, 1, V]
         if self.draft_penalties is not None:  # the first draft follows the first token: row 1 of a chain
             d_end = self.draft_penalties.apply(d_end, first[:, None], buf["slots"], buf["start"] + last, 1)
-        return {
+        out = {
             "first": first,
             "offset": offset,
             "draft": torch.argmax(d_end[:, 0], -1),
@@ -156,6 +164,11 @@ class ChunkForward:
             "logits": end_logits,
             "scored": sampled,
         }
+        if self.prompt_logprobs is not None:  # each position's next prompt token, under the raw logits
+            chosen = next_tokens(tokens, last, extra)
+            sc = token_scores(logits, chosen, self.prompt_logprobs, kernels=self.logprob_kernels)
+            out.update(prompt_logprobs=sc.logprobs, prompt_top_ids=sc.top_ids, prompt_top_logprobs=sc.top_logprobs)
+        return out
 
     def __call__(self, spans, before: torch.Tensor, sampling: Sampling):
         """``spans``: per row ``(tokens, start, cache_row, next_token, params, slot)``: a chunk's prompt tokens
@@ -168,7 +181,9 @@ class ChunkForward:
         Returns ``first [n]``, ``offset [n]``, ``draft [n]``, ``draft_hidden [n, Dd]`` (a finished
         prompt's first token, its stream offset after it, and its first draft) and ``hidden [n, D]``,
         ``logits [n, V]`` and ``scored [n, V]`` (penalised, as the first token was drawn) at each chunk's
-        last position (views valid until the next call)."""
+        last position, and with ``prompt_logprobs`` the scores of each position's next prompt token
+        (``prompt_logprobs [n, w]``, ``prompt_top_ids`` and ``prompt_top_logprobs [n, w, k]``; views valid
+        until the next call)."""
         C = self.chunk
         tokens = torch.tensor([s[0] + [0] * (C - len(s[0])) for s in spans], dtype=torch.int64)
         values = [p.request_values() if nxt < 0 else GREEDY_ROW for _, _, _, nxt, p, _ in spans]

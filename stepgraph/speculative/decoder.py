@@ -28,6 +28,7 @@ from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.requests import GREEDY, GenerationStats, Request, RequestRules, normalize_eos
 from stepgraph.speculative.scheduler import Scheduler
+from stepgraph.speculative.scores import check_top_logprobs
 from stepgraph.speculative.slots import SlotAllocator
 from stepgraph.speculative.step import ChainStep, Draft, Target
 from stepgraph.speculative.tp import TensorParallel
@@ -94,6 +95,12 @@ class SpecDecoder:
         ``"raw"`` (the default: the target's raw distribution, as the OpenAI API defines it) or
         ``"processed"``: the distribution each token was drawn from, after penalties, temperature and the
         request's filters (a sort of every verify row of a sampled step, on top).
+    prompt_logprobs:
+        ``None``, or the number of alternatives per position (0..20): each prompt token after the first is
+        scored under the target's raw logits of the positions before it (vLLM's ``prompt_logprobs``; the
+        OpenAI completions API's ``echo`` with ``logprobs``), in the prefill's forwards (the chunk forward's
+        graph too); each :class:`Request` holds them (``prompt_logprobs``, ``prompt_top_logprobs``). With a
+        chunked prefill they reach the host with the first token, after the request's first step.
     kv_cache:
         The models' KV cache (:mod:`stepgraph.kv`), which hands out cache rows (and pages) to requests:
         a :class:`~stepgraph.kv.PagedKV` the models share, or by default a :class:`~stepgraph.kv.RowKV` of
@@ -110,7 +117,8 @@ class SpecDecoder:
         batch size in bf16).
     penalties:
         Serve requests with a ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
-        ``min_tokens``, ``no_repeat_ngram_size`` or ``logit_bias`` (:mod:`stepgraph.speculative.penalties`):
+        ``min_tokens``, ``no_repeat_ngram_size``, ``logit_bias``, ``bad_words_ids`` or ``allowed_token_ids``
+        (:mod:`stepgraph.speculative.penalties`):
         each request's tokens, output counts and logit biases are kept on the device (about ``(max_requests + 2) *
         (2 * vocab_size + max_seq_len + 2048)`` words of 4 bytes) and every step penalises the target's logits
         before acceptance, also for requests without penalties (a float32 copy of the logits and one kernel
@@ -150,6 +158,7 @@ class SpecDecoder:
         penalties: bool = False,
         target_hidden_size: int | None = None,
         logprobs_mode: str = "raw",
+        prompt_logprobs: int | None = None,
     ) -> None:
         self.target, self.draft = target, draft
         if not isinstance(penalties, bool):
@@ -158,6 +167,7 @@ class SpecDecoder:
             not isinstance(prefill_chunk, numbers.Integral) or isinstance(prefill_chunk, bool) or prefill_chunk < 1
         ):
             raise ValueError(f"prefill_chunk must be an int >= 1 (positions per chunk) or None, got {prefill_chunk!r}")
+        self.prompt_logprobs = check_top_logprobs(prompt_logprobs, "prompt_logprobs")
         self.draft_lens, policy = draft_policy(num_draft_tokens)
         self.K = self.draft_lens[0]
         self.device = torch.device(device)
@@ -223,6 +233,8 @@ class SpecDecoder:
                 config=self.step.config,
                 agree=tp.agree if tp is not None else None,
                 penalties=state,
+                prompt_logprobs=self.prompt_logprobs,
+                logprob_kernels=self.toggles.fused_logprobs,
             )
         self.chunk_forward = chunks
         prefill = Prefill(
@@ -236,6 +248,7 @@ class SpecDecoder:
             chunks=chunks,
             penalties=state,
             logprobs_mode=self.step.logprobs_mode,
+            prompt_logprobs=self.prompt_logprobs,
         )
         self._lock = threading.RLock()  # one call at a time (class docstring, "Threads")
         self.scheduler = Scheduler(
@@ -491,6 +504,7 @@ class SpecDecoder:
             "kv": self.kv.info(),
             "generation": self.stats.as_dict(),
             "draft_policy": type(self.policy).__name__,
+            "prompt_logprobs": self.prompt_logprobs,
             **times,
         }
 

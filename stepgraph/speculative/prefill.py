@@ -21,7 +21,7 @@ from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
 from stepgraph.speculative.penalties import PenaltyState, draft_penalties
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
-from stepgraph.speculative.scores import Scores, processed_scores, token_scores
+from stepgraph.speculative.scores import Scores, next_tokens, processed_scores, token_scores
 from stepgraph.speculative.step import Draft, Target
 
 
@@ -33,7 +33,10 @@ class Prefill:
     alternatives per token to score the first token with, under ``logprobs_mode``
     (:mod:`stepgraph.speculative.scores`), through its kernels with ``logprob_kernels`` (the
     ``fused_logprobs`` piece).
-    ``chunks``: the batched chunk forward (``None``: each prompt whole, in one forward).
+    ``chunks``: the batched chunk forward (``None``: each prompt whole, in one forward), which scores
+    prompts when ``prompt_logprobs`` is set (its own setting).
+    ``prompt_logprobs``: ``None``, or the alternatives per position to score each prompt token with
+    (raw logits; :attr:`Request.prompt_logprobs`).
     ``penalties``: the requests' penalty state (:mod:`stepgraph.speculative.penalties`): a prompt's tokens
     go in when its prefill starts, its first token is sampled from penalised logits and recorded, and its
     first draft is taken from the draft's logits penalised with the prompt and that token.
@@ -52,8 +55,10 @@ class Prefill:
         chunks: ChunkForward | None = None,
         penalties: PenaltyState | None = None,
         logprobs_mode: str = "raw",
+        prompt_logprobs: int | None = None,
     ) -> None:
         self.target, self.draft, self.relay, self.device = target, draft, relay, device
+        self.prompt_logprobs = prompt_logprobs
         self.logprobs_mode = logprobs_mode
         self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
         self.draft_penalties = draft_penalties(penalties, draft)
@@ -72,6 +77,13 @@ class Prefill:
         rows = torch.tensor([r.cache_row], device=dev)
         logits, hidden = self.target(tokens, torch.arange(L, device=dev)[None, :], rows)
         r.prefilled = L
+        if self.prompt_logprobs is not None:
+            after = torch.full((1,), -1, dtype=torch.int64, device=dev)
+            chosen = next_tokens(tokens, torch.full_like(after, L - 1), after)
+            r.start_prompt_scores()
+            scores = token_scores(logits, chosen, self.prompt_logprobs, kernels=self.logprob_kernels)
+            r.prompt_pending.append((PromptScores(scores), 0, L - 1))
+            r.take_prompt_scores()
         p = r.params
         end = logits[:, -1]
         if self.penalties is not None:
@@ -109,6 +121,8 @@ class Prefill:
             if a == 0 and self.penalties is not None:
                 # the chunk forwards write the prompt
                 self.penalties.admit(r.slot, r.params, L, r.eos)
+            if a == 0 and self.prompt_logprobs is not None:
+                r.start_prompt_scores()
             b = min(a + width, L)
             spans.append((r.prompt[a:b], a, r.cache_row, r.prompt[b] if b < L else -1, r.params, r.slot))
             if b == L:
@@ -120,7 +134,12 @@ class Prefill:
         sampling = Sampling.most_general(rs[i].params.sampling for i in done)
         out = self.chunks(spans, before, sampling)
         hidden = out["hidden"]
+        scores = None
+        if self.prompt_logprobs is not None:  # read with the first token, after the request's first step
+            scores = PromptScores(Scores(out["prompt_logprobs"], out["prompt_top_ids"], out["prompt_top_logprobs"]))
         for i, (r, span) in enumerate(zip(rs, spans)):
+            if scores is not None:
+                r.prompt_pending.append((scores, i, len(span[0]) - (span[3] < 0)))
             r.prefilled += len(span[0])
             r.prefill_carry = hidden[i].clone() if r.prefilled < len(r.prompt) else None
         results: list[tuple[FirstTokens, int] | None] = [None] * len(rs)
@@ -178,28 +197,57 @@ class FirstTokens:
         values = {"first": first}
         if scores is not None:
             values.update(logprobs=scores.logprobs, top_ids=scores.top_ids, top_logprobs=scores.top_logprobs)
+        self._host = HostCopy(values)
+        self._scored = {i: j for j, i in enumerate(at)} if scores is not None else None
+
+    def get(self, row: int) -> tuple[int, tuple | None]:
+        """Row ``row``'s first token and its scores as :meth:`Request.append` takes them (``None`` without
+        scores); the first call waits for the copies."""
+        lists = self._host.lists()
+        first = lists["first"][row]
+        if self._scored is None:
+            return first, None
+        j = self._scored[row]
+        return first, tuple(lists[n][j] for n in ("logprobs", "top_ids", "top_logprobs"))
+
+
+class PromptScores:
+    """A prefill forward's prompt scores (``prompt_logprobs``) on their way to the host, as
+    :class:`FirstTokens`: row ``i``'s position ``j`` holds the log-probability of the prompt token after it
+    (``logprobs [n, w]``) and the most probable alternatives there (``top_ids``, ``top_logprobs [n, w, k]``)."""
+
+    def __init__(self, scores: Scores) -> None:
+        self._host = HostCopy({"logprobs": scores.logprobs, "ids": scores.top_ids, "top": scores.top_logprobs})
+
+    def get(self, row: int, count: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        """Row ``row``'s first ``count`` positions: their log-probabilities and alternatives, ``[(token,
+        logprob), ...]``; the first call waits for the copies."""
+        lists = self._host.lists()
+        top = [list(zip(i, v)) for i, v in zip(lists["ids"][row][:count], lists["top"][row][:count])]
+        return lists["logprobs"][row][:count], top
+
+
+class HostCopy:
+    """Device tensors copied to pinned host memory behind the work queued so far (on a CPU: cloned, as
+    they are views that the forward's next call overwrites); :meth:`lists` waits for the copies."""
+
+    def __init__(self, values: dict[str, torch.Tensor]) -> None:
         self._event = None
-        if first.is_cuda:
+        if next(iter(values.values())).is_cuda:
             host = {n: torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for n, t in values.items()}
             for n, t in values.items():
                 host[n].copy_(t, non_blocking=True)
             self._event = torch.cuda.Event()
             self._event.record()
             values = host
-        else:  # the forward's outputs are views that its next call overwrites
+        else:
             values = {n: t.clone() for n, t in values.items()}
         self._values, self._lists = values, None
-        self._scored = {i: j for j, i in enumerate(at)} if scores is not None else None
 
-    def get(self, row: int) -> tuple[int, tuple | None]:
-        """Row ``row``'s first token and its scores as :meth:`Request.append` takes them (``None`` without
-        scores); the first call waits for the copies."""
+    def lists(self) -> dict[str, list]:
+        """The values as nested lists (the first call waits for the copies)."""
         if self._lists is None:
             if self._event is not None:
                 self._event.synchronize()
             self._lists = {n: v.tolist() for n, v in self._values.items()}
-        first = self._lists["first"][row]
-        if self._scored is None:
-            return first, None
-        j = self._scored[row]
-        return first, tuple(self._lists[n][j] for n in ("logprobs", "top_ids", "top_logprobs"))
+        return self._lists

@@ -26,7 +26,9 @@ class Request:
     the host, between steps. ``eos``: the ids that end it, kept as its last token (the decoder's EOS ids
     unless ``params.ignore_eos``, and ``params.stop_token_ids``; ``finish_reason`` ``"eos"``, or ``"stop"``
     for a stop token). With a decoder that reports log-probabilities, ``logprobs[i]`` is
-    ``output[i]``'s and ``top_logprobs[i]`` its alternatives, ``[(token, logprob), ...]``."""
+    ``output[i]``'s and ``top_logprobs[i]`` its alternatives, ``[(token, logprob), ...]``. With one built
+    with ``prompt_logprobs``, ``prompt_logprobs[i]`` is ``prompt[i]``'s under the target's raw logits after
+    ``prompt[:i]`` and ``prompt_top_logprobs[i]`` the alternatives there (``None`` for ``i = 0``)."""
 
     id: int
     prompt: list[int]
@@ -43,17 +45,34 @@ class Request:
     stop: Callable[[list[int]], bool] | None = None
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    prompt_logprobs: list[float | None] = field(default_factory=list)
+    prompt_top_logprobs: list[list[tuple[int, float]] | None] = field(default_factory=list)
+    # prompt scores on their way to the host: (holder, row, positions), taken by take_prompt_scores()
+    prompt_pending: list[tuple] = field(default_factory=list, repr=False)
     prefilled: int = 0  # prompt positions in the cache (a chunked prefill's progress)
     room: int = 0  # positions its cache row holds (the allocator's; it asks for more past this)
     prefill_carry: torch.Tensor | None = field(default=None, repr=False)  # the target's hidden at prefilled - 1
     # a chunked prefill's first token on its way to the host: (FirstTokens, row), taken by settle()
     first_pending: tuple | None = field(default=None, repr=False)
 
+    def start_prompt_scores(self) -> None:
+        """Prompt scores to come: the first prompt token has none."""
+        self.prompt_logprobs, self.prompt_top_logprobs, self.prompt_pending = [None], [None], []
+
+    def take_prompt_scores(self) -> None:
+        """Take the prompt scores of its prefill's forwards, in order (waiting for their copies)."""
+        for holder, row, count in self.prompt_pending:
+            logprobs, top = holder.get(row, count)
+            self.prompt_logprobs.extend(logprobs)
+            self.prompt_top_logprobs.extend(top)
+        self.prompt_pending = []
+
     def settle(self) -> bool:
-        """Take the first token of a chunked prefill (waiting for its copy to the host, which a step
-        launched after it has passed); whether one was pending."""
+        """Take the first token of a chunked prefill, and its prompt scores (waiting for their copies to
+        the host, which a step launched after them has passed); whether one was pending."""
         if self.first_pending is None:
             return False
+        self.take_prompt_scores()
         first, row = self.first_pending
         self.first_pending = None
         token, scores = first.get(row)

@@ -10,7 +10,9 @@
 
 Computed inside the step graph (fixed shapes, no host sync) for accepted drafts and the bonus or
 correction alike, and eagerly for the prefill's first token; each request keeps the ones of the tokens
-it takes (:class:`~stepgraph.speculative.requests.Request`).
+it takes (:class:`~stepgraph.speculative.requests.Request`). A decoder built with ``prompt_logprobs``
+also scores each prompt token after the first under the raw logits of the positions before it (vLLM's
+``prompt_logprobs``), in the prefill's forwards (:func:`next_tokens`).
 """
 
 from __future__ import annotations
@@ -39,15 +41,25 @@ class Scores:
     top_logprobs: torch.Tensor
 
 
-def check_top_logprobs(n: int | None) -> int | None:
-    """``None`` (no log-probabilities) or ``0 <= n <= 20`` alternatives per token."""
+def check_top_logprobs(n: int | None, name: str = "logprobs") -> int | None:
+    """``None`` (no log-probabilities) or ``0 <= n <= 20`` alternatives per token (``name``: the setting)."""
     if n is None:
         return None
     if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= TOP_LOGPROBS_MAX:
         raise ValueError(
-            f"logprobs must be None or the number of alternatives per token, 0..{TOP_LOGPROBS_MAX}; got {n!r}"
+            f"{name} must be None or the number of alternatives per token, 0..{TOP_LOGPROBS_MAX}; got {n!r}"
         )
     return n
+
+
+def next_tokens(tokens: torch.Tensor, last: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """The token after each position of prompt chunks ``tokens [n, w]`` (row ``i``'s positions ``0..last[i]``,
+    then padding): the chunk's own next one, ``after[i]`` at ``last[i]`` (``-1``: the prompt ends there), and
+    ``-1`` past it; ``[n, w]``, what :func:`token_scores` scores a prompt's positions with. Graph-safe."""
+    w = tokens.shape[1]
+    cols = torch.arange(w, device=tokens.device)[None, :]
+    shifted = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], -1)], 1)
+    return torch.where(cols < last[:, None], shifted, torch.where(cols == last[:, None], after[:, None], -1))
 
 
 def check_logprobs_mode(mode: str) -> str:

@@ -267,6 +267,25 @@ def test_finish_reasons_and_eos(models):
     assert out.sequences == out.new_tokens
 
 
+@pytest.mark.parametrize("chunk", [None, 3], ids=["whole", "chunked"])
+def test_prompt_logprobs_are_the_models_own(models, chunk):
+    """prompt_logprobs through the adapter: each prompt token's log_softmax under the model's own forward
+    over the prompt, with two alternatives, from a left-padded input_ids tensor (the padding left out)."""
+    target, _ = models
+    dec = decoder(models, prompt_logprobs=2, prefill_chunk=chunk)
+    ids = torch.tensor([[0, 0, *PROMPTS[0]], PROMPTS[1]])
+    mask = (torch.arange(ids.shape[1]) >= torch.tensor([[2], [0]])).long()
+    out = dec.generate(ids, attention_mask=mask, max_new_tokens=2, return_dict_in_generate=True)
+    assert out.logprobs is None
+    for prompt, lps, tops in zip(PROMPTS, out.prompt_logprobs, out.prompt_top_logprobs):
+        with torch.no_grad():
+            ref = torch.log_softmax(target(torch.tensor([prompt])).logits[0, :-1].float(), -1)
+        want = ref.gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0]
+        assert lps[0] is None and tops[0] is None and len(lps) == len(prompt)
+        torch.testing.assert_close(torch.tensor(lps[1:]), want, rtol=0, atol=1e-5)
+        assert [[t for t, _ in top] for top in tops[1:]] == ref.topk(2, -1).indices.tolist()
+
+
 def test_a_stop_token_of_sampling_ends_its_request_with_reason_stop(models):
     """``sampling=SamplingParams(stop_token_ids=...)`` stops as an EOS id does, reason "stop"; with
     ``ignore_eos`` the call's EOS id leaves the request free."""

@@ -58,6 +58,60 @@ def test_no_logprobs_unless_asked_and_bad_counts_refused():
             SpecDecoder.for_example(target, draft, logprobs=bad)
 
 
+def prompt_reference(target, prompt):
+    """log_softmax of the target's logits over ``prompt`` (one forward, a fresh cache row): ``[L, V]``."""
+    dev = target.device
+    rows = torch.tensor([target.cfg.max_requests - 1], device=dev)
+    logits, _ = target(torch.tensor([prompt], device=dev), torch.arange(len(prompt), device=dev)[None], rows)
+    return torch.log_softmax(logits[0].float(), -1)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("chunk", [None, 3, 8], ids=["whole", "chunked", "one-chunk"])
+def test_each_prompt_tokens_logprob_is_the_targets(overlap, chunk):
+    """prompt_logprobs: every prompt token after the first scored under the raw logits before it, with
+    its alternatives; the first is None. Chunks of 3 split the prompts (several requests a forward, a chunk
+    ending a prompt, a one-token prompt); chunks of 8 hold each whole; a penalised, sampled request's
+    prompt scores stay the raw ones."""
+    target, draft = build("tiny")
+    prompts = [*PROMPTS, [9]]
+    dec = SpecDecoder.for_example(
+        target, draft, max_batch=4, prompt_logprobs=3, prefill_chunk=chunk, penalties=True, logprobs=1
+    )
+    params = [SamplingParams(), SamplingParams(temperature=0.9, seed=1, repetition_penalty=1.5), SamplingParams(),
+              SamplingParams()]  # fmt: skip
+    requests = dec.make_requests(prompts, [4, 3, 1, 2], params)
+    dec.serve(requests, overlap=overlap)
+    assert dec.info()["prompt_logprobs"] == 3
+    for r in requests:
+        assert len(r.prompt_logprobs) == len(r.prompt_top_logprobs) == len(r.prompt)
+        assert r.prompt_logprobs[0] is None and r.prompt_top_logprobs[0] is None
+        assert len(r.logprobs) == len(r.output)  # the emitted tokens' too
+        if len(r.prompt) == 1:
+            continue
+        ref = prompt_reference(target, r.prompt)[:-1]
+        want = ref.gather(-1, torch.tensor(r.prompt[1:])[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(r.prompt_logprobs[1:]), want, rtol=0, atol=2e-5)
+        values, ids = ref.topk(3, -1)
+        assert [[t for t, _ in top] for top in r.prompt_top_logprobs[1:]] == ids.tolist()
+        got = torch.tensor([[v for _, v in top] for top in r.prompt_top_logprobs[1:]])
+        torch.testing.assert_close(got, values, atol=2e-5, rtol=0)
+
+
+def test_prompt_logprobs_only_when_asked_and_bad_counts_refused():
+    target, draft = build("tiny")
+    (r,) = SpecDecoder.for_example(target, draft, prefill_chunk=4).serve(
+        SpecDecoder.for_example(target, draft).make_requests([PROMPTS[2]], 2)
+    )
+    assert r.prompt_logprobs == [] and r.prompt_top_logprobs == []
+    for bad in (-1, 21, 2.5, True):
+        with pytest.raises(ValueError, match="prompt_logprobs must be None or the number of alternatives"):
+            SpecDecoder.for_example(target, draft, prompt_logprobs=bad)
+    dec = SpecDecoder.for_example(target, draft, prompt_logprobs=0)
+    (r,) = dec.serve(dec.make_requests([PROMPTS[0]], 2))
+    assert len(r.prompt_logprobs) == 4 and r.prompt_top_logprobs == [None, [], [], []]
+
+
 def test_zero_alternatives_and_the_cut_at_eos():
     """logprobs=0: each token's own only; tokens past an EOS in a step are not kept, nor are their scores."""
     target, draft = build("tiny")

@@ -108,3 +108,22 @@ def test_bad_input_is_refused_by_name(logits, tokens, n, message):
 def test_an_empty_batch():
     got = token_logprobs(torch.zeros(0, 4, 50, device=DEV), torch.zeros(0, 4, dtype=torch.long, device=DEV), 3)
     assert got.logprobs.shape == (0, 4) and got.top_ids.shape == (0, 4, 3)
+
+
+@pytest.mark.parametrize("chunk", [None, 3], ids=["whole", "chunked"])
+def test_prompt_logprobs_through_the_kernels(chunk):
+    """A decoder's prompt scores through the fused kernels (positions past a chunk's end score token -1),
+    against log_softmax of one forward over the prompt."""
+    from stepgraph.examples.model import build
+    from stepgraph.speculative.decoder import SpecDecoder
+    from tests.e2e.test_logprobs import prompt_reference
+
+    target, draft = build("tiny", num_layers=1, device=DEV)
+    prompts = [[5, 17, 99, 3, 8, 21, 40], [1, 2, 3]]
+    dec = SpecDecoder.for_example(target, draft, prompt_logprobs=2, prefill_chunk=chunk, max_batch=2)
+    assert dec.toggles.fused_logprobs
+    for p, r in zip(prompts, dec.serve(dec.make_requests(prompts, 2))):
+        ref = prompt_reference(target, p)[:-1]
+        want = ref.gather(-1, torch.tensor(p[1:], device=ref.device)[:, None])[:, 0].cpu()
+        torch.testing.assert_close(torch.tensor(r.prompt_logprobs[1:]), want, rtol=0, atol=2e-6)
+        assert [[t for t, _ in top] for top in r.prompt_top_logprobs[1:]] == ref.topk(2, -1).indices.tolist()
