@@ -21,7 +21,7 @@ from stepgraph.speculative.chunk_forward import ChunkForward, first_tokens
 from stepgraph.speculative.penalties import PenaltyState, draft_penalties
 from stepgraph.speculative.relay import RelayState
 from stepgraph.speculative.requests import Request
-from stepgraph.speculative.scores import Scores, next_tokens, processed_scores, token_scores
+from stepgraph.speculative.scores import Scores, processed_scores, token_scores
 from stepgraph.speculative.step import Draft, Target
 
 
@@ -77,9 +77,8 @@ class Prefill:
         rows = torch.tensor([r.cache_row], device=dev)
         logits, hidden = self.target(tokens, torch.arange(L, device=dev)[None, :], rows)
         r.prefilled = L
-        if self.prompt_logprobs is not None:
-            after = torch.full((1,), -1, dtype=torch.int64, device=dev)
-            chosen = next_tokens(tokens, torch.full_like(after, L - 1), after)
+        if self.prompt_logprobs is not None:  # each position's next prompt token (none after the last)
+            chosen = torch.tensor([r.prompt[1:] + [-1]], dtype=torch.int64, device=dev)
             r.start_prompt_scores()
             scores = token_scores(logits, chosen, self.prompt_logprobs, kernels=self.logprob_kernels)
             r.prompt_pending.append((PromptScores(scores), 0, L - 1))
