@@ -12,6 +12,8 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
 #: scripts whose kernels run in Triton's interpreter on a CPU (the others use the torch references there)
 INTERPRETED = {"bench_kernels.py"}
+#: each script's run, and the modes of its own that a plain run leaves out
+RUNS = [(name, ()) for name in SCRIPTS] + [("bench_logprobs.py", ("--prompt",))]
 
 
 def test_every_script_is_smoke_run():
@@ -20,13 +22,13 @@ def test_every_script_is_smoke_run():
         assert "add_smoke_flag" in (BENCHMARKS / name).read_text(), f"{name} has no --smoke"
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_benchmark_smoke_run(script, tmp_path):
+@pytest.mark.parametrize("script,mode", RUNS, ids=[" ".join((name, *mode)) for name, mode in RUNS])
+def test_benchmark_smoke_run(script, mode, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPGRAPH_", "TRITON_INTERPRET"))}
     if script in INTERPRETED:
         env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run(
-        [sys.executable, script, "--smoke", "--out", str(tmp_path)],
+        [sys.executable, script, *mode, "--smoke", "--out", str(tmp_path)],
         cwd=BENCHMARKS,
         env=env,
         capture_output=True,
