@@ -259,6 +259,27 @@ def check_token_ids(params: SamplingParams, vocab_size: int) -> None:
         raise ValueError(f"allowed_token_ids holds {params.allowed_token_ids[-1]}; ids must be in [0, {vocab_size})")
 
 
+def check_some_token_left(params: SamplingParams, stops: Sequence[int]) -> None:
+    """A clear error for ``allowed_token_ids`` that leave the request no token to draw: each one banned for
+    good (a ``logit_bias`` of ``-inf``, a bad word of one token), or, before ``min_tokens``, held back as
+    one of its ``stops`` (its EOS and stop token ids)."""
+    if params.allowed_token_ids is None:
+        return
+    never = {t for t, b in params.logit_bias if b == float("-inf")}
+    never |= {w[0] for w in params.bad_words_ids if len(w) == 1}
+    left = set(params.allowed_token_ids) - never
+    if not left:
+        raise ValueError(
+            "allowed_token_ids leaves no token to emit: each one is banned by a logit_bias of -inf or a one-token "
+            "bad word; allow another token or lift a ban"
+        )
+    if params.min_tokens and not left - set(stops):
+        raise ValueError(
+            "allowed_token_ids leaves no token to emit before min_tokens: the others are EOS or stop token ids, "
+            "which min_tokens holds back; allow another token or lower min_tokens"
+        )
+
+
 def penalised_logits_ref(
     logits: torch.Tensor, prompt: Sequence[int], output: Sequence[int], params: SamplingParams, eos: Sequence[int] = ()
 ) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 
 from stepgraph.kv import KVCache
 from stepgraph.sampling import INT64_MAX, SamplingParams
-from stepgraph.speculative.penalties import MAX_BANNED, check_token_ids
+from stepgraph.speculative.penalties import MAX_BANNED, check_some_token_left, check_token_ids
 
 GREEDY = SamplingParams()
 
@@ -175,10 +175,16 @@ class RequestRules:
         check_token_ids(params, self.vocab_size)
         stops = params.stops(self.eos)
         if params.min_tokens and len(stops) > MAX_BANNED:
+            held = (
+                "its stop_token_ids"
+                if params.ignore_eos
+                else f"the decoder's {len(self.eos)} EOS ids and its stop_token_ids"
+            )
             raise ValueError(
                 f"min_tokens holds back at most {MAX_BANNED} EOS and stop token ids; this request has {len(stops)} "
-                f"(the decoder's {len(self.eos)} EOS ids{'' if params.ignore_eos else ' and'} its stop_token_ids)"
+                f"({held})"
             )
+        check_some_token_left(params, stops)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if min(prompt) < 0 or max(prompt) >= self.vocab_size:

@@ -302,6 +302,13 @@ def test_bad_logit_biases_and_bad_words_are_refused_by_name():
         SamplingParams(allowed_token_ids=[1, -1])
     with pytest.raises(ValueError, match=f"allowed_token_ids holds {V}; ids must be in"):
         dec.make_requests([PROMPTS[0]], 4, SamplingParams(allowed_token_ids=[1, V]))
+    for bad in (SamplingParams(allowed_token_ids=[1, 2], logit_bias={1: float("-inf")}, bad_words_ids=[[2]]),
+                SamplingParams(allowed_token_ids=[1, 2], min_tokens=3, stop_token_ids=[2], bad_words_ids=[[1]])):  # fmt: skip
+        with pytest.raises(ValueError, match="allowed_token_ids leaves no token to emit"):
+            dec.make_requests([PROMPTS[0]], 4, bad)
+    dec.make_requests(
+        [PROMPTS[0]], 4, SamplingParams(allowed_token_ids=[1, 2], stop_token_ids=[2], bad_words_ids=[[1]])
+    )
     with pytest.raises(ValueError, match="allowed_token_ids=.*build it with penalties=True"):
         SpecDecoder.for_example(target, draft).make_requests([PROMPTS[0]], 4, SamplingParams(allowed_token_ids=[1]))
 
