@@ -118,11 +118,11 @@ class SpecDecoder:
     penalties:
         Serve requests with a ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``,
         ``min_tokens``, ``no_repeat_ngram_size``, ``logit_bias``, ``bad_words_ids`` or ``allowed_token_ids``
-        (:mod:`stepgraph.speculative.penalties`):
-        each request's tokens, output counts and logit biases are kept on the device (about ``(max_requests + 2) *
-        (2 * vocab_size + max_seq_len + 2048)`` words of 4 bytes) and every step penalises the target's logits
-        before acceptance, also for requests without penalties (a float32 copy of the logits and one kernel
-        over each request's tokens). Off, such a request is refused.
+        (:mod:`stepgraph.speculative.penalties`): each request's tokens, output counts, logit biases and bad
+        words are kept on the device (about ``(max_requests + 2) * (2 * vocab_size + vocab_size / 32 +
+        max_seq_len + 4096)`` words of 4 bytes) and every step penalises the target's logits before
+        acceptance, also for requests without penalties (a float32 copy of the logits and one kernel over
+        each request's tokens). Off, such a request is refused.
 
     Notes
     -----
