@@ -14,7 +14,16 @@ from stepgraph.memory import MemoryGuard, MemoryReading, ReleaseBudget
 from stepgraph.outputs import StepOutputs
 from stepgraph.runner import StepGraphRunner
 from stepgraph.sampling import CLASSES, Sampling, SamplingClass, SamplingParams
-from stepgraph.speculative import ChainStep, Draft, GenerationStats, Request, SpecDecoder, Target, TensorParallel
+from stepgraph.speculative import (
+    ChainStep,
+    Draft,
+    GenerationStats,
+    Request,
+    RequestQueue,
+    SpecDecoder,
+    Target,
+    TensorParallel,
+)
 
 __version__ = "0.2.0"
 
@@ -35,6 +44,7 @@ __all__ = [
     "RecaptureRefused",
     "ReleaseBudget",
     "Request",
+    "RequestQueue",
     "RunnerConfig",
     "Sampling",
     "SamplingClass",

@@ -26,6 +26,7 @@ from stepgraph.speculative.chunk_forward import ChunkForward
 from stepgraph.speculative.draft_policy import AutoDraftLength, DraftPolicy, draft_policy
 from stepgraph.speculative.penalties import PenaltyState
 from stepgraph.speculative.prefill import Prefill
+from stepgraph.speculative.request_queue import RequestQueue
 from stepgraph.speculative.requests import GREEDY, GenerationStats, Request, RequestRules, normalize_eos
 from stepgraph.speculative.scheduler import Scheduler
 from stepgraph.speculative.scores import check_top_logprobs
@@ -258,6 +259,7 @@ class SpecDecoder:
         if isinstance(policy, AutoDraftLength) and policy.step_ms is None:
             policy.step_ms = self.step_ms
         self._next_id = 0
+        self._ids_lock = threading.Lock()
 
     @classmethod
     def for_example(cls, target: Any, draft: Draft, **kwargs) -> SpecDecoder:
@@ -403,7 +405,7 @@ class SpecDecoder:
     @_one_call_at_a_time
     def serve(
         self,
-        requests: Sequence[Request],
+        requests: Sequence[Request] | RequestQueue,
         *,
         overlap: bool = False,
         on_step: Callable[[int], None] | None = None,
@@ -411,7 +413,30 @@ class SpecDecoder:
     ) -> Sequence[Request]:
         """Run requests from :meth:`make_requests` (their ``on_tokens`` and ``stop`` set as wished) to the
         end; returns them, each with its ``output`` and ``finish_reason``. ``overlap``, ``on_step``,
-        ``arrivals``: as :meth:`generate`."""
+        ``arrivals``: as :meth:`generate`.
+
+        ``requests`` may be a :class:`~stepgraph.speculative.request_queue.RequestQueue` instead: the
+        loop serves what other threads put in it, each request joining the batch when it is taken (between
+        two steps), until the queue is closed and they have all finished; returns them in the order taken.
+        A request's :meth:`Request.abort` (from any thread, an ``on_tokens`` callback included) ends it
+        before its next step, with ``finish_reason`` ``"abort"``.
+
+        Raises
+        ------
+        ValueError
+            For a queue under tensor parallelism (every rank must take the same requests at the same step:
+            give each rank the same list, with ``arrivals``).
+        """
+        source = None
+        if isinstance(requests, RequestQueue):
+            if self.step.tp is not None:
+                raise ValueError(
+                    "serve(RequestQueue) cannot run under tensor parallelism: the ranks would take requests at "
+                    "different steps; give every rank the same list of requests (with arrivals)"
+                )
+            if arrivals is not None:
+                raise ValueError("arrivals are for a list of requests; a queue's requests arrive when put")
+            source, requests = requests, []
         if arrivals is not None:
             arrivals = list(arrivals)
             bad = [a for a in arrivals if not (isinstance(a, numbers.Real) and math.isfinite(a) and a >= 0.0)]
@@ -419,16 +444,15 @@ class SpecDecoder:
                 raise ValueError("arrivals: give one finite time >= 0 (seconds) per prompt")
             for r, a in zip(requests, arrivals):
                 r.arrival = float(a)
-        if not requests:
+        if not requests and source is None:
             return requests
         stats = self.scheduler.stats
         prefill0, idle0, t0 = stats.prefill_seconds, stats.idle_seconds, time.perf_counter()
-        self.scheduler.run(list(requests), overlap=overlap, on_step=on_step)
+        served = self.scheduler.run(list(requests), overlap=overlap, on_step=on_step, source=source)
         elapsed = time.perf_counter() - t0
         stats.decode_seconds += elapsed - (stats.prefill_seconds - prefill0) - (stats.idle_seconds - idle0)
-        return requests
+        return requests if source is None else served
 
-    @_one_call_at_a_time
     def make_requests(
         self,
         prompts: Sequence[Sequence[int]],
@@ -436,7 +460,8 @@ class SpecDecoder:
         sampling: SamplingParams | Sequence[SamplingParams] = GREEDY,
     ) -> list[Request]:
         """Checked :class:`Request` objects, one per prompt (``max_new_tokens`` and ``sampling``: one for
-        all or one per prompt). They hold no slot until admitted."""
+        all or one per prompt). They hold no slot until admitted. Safe from any thread, while
+        :meth:`serve` runs too (for its :class:`~stepgraph.speculative.request_queue.RequestQueue`)."""
         n = len(prompts)
         one = isinstance(max_new_tokens, numbers.Integral) and not isinstance(max_new_tokens, bool)
         if not one and not isinstance(max_new_tokens, (list, tuple)):
@@ -451,10 +476,11 @@ class SpecDecoder:
             self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos, self.kv,
             penalties=self.step.penalties is not None,
         )  # fmt: skip
-        requests = [
-            rules.make(self._next_id + i, p, m, sp) for i, (p, m, sp) in enumerate(zip(prompts, limits, params))
-        ]
-        self._next_id += n
+        with self._ids_lock:  # each request's id once, whichever threads make them; none taken by a refusal
+            requests = [
+                rules.make(self._next_id + i, p, m, sp) for i, (p, m, sp) in enumerate(zip(prompts, limits, params))
+            ]
+            self._next_id += n
         return requests
 
     # ---- public hooks for benchmarks and custom loops ---------------------------------------------

@@ -40,7 +40,7 @@ class Request:
     slot: int = -1
     cache_row: int = -1
     finished: bool = False
-    finish_reason: str | None = None  # "eos", "length" or "stop" (a stop token or stop())
+    finish_reason: str | None = None  # "eos", "length", "stop" (a stop token or stop()) or "abort"
     on_tokens: Callable[[list[int]], None] | None = None
     stop: Callable[[list[int]], bool] | None = None
     logprobs: list[float] = field(default_factory=list)
@@ -54,6 +54,17 @@ class Request:
     prefill_carry: torch.Tensor | None = field(default=None, repr=False)  # the target's hidden at prefilled - 1
     # a chunked prefill's first token on its way to the host: (FirstTokens, row), taken by settle()
     first_pending: tuple | None = field(default=None, repr=False)
+    aborted: bool = False  # abort() was called: the loop ends it at its next turn
+
+    def abort(self) -> None:
+        """End the request early (a client gone), from any thread: the decode loop lets it go before its
+        next step (``finish_reason`` ``"abort"``), keeping the tokens it has. Nothing if it has finished."""
+        self.aborted = True
+
+    def end_aborted(self) -> None:
+        """The loop's side of :meth:`abort`: mark it finished."""
+        if not self.finished:
+            self.finished, self.finish_reason = True, "abort"
 
     def start_prompt_scores(self) -> None:
         """Prompt scores to come: the first prompt token has none."""

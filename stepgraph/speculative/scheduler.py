@@ -36,6 +36,7 @@ from stepgraph.outputs import StepOutputs
 from stepgraph.sampling import Sampling
 from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength, beyond_reach
 from stepgraph.speculative.prefill import Prefill
+from stepgraph.speculative.request_queue import RequestQueue
 from stepgraph.speculative.requests import GenerationStats, Request
 from stepgraph.speculative.slots import SlotAllocator
 from stepgraph.speculative.step import ChainStep
@@ -82,6 +83,8 @@ class Scheduler:
         self._t0 = 0.0
         self.prefill_chunk = prefill.chunk  # positions of prompt per step (None: whole prompts)
         self._prefilling: deque[Request] = deque()  # admitted, their prompts going through in chunks
+        self._source: RequestQueue | None = None  # where a run's requests also come from (online serving)
+        self._taken: list[Request] = []  # every request of the run so far
 
     # ---- requests in and out ---------------------------------------------------------------------
     def admit(self, r: Request) -> None:
@@ -115,6 +118,9 @@ class Scheduler:
             and self.slots.can_take(pending[0])
         ):
             r = pending.popleft()
+            if r.aborted:  # ended before it was admitted
+                r.end_aborted()
+                continue
             if self.prefill_chunk is not None:  # its prompt goes through in chunks, between steps
                 self.slots.take(r)
                 self._prefilling.append(r)
@@ -281,11 +287,21 @@ class Scheduler:
         return batch
 
     # ---- loops -------------------------------------------------------------------------------------
-    def run(self, requests: list[Request], *, overlap: bool, on_step: OnStep | None = None) -> None:
-        """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed.
+    def run(
+        self,
+        requests: list[Request],
+        *,
+        overlap: bool,
+        on_step: OnStep | None = None,
+        source: RequestQueue | None = None,
+    ) -> list[Request]:
+        """Run ``requests`` to completion, each joining once its ``arrival`` (seconds from now) has passed,
+        and with ``source`` the requests put in it, each joining when taken, until it is closed; returns
+        every request run. A request that :meth:`Request.abort` ended leaves before its next step.
         Whatever raises, every slot and cache row comes back first."""
         self._last_slots = self._last_batch = self._plan = None
         self._t0 = time.perf_counter()
+        self._source, self._taken = source, list(requests)
         pending = deque(sorted(requests, key=lambda r: r.arrival))
         try:
             (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
@@ -294,15 +310,53 @@ class Scheduler:
             with contextlib.suppress(Exception):  # what was raised first is what reaches the caller
                 self.learn()
             self._prefilling.clear()
-            self.slots.give_back_all(requests, self.device)
+            self.slots.give_back_all(self._taken, self.device)
             self._last_slots = self._last_batch = None
             raise
+        finally:
+            self._source = None
+        return self._taken
+
+    def _more_coming(self) -> bool:
+        return self._source is not None and self._source.open()
+
+    def _take_new(self, pending: deque) -> None:
+        """The requests put in the source since the last call join ``pending``, arrived now."""
+        if self._source is None:
+            return
+        new = self._source.take()
+        now = time.perf_counter() - self._t0
+        for r in new:
+            r.arrival = now
+        pending.extend(new)
+        self._taken.extend(new)
+
+    def _drop_aborted(self, pending: deque, active: list[Request], release: Callable[[Request], None]) -> None:
+        """Let the requests that :meth:`Request.abort` ended go: waiting, being prefilled (their slots back
+        now: no step reads them) or decoding (``release`` gives their slots back, once no step in flight
+        reads them)."""
+        for r in [r for r in pending if r.aborted]:
+            pending.remove(r)
+            r.end_aborted()
+        for r in [r for r in self._prefilling if r.aborted]:
+            self._prefilling.remove(r)
+            r.end_aborted()
+            self.slots.give_back(r)
+        forget = getattr(self.policy, "forget", None)
+        for r in [r for r in active if r.aborted]:
+            active.remove(r)
+            r.end_aborted()
+            release(r)
+            if forget is not None:
+                forget(r)
 
     def _loop_sync(self, pending: deque, on_step: OnStep | None) -> None:
         active: list[Request] = []
-        while pending or active or self._prefilling:
+        while pending or active or self._prefilling or self._more_coming():
+            self._take_new(pending)
             self._admit_waiting(pending, active)
             self._prefill_chunks(active)
+            self._drop_aborted(pending, active, self.slots.give_back)  # no step in flight here
             if not active:
                 if not self._prefilling:
                     self._wait_for_arrival(pending)
@@ -331,10 +385,18 @@ class Scheduler:
                 for r in reqs:
                     self.slots.give_back(r)
 
-        while pending or active or inflight is not None or self._prefilling:
+        def release(r: Request) -> None:  # an aborted request's slot, once the step in flight has completed
+            if inflight is None:
+                self.slots.give_back(r)
+            else:
+                waiting.append((inflight[2], [r]))
+
+        while pending or active or inflight is not None or self._prefilling or self._more_coming():
             free_completed()
+            self._take_new(pending)
             self._admit_waiting(pending, active)
             self._prefill_chunks(active)
+            self._drop_aborted(pending, active, release)
             if not active and inflight is None:
                 if not self._prefilling:
                     self._wait_for_arrival(pending, drain=lambda: free_completed(block=True))
@@ -361,9 +423,14 @@ class Scheduler:
         free_completed(block=True)
 
     def _wait_for_arrival(self, pending: deque, drain: Callable[[], None] | None = None) -> None:
-        """Nothing runs: sleep until the next request arrives, or (it has arrived but found no free slot)
-        ``drain`` the slots of finished requests whose last step is still in flight."""
+        """Nothing runs: sleep until the next request arrives (or is put in the source), or (it has arrived
+        but found no free slot) ``drain`` the slots of finished requests whose last step is still in
+        flight."""
         if not pending:
+            if self._more_coming():
+                t0 = time.perf_counter()
+                self._source.wait()
+                self.stats.idle_seconds += time.perf_counter() - t0
             return
         delay = pending[0].arrival - (time.perf_counter() - self._t0)
         if delay > 0:
