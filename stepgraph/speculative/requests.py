@@ -22,12 +22,15 @@ class Request:
     """One generation request and its progress (``slot``/``cache_row`` are -1 while it holds none).
 
     ``on_tokens(tokens)`` is called with the tokens it takes, as it takes them (streaming); ``stop(output)``
-    is asked after each token and ends the request when true (``finish_reason`` ``"stop"``). Both run on
-    the host, between steps. ``eos``: the ids that end it, kept as its last token (the decoder's EOS ids
-    unless ``params.ignore_eos``, and ``params.stop_token_ids``; ``finish_reason`` ``"eos"``, or ``"stop"``
-    for a stop token). With a decoder that reports log-probabilities, ``logprobs[i]`` is
-    ``output[i]``'s and ``top_logprobs[i]`` its alternatives, ``[(token, logprob), ...]``. With one built
-    with ``prompt_logprobs``, ``prompt_logprobs[i]`` is ``prompt[i]``'s under the target's raw logits after
+    is asked after each token and ends the request when true (``finish_reason`` ``"stop"``);
+    ``on_finish(request)`` is called once it has finished, after its last ``on_tokens``, whatever ended it
+    (:meth:`abort` included). All run on the serving thread, between steps.
+
+    ``eos``: the ids that end it, kept as its last token (the decoder's EOS ids unless
+    ``params.ignore_eos``, and ``params.stop_token_ids``; ``finish_reason`` ``"eos"``, or ``"stop"`` for a
+    stop token). With a decoder that reports log-probabilities, ``logprobs[i]`` is ``output[i]``'s and
+    ``top_logprobs[i]`` its alternatives, ``[(token, logprob), ...]``. With one built with
+    ``prompt_logprobs``, ``prompt_logprobs[i]`` is ``prompt[i]``'s under the target's raw logits after
     ``prompt[:i]`` and ``prompt_top_logprobs[i]`` the alternatives there (``None`` for ``i = 0``)."""
 
     id: int
@@ -43,6 +46,7 @@ class Request:
     finish_reason: str | None = None  # "eos", "length", "stop" (a stop token or stop()) or "abort"
     on_tokens: Callable[[list[int]], None] | None = None
     stop: Callable[[list[int]], bool] | None = None
+    on_finish: Callable[[Request], None] | None = None
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     prompt_logprobs: list[float | None] = field(default_factory=list)
@@ -65,6 +69,8 @@ class Request:
         """The loop's side of :meth:`abort`: mark it finished."""
         if not self.finished:
             self.finished, self.finish_reason = True, "abort"
+            if self.on_finish is not None:
+                self.on_finish(self)
 
     def start_prompt_scores(self) -> None:
         """Prompt scores to come: the first prompt token has none."""
@@ -106,6 +112,8 @@ class Request:
             self.top_logprobs.extend(list(zip(i, v)) for i, v in zip(top_ids, top_logprobs))
         if self.on_tokens is not None and len(self.output) > start:
             self.on_tokens(self.output[start:])
+        if self.finished and self.on_finish is not None:
+            self.on_finish(self)
 
     def _take_until_finished(self, tokens: Sequence[int]) -> None:
         for tok in tokens:

@@ -87,6 +87,25 @@ def test_sampling_block_serves_an_openai_request_as_the_reference_decodes_it(mon
     assert str(request.output) in capsys.readouterr().out
 
 
+def test_serving_block_streams_three_clients_and_aborts_one(monkeypatch, capsys):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (block,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "serving.md").read_text(), flags=re.S)
+    namespace: dict = {"__name__": "serving_block"}
+    exec(compile(block, "docs/serving.md python block", "exec"), namespace)  # noqa: S102
+    results, decoder = namespace["results"], namespace["decoder"]
+    from stepgraph import SamplingParams
+
+    for i, (tokens, reason) in sorted(results.items()):
+        prompt = [5, 17, 99, 3 + i]
+        alone = decoder.generate([prompt], max_new_tokens=16, sampling=SamplingParams(temperature=0.8, seed=4))[0]
+        if i == 1:  # the client that gave up after four tokens
+            assert reason == "abort" and 4 <= len(tokens) < 16 and tokens == alone[: len(tokens)]
+        else:
+            assert reason == "length" and tokens == alone
+    assert decoder.slots.free() == decoder.max_requests  # every slot back
+    assert not namespace["server"].is_alive() and "1 abort" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(shutil.which("mkdocs") is None and not (pathlib.Path(sys.executable).parent / "mkdocs").exists(),
                     reason="the docs extra is not installed (pip install -e '.[docs]')")  # fmt: skip
 def test_the_site_builds_with_warnings_as_errors(tmp_path):

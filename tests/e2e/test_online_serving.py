@@ -1,6 +1,6 @@
 """Online serving: requests put in a RequestQueue from another thread while serve() runs decode as a list of
 them does; Request.abort() ends a request (waiting, being prefilled or decoding) before its next step and
-gives its slot back, the others decoding on."""
+gives its slot back, the others decoding on; on_finish comes once per request."""
 
 import threading
 import time
@@ -75,6 +75,9 @@ def test_abort_ends_a_request_before_its_next_step(models, overlap):
     requests[0].on_tokens = lambda tokens: requests[3].abort()
     requests[1].on_tokens = on_tokens_1
     requests[2].abort()
+    finished = []
+    for r in requests:
+        r.on_finish = lambda r: finished.append((r.id, r.finish_reason, len(r.output)))
     queue = RequestQueue()
     queue.put(requests)
     queue.close()
@@ -89,6 +92,8 @@ def test_abort_ends_a_request_before_its_next_step(models, overlap):
     assert all(r.slot == -1 and r.cache_row == -1 for r in requests) and dec.slots.free() == free
     requests[0].abort()  # after it finished: nothing changes
     assert requests[0].finish_reason == "length"
+    # on_finish once each, after its last tokens, whatever ended it
+    assert sorted(finished) == sorted((r.id, r.finish_reason, len(r.output)) for r in requests)
 
 
 def test_abort_works_in_a_list_too_and_a_closed_empty_queue_returns_at_once(models):
