@@ -140,3 +140,28 @@ def test_weight_update_refused_then_recaptured_with_new_weights():
     after = dec.generate(p, max_new_tokens=12)
     assert after != before and dec.info()["captured_keys"]
     assert after == [greedy_reference(target, q, 12) for q in p]
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_online_serving_on_the_gpu_equals_a_list_and_aborts_free_their_slots(overlap):
+    """serve(RequestQueue) from a serving thread with captured graphs: requests put by another thread, one
+    aborted mid-stream, decode as the same list does, and every slot comes back."""
+    import threading
+
+    from stepgraph import RequestQueue
+
+    target, draft = build("tiny", device="cuda")
+    dec = SpecDecoder.for_example(target, draft, max_batch=4, config=RunnerConfig(progress=False))
+    dec.warmup(4)
+    want = dec.generate(prompts(), max_new_tokens=12)
+    queue, made = RequestQueue(), dec.make_requests(prompts(), 12)
+    made[2].on_tokens = lambda tokens: made[2].abort()
+    server = threading.Thread(target=dec.serve, args=(queue,), kwargs={"overlap": overlap})
+    server.start()
+    for r in made:
+        queue.put(r)
+    queue.close()
+    server.join()
+    assert made[2].finish_reason == "abort" and made[2].output == want[2][: len(made[2].output)]
+    assert [r.output for i, r in enumerate(made) if i != 2] == [w for i, w in enumerate(want) if i != 2]
+    assert dec.slots.free() == dec.max_requests and dec.info()["captured_keys"]
