@@ -135,3 +135,24 @@ def test_make_requests_from_threads_gives_each_request_its_own_id(models):
     with pytest.raises(ValueError):
         dec.make_requests([[]], 4)  # a refusal takes no id
     assert dec.make_requests([PROMPTS[0]], 4)[0].id == 16
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_a_callback_that_raises_ends_serve_with_every_slot_back(models, overlap):
+    target, draft = models
+    dec = SpecDecoder.for_example(target, draft, max_batch=3, prefill_chunk=3)
+    free = dec.slots.free()
+    requests = dec.make_requests(PROMPTS, 10)
+
+    def fail(tokens):
+        raise KeyError("the client's handler failed")
+
+    requests[1].on_tokens = fail
+    queue = RequestQueue()
+    queue.put(requests)
+    with pytest.raises(KeyError, match="handler failed"):
+        dec.serve(queue, overlap=overlap)
+    assert all(r.slot == -1 and r.cache_row == -1 for r in requests) and dec.slots.free() == free
+    queue.close()
+    assert dec.serve(queue) == []  # the decoder serves again
+    assert dec.generate([PROMPTS[0]], max_new_tokens=4) == [greedy_reference(target, PROMPTS[0], 4)]
