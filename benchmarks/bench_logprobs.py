@@ -60,26 +60,32 @@ def prompt_main(args, batches) -> None:
         )
         for name, n in PROMPT_SETTINGS.items()
     }
-    record = {"env": env_record(), "layers": args.layers, "prompt_len": prompt_len, "chunk": CHUNK, "ms": {}}
-    env = record["env"]
-    rows = [
+    env = env_record()
+    rows, figures = ratio_table(
         f"# Prompt log-probabilities in the chunked prefill, {args.layers} layers, chunks of {CHUNK}, prompts of "
         f"{prompt_len}, {env['date']}, {env['gpu']}, torch {env['torch']}, triton {env['triton']}",
-        "",
-        "| B | " + " | ".join(PROMPT_SETTINGS) + " |",
-        "| --- |" + " --- |" * len(PROMPT_SETTINGS),
-    ]
-    for B in batches:
-        ms, dev = in_turns(PROMPT_SETTINGS, args.rounds, lambda n: prefill_ms(decoders[n], B, prompt_len))
-        record["ms"][f"B={B}"] = {"wall": ms, "device": dev}
-        rows.append(f"| {B} | " + " | ".join(ratio_cells(ms, dev, "none")) + " |")
-    rows += [
-        "",
+        PROMPT_SETTINGS,
+        batches,
+        args.rounds,
+        lambda n, B: prefill_ms(decoders[n], B, prompt_len),
         f"Median of {args.rounds} rounds; ratios are to the decoder without prompt log-probabilities in the same "
         "run. Wall: the prefill's time over its chunk forwards. Device: median CUDA-event time of one forward.",
-    ]
+    )
+    record = {"env": env, "layers": args.layers, "prompt_len": prompt_len, "chunk": CHUNK, "ms": figures}
     print("\n".join(rows))
     save(args.out, "prompt_logprobs", record, "\n".join(rows) + "\n")
+
+
+def ratio_table(title: str, names, batches, rounds: int, measure, footer: str) -> tuple[list[str], dict]:
+    """A markdown table of ``measure(name, B) -> (wall ms, device ms)`` at each batch size, the settings
+    ``names`` taking turns, with ratios to the first; returns its rows and the figures by ``"B=..."``."""
+    base = next(iter(names))
+    rows, figures = [title, "", "| B | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)], {}
+    for B in batches:
+        ms, dev = in_turns(names, rounds, lambda n, B=B: measure(n, B))
+        figures[f"B={B}"] = {"wall": ms, "device": dev}
+        rows.append(f"| {B} | " + " | ".join(ratio_cells(ms, dev, base)) + " |")
+    return [*rows, "", footer], figures
 
 
 def main() -> None:
@@ -102,24 +108,18 @@ def main() -> None:
         )
         for name, n in SETTINGS.items()
     }
-    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "ms_per_step": {}}
-    env = record["env"]
-    rows = [
+    env = env_record()
+    rows, figures = ratio_table(
         f"# Log-probabilities in the step, {args.layers} layers, K = 3, greedy, {env['date']}, {env['gpu']}, "
         f"torch {env['torch']}, triton {env['triton']}",
-        "",
-        "| B | " + " | ".join(SETTINGS) + " |",
-        "| --- |" + " --- |" * len(SETTINGS),
-    ]
-    for B in batches:
-        ms, dev = in_turns(SETTINGS, args.rounds, lambda n: step_ms(decoders[n], B, SamplingParams(), args.tokens, 1))
-        record["ms_per_step"][f"B={B}"] = {"wall": ms, "device": dev}
-        rows.append(f"| {B} | " + " | ".join(ratio_cells(ms, dev, "none")) + " |")
-    rows += [
-        "",
+        SETTINGS,
+        batches,
+        args.rounds,
+        lambda n, B: step_ms(decoders[n], B, SamplingParams(), args.tokens, 1),
         f"Median of {args.rounds} rounds; ratios are to the decoder without log-probabilities in the same run. "
         "Wall: median time from one step's launch to the next's. Device: median CUDA-event time of one step.",
-    ]
+    )
+    record = {"env": env, "layers": args.layers, "tokens": args.tokens, "ms_per_step": figures}
     print("\n".join(rows))
     save(args.out, "logprobs", record, "\n".join(rows) + "\n")
 
