@@ -17,6 +17,11 @@ from stepgraph.speculative.penalties import MAX_BANNED, check_some_token_left, c
 GREEDY = SamplingParams()
 
 
+#: how many times :meth:`Request.abort` was called in this process: a loop looks for aborted requests only
+#: when it changed, not at every step
+ABORTS = [0]
+
+
 @dataclass
 class Request:
     """One generation request and its progress (``slot``/``cache_row`` are -1 while it holds none).
@@ -64,6 +69,7 @@ class Request:
         """End the request early (a client gone), from any thread: the decode loop lets it go before its
         next step (``finish_reason`` ``"abort"``), keeping the tokens it has. Nothing if it has finished."""
         self.aborted = True
+        ABORTS[0] += 1  # after the flag: a loop that sees the count change finds the flag set
 
     def end_aborted(self) -> None:
         """The loop's side of :meth:`abort`: mark it finished."""

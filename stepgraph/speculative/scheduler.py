@@ -37,7 +37,7 @@ from stepgraph.sampling import Sampling
 from stepgraph.speculative.draft_policy import DraftPolicy, FixedDraftLength, beyond_reach
 from stepgraph.speculative.prefill import Prefill
 from stepgraph.speculative.request_queue import RequestQueue
-from stepgraph.speculative.requests import GenerationStats, Request
+from stepgraph.speculative.requests import ABORTS, GenerationStats, Request
 from stepgraph.speculative.slots import SlotAllocator
 from stepgraph.speculative.step import ChainStep
 
@@ -85,6 +85,7 @@ class Scheduler:
         self._prefilling: deque[Request] = deque()  # admitted, their prompts going through in chunks
         self._source: RequestQueue | None = None  # where a run's requests also come from (online serving)
         self._taken: list[Request] = []  # every request of the run so far
+        self._aborts_seen = -1  # the count of aborts when the loop last looked for aborted requests
 
     # ---- requests in and out ---------------------------------------------------------------------
     def admit(self, r: Request) -> None:
@@ -302,6 +303,7 @@ class Scheduler:
         self._last_slots = self._last_batch = self._plan = None
         self._t0 = time.perf_counter()
         self._source, self._taken = source, list(requests)
+        self._aborts_seen = -1  # look once: requests may have been aborted before the run
         pending = deque(sorted(requests, key=lambda r: r.arrival))
         try:
             (self._loop_overlapped if overlap else self._loop_sync)(pending, on_step)
@@ -334,7 +336,10 @@ class Scheduler:
     def _drop_aborted(self, pending: deque, active: list[Request], release: Callable[[Request], None]) -> None:
         """Let the requests that :meth:`Request.abort` ended go: waiting, being prefilled (their slots back
         now: no step reads them) or decoding (``release`` gives their slots back, once no step in flight
-        reads them)."""
+        reads them). Looks only when an abort happened since it last looked."""
+        if ABORTS[0] == self._aborts_seen:
+            return
+        self._aborts_seen = ABORTS[0]
         for r in [r for r in pending if r.aborted]:
             pending.remove(r)
             r.end_aborted()
