@@ -2,16 +2,19 @@
 
 A server makes requests with :meth:`SpecDecoder.make_requests` (safe from any thread), puts them in a
 :class:`RequestQueue` that one thread serves (``decoder.serve(queue)``), streams each request's tokens
-through its ``on_tokens``, and ends a request early with :meth:`Request.abort` (a client gone). The loop
-takes what was put between two steps; while nothing runs it sleeps until a request is put or the queue
-is closed. ``serve`` returns once the queue is closed and every request it took has finished.
+through its ``on_tokens`` (or, in asyncio code, :meth:`RequestQueue.stream`), and ends a request early with
+:meth:`Request.abort` (a client gone). The loop takes what was put between two steps; while nothing runs
+it sleeps until a request is put or the queue is closed. ``serve`` returns once the queue is closed and
+every request it took has finished.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from stepgraph.speculative.requests import Request
 
@@ -46,6 +49,37 @@ class RequestQueue:
                 raise RuntimeError("this RequestQueue is closed: put requests in a new one")
             self._requests.extend(batch)
             self._changed.notify_all()
+
+    async def stream(self, request: Request) -> AsyncIterator[list[int]]:
+        """Put ``request`` and yield its tokens as the serving thread takes them, in the caller's event
+        loop, until it finishes (``request.finish_reason`` then says why). Leaving early (``break``, or the
+        task cancelled: a client gone) aborts the request. The request's own ``on_tokens`` and
+        ``on_finish``, if set, are still called."""
+        loop, tokens = asyncio.get_running_loop(), asyncio.Queue()
+        on_tokens, on_finish = request.on_tokens, request.on_finish
+
+        def hand_over(item: list[int] | None) -> None:  # on the serving thread
+            with contextlib.suppress(RuntimeError):  # the caller's loop closed: no one is reading
+                loop.call_soon_threadsafe(tokens.put_nowait, item)
+
+        def took(new: list[int]) -> None:
+            hand_over(list(new))
+            if on_tokens is not None:
+                on_tokens(new)
+
+        def ended(r: Request) -> None:
+            hand_over(None)
+            if on_finish is not None:
+                on_finish(r)
+
+        request.on_tokens, request.on_finish = took, ended
+        self.put(request)
+        try:
+            while (new := await tokens.get()) is not None:
+                yield new
+        finally:
+            if not request.finished:
+                request.abort()
 
     def close(self) -> None:
         """No more requests: the loop returns once those it has taken have finished."""

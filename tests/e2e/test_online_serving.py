@@ -11,6 +11,9 @@ from stepgraph import RequestQueue, SamplingParams
 from stepgraph.examples.model import build, greedy_reference
 from stepgraph.speculative.decoder import SpecDecoder
 
+# a serving thread that raises fails the test, not only warns
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+
 PROMPTS = [[5, 17, 99, 3], [42, 7, 7, 8, 200, 31], [1, 2], [9, 9, 30]]
 LENGTHS = [10, 6, 12, 8]
 
@@ -156,3 +159,51 @@ def test_a_callback_that_raises_ends_serve_with_every_slot_back(models, overlap)
     queue.close()
     assert dec.serve(queue) == []  # the decoder serves again
     assert dec.generate([PROMPTS[0]], max_new_tokens=4) == [greedy_reference(target, PROMPTS[0], 4)]
+
+
+def test_asyncio_clients_stream_and_leaving_early_aborts(models):
+    """Three asyncio clients stream their requests' tokens through queue.stream(): one leaves after three
+    tokens (its request aborted), one is cancelled while it waits (aborted too), the third decodes to its
+    length; the decodes equal the greedy reference, and every slot comes back."""
+    import asyncio
+    import contextlib
+
+    target, draft = models
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=2, max_batch=3)
+    free = dec.slots.free()
+    queue = RequestQueue()
+    server = threading.Thread(target=dec.serve, args=(queue,))
+    server.start()
+
+    made = []
+
+    async def client(prompt, n, give_up=None):
+        (request,) = dec.make_requests([prompt], n)
+        made.append(request)
+        received = []
+        async with contextlib.aclosing(queue.stream(request)) as tokens:
+            async for new in tokens:
+                received += new
+                if give_up is not None and len(received) >= give_up:
+                    break
+        return request, received
+
+    async def main():
+        waiting = asyncio.ensure_future(client(PROMPTS[3], 200))
+        done = await asyncio.gather(client(PROMPTS[0], 10), client(PROMPTS[1], 12, give_up=3))
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return done
+
+    try:
+        (full, got_full), (left, got_left) = asyncio.run(main())
+    finally:
+        queue.close()
+        server.join()
+    assert got_full == full.output == greedy_reference(target, PROMPTS[0], 10) and full.finish_reason == "length"
+    assert left.finish_reason == "abort" and got_left == left.output[: len(got_left)] and len(got_left) >= 3
+    assert left.output == greedy_reference(target, PROMPTS[1], 12)[: len(left.output)]
+    cancelled = next(r for r in made if r.prompt == PROMPTS[3])
+    assert cancelled.finish_reason == "abort" and len(cancelled.output) < 200
+    assert dec.slots.free() == free
