@@ -52,9 +52,10 @@ class RequestQueue:
 
     async def stream(self, request: Request) -> AsyncIterator[list[int]]:
         """Put ``request`` and yield its tokens as the serving thread takes them, in the caller's event
-        loop, until it finishes (``request.finish_reason`` then says why). Leaving early (``break``, or the
-        task cancelled: a client gone) aborts the request. The request's own ``on_tokens`` and
-        ``on_finish``, if set, are still called."""
+        loop, until it finishes (``request.finish_reason`` then says why). Leaving early aborts the
+        request: the task cancelled (a client gone), or a ``break`` out of ``async with
+        contextlib.aclosing(queue.stream(request))`` (a bare ``break`` aborts it when the generator is
+        collected). The request's own ``on_tokens`` and ``on_finish``, if set, are still called."""
         loop, tokens = asyncio.get_running_loop(), asyncio.Queue()
         on_tokens, on_finish = request.on_tokens, request.on_finish
 
