@@ -28,7 +28,8 @@ from stepgraph.kernels.greedy_verify import greedy_chain_verify, greedy_chain_ve
 from stepgraph.kernels.logprobs import token_logprobs, token_logprobs_ref
 from stepgraph.kernels.relay import RelayGather, RelayStore, relay_gather_ref, relay_store_ref
 from stepgraph.kernels.skinny_matmul import plan, skinny_matmul
-from stepgraph.sampling import sampling_class
+from stepgraph.sampling import SamplingParams, sampling_class
+from stepgraph.speculative.penalties import PenaltyState
 
 BW = 4.3e12  # bytes/s, measured device-to-device copy on the H200
 K, V, D = 3, 151936, 1024
@@ -192,6 +193,43 @@ def bench_logprobs(rows: list, record: dict) -> None:
         )
 
 
+HISTORY = 512  # tokens each request has seen
+
+
+def penalty_cases(vocab_size: int) -> dict[str, SamplingParams]:
+    """name -> every request's settings."""
+    return {
+        "none set": SamplingParams(),
+        "repetition 1.05": SamplingParams(repetition_penalty=1.05),
+        "allowed 2000 tokens": SamplingParams(allowed_token_ids=range(0, vocab_size, max(1, vocab_size // 2000))),
+    }
+
+
+def bench_penalties(rows: list, record: dict) -> None:
+    """A verify's penalised rows (``PenaltyState.apply``: the float32 copy, with allowed tokens' dense bias
+    rows, then the penalty kernel over each request's tokens) against the float32 copy alone."""
+    for B, (name, params) in itertools.product(BATCHES, penalty_cases(V).items()):
+        state = PenaltyState(B + 1, V, HISTORY + K + 1, dev)
+        for slot in range(B):
+            state.admit(slot, params)
+        state.history[:B, :HISTORY] = torch.randint(0, V, (B, HISTORY), device=dev, dtype=torch.int32)
+        x = torch.randn(B, K + 1, V, device=dev).bfloat16()
+        drafts = torch.argmax(x, -1)[:, :K].contiguous()
+        slots = torch.arange(B, device=dev)
+        seq_len = torch.full((B,), HISTORY - 1, device=dev, dtype=torch.int64)
+        res = {
+            "copy": per_instance_us(lambda: x.float(), copies=5),
+            "kernel": per_instance_us(lambda: state.apply(x, drafts, slots, seq_len), copies=5),
+            "floor": floor_us(x.numel() * (2 + 4)),
+        }
+        record[f"penalties {name} B={B}"] = res
+        rows.append(
+            f"| penalised rows ({name}, {HISTORY} tokens seen) B={B} | {res['copy']:.2f} (float32 copy) | - | "
+            f"{res['kernel']:.2f} | - | {res['floor']:.2f} | {res['kernel'] / res['copy']:.3f} | "
+            f"{res['kernel'] / res['floor']:.2f} |"
+        )
+
+
 def bench_copies(rows: list, record: dict) -> None:
     for B in BATCHES:
         # the anchor's set: 8 small int64 copies
@@ -320,6 +358,7 @@ BENCHES = {
     "tail": bench_tail,
     "sampling": bench_sampling,
     "logprobs": bench_logprobs,
+    "penalties": bench_penalties,
     "copy": bench_copies,
     "relay": bench_relay,
     "matmul": bench_matmul,

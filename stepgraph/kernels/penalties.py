@@ -5,11 +5,13 @@ with their torch references.
 token it has seen penalised, for each verify row ``i`` with its tokens at positions ``0..seq_len`` and its
 drafts ``0..i-1``, then its bans at ``-inf`` (:class:`Bans`: EOS before ``min_tokens``, and the tokens that
 would repeat an n-gram of those tokens; :class:`BadWords`: the last token of each bad word whose other
-tokens end the row's). One program per row writes the biased tokens (every token of a dense bias
-row, :data:`DENSE`), then walks the request's tokens (``seq_len + 1`` of them, not ``max_len``) and its
-drafts; duplicates write the same value, since a value depends only on the token and the row.
-``record_tokens``: a step's emitted tokens into the history at their positions and into the counts
-(atomic adds: a step may emit a token twice).
+tokens end the row's). Two kernels: the float32 copy, a program a block of a row, adds a dense bias
+row (:data:`DENSE`, every token); then one program per row writes its listed biased tokens and walks the
+request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same value,
+since a value depends only on the token and the row.
+
+``record_tokens``: a step's emitted tokens into the history at their positions and into the counts (atomic
+adds: a step may emit a token twice).
 
 The state's layout: ``history [S, L + 1]`` int32 (column ``L`` takes writes that go nowhere), ``counts
 [S, V]`` int32, ``settings [S, 3]`` float32 (repetition, presence, frequency); slot ``-1`` (a padded
@@ -30,7 +32,7 @@ import triton.language as tl
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2, use_triton
 
 HISTORY_BLOCK = 256
-DENSE_BLOCK = 2048  # a dense bias row's tokens a loop step (wide: the loop runs over the whole vocabulary)
+COPY_BLOCK = 2048  # tokens of a row a program of the float32 copy takes
 #: a :class:`LogitBias` count meaning "the table's whole row"
 DENSE = -1
 WORD_BLOCK: tl.constexpr = tl.constexpr(64)  # bad words compared at once
@@ -199,12 +201,19 @@ def penalise_rows(
     B, R, V = logits.shape
     K = drafts.shape[1]
     logits, drafts = logits.contiguous(), drafts.contiguous()
-    out = logits.to(torch.float32, copy=True)
     if B * R == 0:
-        return out
+        return logits.to(torch.float32, copy=True)
+    n_bias, bias_ids, bias_table = bias if bias is not None else (slots, slots, counts)  # unread without a bias
+    if bias is None:
+        out = logits.to(torch.float32, copy=True)
+    else:  # the float32 copy, with each dense bias row (allowed tokens) added on the way
+        out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        _copy_rows_kernel[(B * R, triton.cdiv(V, COPY_BLOCK))](
+            logits, out, slots.contiguous(), n_bias, bias_table, R, V, scratch, bias_table.stride(0),
+            COPY_BLOCK=COPY_BLOCK, num_warps=4, **EXACT_ROUNDING,
+        )  # fmt: skip
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
-    n_bias, bias_ids, bias_table = bias if bias is not None else (slots, slots, counts)  # unread without a bias
     n_words, word_table = words if words is not None else (slots, slots[:, None, None])
     _penalise_rows_kernel[(B * R,)](
         logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
@@ -212,8 +221,8 @@ def penalise_rows(
         R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row, bias_ids.stride(0),
         bias_table.stride(0), word_table.stride(0), word_table.stride(1),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
-        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2],
-        DENSE_BLOCK=DENSE_BLOCK, num_warps=4, **EXACT_ROUNDING,
+        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2], num_warps=4,
+        **EXACT_ROUNDING,
     )  # fmt: skip
     return out
 
@@ -244,12 +253,32 @@ def _biased(raw, tok, mask, bias_row, n_bias, HAS_BIAS: tl.constexpr):
 
 
 @jit_any_batch
+def _copy_rows_kernel(
+    logits_ptr, out_ptr, slots_ptr, n_bias_ptr, bias_ptr, R, V, scratch, bias_stride, COPY_BLOCK: tl.constexpr
+):
+    """``out = logits`` as float32, plus the bias table's row where the row is dense: a program a block of
+    one row (grid: rows, blocks)."""
+    pid = tl.program_id(0)
+    v = tl.program_id(1) * COPY_BLOCK + tl.arange(0, COPY_BLOCK)
+    in_row = v < V
+    slot = tl.load(slots_ptr + pid // R)
+    row = tl.where(slot < 0, scratch, slot).to(tl.int64)
+    n_bias = tl.load(n_bias_ptr + row)
+    base = pid.to(tl.int64) * V
+    value = tl.load(logits_ptr + base + v, mask=in_row, other=0.0).to(tl.float32)
+    if n_bias < 0:  # a dense row (a listed row's biases are the other kernel's)
+        b = tl.load(bias_ptr + row * bias_stride + v, mask=in_row, other=0.0)
+        value = tl.where(b != 0, value + b, value)  # as _biased
+    tl.store(out_ptr + base + v, value, mask=in_row)
+
+
+@jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
     banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, words_ptr,
     R, K, V, L, history_stride, scratch, first_row, bias_ids_stride, bias_stride, words_stride, word_stride,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr, DENSE_BLOCK: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
@@ -276,18 +305,12 @@ def _penalise_rows_kernel(
     n_bias = 0
     if HAS_BIAS:  # the biased tokens, before the seen ones (the barrier) rewrite theirs with the penalty
         n_bias = tl.load(n_bias_ptr + row)
-        for start in range(0, n_bias, BLOCK):  # the listed ids (none for a dense row, whose count is < 0)
+        for start in range(0, n_bias, BLOCK):  # the listed ids (a dense row's count, < 0: none; the copy biased it)
             at = start + tl.arange(0, BLOCK)
             ok = at < n_bias
             tok = tl.load(bias_ids_ptr + row * bias_ids_stride + at, mask=ok, other=0).to(tl.int64)
             raw = tl.load(logits_ptr + base + tok, mask=ok, other=0.0)
             tl.store(out_ptr + base + tok, _biased(raw, tok, ok, bias_row, n_bias, HAS_BIAS), mask=ok)
-        for v0 in range(0, tl.where(n_bias < 0, V, 0), DENSE_BLOCK):  # a dense row: every token
-            v = v0 + tl.arange(0, DENSE_BLOCK)
-            in_row = v < V
-            raw = tl.load(logits_ptr + base + v, mask=in_row, other=0.0)
-            value = _biased(raw, v.to(tl.int64), in_row, bias_row, n_bias, HAS_BIAS)
-            tl.store(out_ptr + base + v, value, mask=in_row)
         tl.debug_barrier()
     # the request's tokens at positions 0..seq
     for start in range(0, seq + 1, BLOCK):

@@ -216,7 +216,7 @@ class PenaltyState:
         ``K >= first_row + R - 1``), after its logit bias, with its EOS ids at ``-inf`` where its token would
         come before ``min_tokens`` and at the tokens that would repeat an n-gram or complete a bad word. The
         verify's ``[B, K+1, V]`` rows start the chain (``first_row = 0``); a draft's rows continue it.
-        Graph-safe (one kernel after a copy)."""
+        Graph-safe (two kernels: the float32 copy, then the penalties)."""
         args = (self.history, self.counts, self.settings, self.scratch)
         bans = Bans(self.ban_until, self.banned, self.no_repeat)
         bias = LogitBias(self.bias_count, self.bias_ids, self.bias)

@@ -8,8 +8,8 @@ import torch
 
 from stepgraph import SamplingParams
 from stepgraph.kernels.penalties import (
+    COPY_BLOCK,
     DENSE,
-    DENSE_BLOCK,
     BadWords,
     Bans,
     LogitBias,
@@ -190,7 +190,7 @@ def test_allowed_token_ids_equal_their_reference(K, dtype):
     tokens seen (then penalised), biased, banned by min_tokens, or only among the drafts; a biased token
     that is not allowed; beside a slot with a listed bias, one without, and a padded row. Every token not
     allowed is -inf (NaN where its logit is NaN, as a bias of -inf gives)."""
-    S, V, L, B = 6, DENSE_BLOCK + 301, 30, 4
+    S, V, L, B = 6, COPY_BLOCK + 301, 30, 4
     history, counts, settings = state(S, V, L, seed=K + 50)
     g = torch.Generator().manual_seed(K + 5)
     logits = odd_logits((B, K + 1, V), dtype, seed=K + 6).to(DEV)
@@ -199,7 +199,7 @@ def test_allowed_token_ids_equal_their_reference(K, dtype):
     slots = torch.tensor([4, -1, 0, 2], device=DEV)
     seq_len = torch.tensor([L // 2, 0, 3, L - 1], device=DEV)
     seen = sorted(set(history[4, :3].tolist()))
-    allowed = [*seen, 5, 17, DENSE_BLOCK + 7, V - 3, V - 1]
+    allowed = [*seen, 5, 17, COPY_BLOCK + 7, V - 3, V - 1]
     per_slot = {
         4: SamplingParams(allowed_token_ids=allowed, logit_bias={17: 2.5, 18: 4.0, seen[0]: -1.0}),
         0: SamplingParams(logit_bias={7: 9.0}),
@@ -223,7 +223,7 @@ def test_allowed_token_ids_equal_their_reference(K, dtype):
     finite_or_ninf = ~(raw[0][:, others].isnan() | (raw[0][:, others] == float("inf")))  # else NaN
     assert torch.equal(want[0][:, others] == float("-inf"), finite_or_ninf)
     assert (want[0, :, V - 1] == float("-inf")).all()  # allowed, and banned
-    assert torch.equal(want[0, :, DENSE_BLOCK + 7], raw[0, :, DENSE_BLOCK + 7])  # allowed, unseen, unbiased
+    assert torch.equal(want[0, :, COPY_BLOCK + 7], raw[0, :, COPY_BLOCK + 7])  # allowed, unseen, unbiased
     assert torch.equal(want[0, :, 17], raw[0, :, 17] + 2.5)
     assert (want[3, :, 1] == float("-inf")).all() and torch.equal(want[3, :, 2100], raw[3, :, 2100])
     torch.testing.assert_close(want[1], raw[1], rtol=0, atol=0, equal_nan=True)  # padded: the scratch row
