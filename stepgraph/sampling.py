@@ -141,6 +141,11 @@ class SamplingParams:
     decoder's EOS ids free, so the request runs to its length or a stop token. With ``min_tokens`` the
     stop tokens are held back too, as the EOS ids are (at most
     :data:`stepgraph.speculative.penalties.MAX_BANNED` ids in all). Kept as a tuple, without repeats.
+
+    Log-probabilities (vLLM's names), from a decoder built with ``logprobs`` / ``prompt_logprobs``:
+    ``logprobs=n`` gives each output token's log-probability and its ``n`` most probable alternatives
+    (``0``: none), ``prompt_logprobs=n`` the same for the prompt's tokens; at most what the decoder computes.
+    ``None`` takes the decoder's number. Only what the host keeps changes, not the step.
     """
 
     temperature: float = 0.0
@@ -158,6 +163,8 @@ class SamplingParams:
     stop_token_ids: Iterable[int] = ()
     ignore_eos: bool = False
     allowed_token_ids: Iterable[int] | None = None
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
@@ -177,6 +184,10 @@ class SamplingParams:
         if not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool):
             raise TypeError(f"top_k must be an int (0 disables it), got {self.top_k!r}")
         check_int64("top_k", self.top_k)
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name} must be None (the decoder's) or a number of alternatives >= 0, got {value!r}")
         for name in ("min_tokens", "no_repeat_ngram_size"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):

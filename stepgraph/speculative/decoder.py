@@ -474,7 +474,7 @@ class SpecDecoder:
             raise ValueError("give one max_new_tokens and one SamplingParams per prompt (or one for all)")
         rules = RequestRules(
             self.vocab_size, self.max_seq_len, max(self.draft_lens), self.seed, self._eos, self.kv,
-            penalties=self.step.penalties is not None,
+            penalties=self.step.penalties is not None, logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
         )  # fmt: skip
         with self._ids_lock:  # each request's id once, whichever threads make them; none taken by a refusal
             requests = [

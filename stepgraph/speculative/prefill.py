@@ -218,11 +218,11 @@ class PromptScores:
     def __init__(self, scores: Scores) -> None:
         self._host = HostCopy({"logprobs": scores.logprobs, "ids": scores.top_ids, "top": scores.top_logprobs})
 
-    def get(self, row: int, count: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
-        """Row ``row``'s first ``count`` positions: their log-probabilities and alternatives, ``[(token,
-        logprob), ...]``; the first call waits for the copies."""
+    def get(self, row: int, count: int, n: int | None = None) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        """Row ``row``'s first ``count`` positions: their log-probabilities and first ``n`` alternatives
+        (``None``: all), ``[(token, logprob), ...]``; the first call waits for the copies."""
         lists = self._host.lists()
-        top = [list(zip(i, v)) for i, v in zip(lists["ids"][row][:count], lists["top"][row][:count])]
+        top = [list(zip(i[:n], v[:n])) for i, v in zip(lists["ids"][row][:count], lists["top"][row][:count])]
         return lists["logprobs"][row][:count], top
 
 

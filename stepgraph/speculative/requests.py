@@ -85,7 +85,7 @@ class Request:
     def take_prompt_scores(self) -> None:
         """Take the prompt scores of its prefill's forwards, in order (waiting for their copies)."""
         for holder, row, count in self.prompt_pending:
-            logprobs, top = holder.get(row, count)
+            logprobs, top = holder.get(row, count, self.params.prompt_logprobs)
             self.prompt_logprobs.extend(logprobs)
             self.prompt_top_logprobs.extend(top)
         self.prompt_pending = []
@@ -112,8 +112,9 @@ class Request:
         else:
             self._take_until_finished(tokens)
         if scores is not None:
-            taken = len(self.output) - start
-            logprobs, top_ids, top_logprobs = (_as_list(s[:taken]) for s in scores)
+            taken, n = len(self.output) - start, self.params.logprobs
+            logprobs = _as_list(scores[0][:taken])
+            top_ids, top_logprobs = (_columns(s, taken, n) for s in scores[1:])
             self.logprobs.extend(logprobs)
             self.top_logprobs.extend(list(zip(i, v)) for i, v in zip(top_ids, top_logprobs))
         if self.on_tokens is not None and len(self.output) > start:
@@ -179,6 +180,8 @@ class RequestRules:
     eos: tuple[int, ...]
     kv: KVCache | None = None  # refuses what could never fit its pool
     penalties: bool = False  # whether the decoder applies penalties
+    logprobs: int | None = None  # the alternatives a token the decoder computes (None: no log-probabilities)
+    prompt_logprobs: int | None = None  # the same for the prompt's tokens
 
     def make(
         self, rid: int, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int, params: SamplingParams
@@ -222,9 +225,25 @@ class RequestRules:
             )
         if self.kv is not None:
             self.kv.check_fits(need)
+        inherited = {}  # what the request takes from the decoder
+        for name in ("logprobs", "prompt_logprobs"):
+            if getattr(params, name) is None:
+                inherited[name] = getattr(self, name)
+            else:
+                self._check_top_n(name, getattr(params, name))
         if params.seed is None:
-            params = replace(params, seed=(self.seed * 1_000_003 + rid) % (INT64_MAX + 1))
+            inherited["seed"] = (self.seed * 1_000_003 + rid) % (INT64_MAX + 1)
+        if any(getattr(params, name) != value for name, value in inherited.items()):
+            params = replace(params, **inherited)
         return Request(rid, prompt, int(max_new_tokens), params, stops)
+
+    def _check_top_n(self, name: str, n: int) -> None:
+        """A request's ``logprobs`` / ``prompt_logprobs`` against what the decoder computes."""
+        most = getattr(self, name)
+        if most is not None and n <= most:
+            return
+        has = f"computes {most} alternatives a token" if most is not None else "computes none"
+        raise ValueError(f"this request sets {name}={n}, but the decoder {has}; build it with {name}={n} or more")
 
 
 def token_ids(prompt: Sequence[int] | torch.Tensor) -> list[int]:
@@ -259,3 +278,8 @@ def normalize_eos(value: int | Sequence[int] | None, vocab_size: int) -> tuple[i
 def _as_list(x) -> list:
     """A host array (numpy) or a list as a list of Python numbers."""
     return x.tolist() if hasattr(x, "tolist") else list(x)
+
+
+def _columns(x, rows: int, n: int | None) -> list[list]:
+    """The first ``n`` columns (``None``: all) of the first ``rows`` rows of a host array or nested list."""
+    return x[:rows, :n].tolist() if hasattr(x, "tolist") else [r[:n] for r in x[:rows]]

@@ -112,6 +112,48 @@ def test_prompt_logprobs_only_when_asked_and_bad_counts_refused():
     assert len(r.prompt_logprobs) == 4 and r.prompt_top_logprobs == [None, [], [], []]
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+@pytest.mark.parametrize("chunk", [None, 3], ids=["whole", "chunked"])
+def test_each_request_keeps_its_own_number_of_alternatives(overlap, chunk):
+    """SamplingParams(logprobs=n, prompt_logprobs=m): the request keeps its tokens' and its prompt's scores
+    with its own n and m alternatives, the first of the decoder's, same tokens, same values; None takes the
+    decoder's numbers (written into its params)."""
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, max_batch=3, logprobs=4, prompt_logprobs=3, prefill_chunk=chunk)
+    own = [
+        SamplingParams(),
+        SamplingParams(logprobs=0, prompt_logprobs=1),
+        SamplingParams(logprobs=2, prompt_logprobs=0),
+    ]
+    alike = dec.serve(dec.make_requests(PROMPTS, [6, 5, 7]), overlap=overlap)
+    requests = dec.serve(dec.make_requests(PROMPTS, [6, 5, 7], own), overlap=overlap)
+    assert [(r.params.logprobs, r.params.prompt_logprobs) for r in requests] == [(4, 3), (0, 1), (2, 0)]
+    for r, full in zip(requests, alike):
+        n, m = r.params.logprobs, r.params.prompt_logprobs
+        assert r.output == full.output and r.logprobs == full.logprobs and r.prompt_logprobs == full.prompt_logprobs
+        assert r.top_logprobs == [top[:n] for top in full.top_logprobs]
+        assert r.prompt_top_logprobs == [None] + [top[:m] for top in full.prompt_top_logprobs[1:]]
+        assert all(len(top) == n for top in r.top_logprobs) and all(len(t) == m for t in r.prompt_top_logprobs[1:])
+
+
+def test_a_request_asking_more_alternatives_than_the_decoder_computes_is_refused():
+    target, draft = build("tiny")
+    dec = SpecDecoder.for_example(target, draft, logprobs=2)
+    with pytest.raises(ValueError, match="sets logprobs=3, but the decoder computes 2 alternatives a token; build it "
+                       "with logprobs=3 or more"):  # fmt: skip
+        dec.make_requests([PROMPTS[0]], 4, SamplingParams(logprobs=3))
+    with pytest.raises(ValueError, match="sets prompt_logprobs=0, but the decoder computes none; build it with "
+                       "prompt_logprobs=0 or more"):  # fmt: skip
+        dec.make_requests([PROMPTS[0]], 4, SamplingParams(prompt_logprobs=0))
+    (r,) = dec.make_requests([PROMPTS[0]], 4, SamplingParams(logprobs=2))
+    assert r.params.prompt_logprobs is None
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="logprobs must be None .the decoder's. or a number of alternatives"):
+            SamplingParams(logprobs=bad)
+        with pytest.raises(ValueError, match="prompt_logprobs must be None .the decoder's. or a number"):
+            SamplingParams(prompt_logprobs=bad)
+
+
 def test_zero_alternatives_and_the_cut_at_eos():
     """logprobs=0: each token's own only; tokens past an EOS in a step are not kept, nor are their scores."""
     target, draft = build("tiny")
