@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from stepgraph.kernels.chain_sampling import TOP_K_MAX
+from stepgraph.kernels.logprobs import TOP_N_MAX
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -186,8 +187,10 @@ class SamplingParams:
         check_int64("top_k", self.top_k)
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0):
-                raise ValueError(f"{name} must be None (the decoder's) or a number of alternatives >= 0, got {value!r}")
+            is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            if value is not None and not (is_int and 0 <= value <= TOP_N_MAX):
+                raise ValueError(f"{name} must be None (the decoder's) or a number of alternatives, 0..{TOP_N_MAX}; "
+                                 f"got {value!r}")  # fmt: skip
         for name in ("min_tokens", "no_repeat_ngram_size"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):

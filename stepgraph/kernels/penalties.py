@@ -5,8 +5,8 @@ with their torch references.
 token it has seen penalised, for each verify row ``i`` with its tokens at positions ``0..seq_len`` and its
 drafts ``0..i-1``, then its bans at ``-inf`` (:class:`Bans`: EOS before ``min_tokens``, and the tokens that
 would repeat an n-gram of those tokens; :class:`BadWords`: the last token of each bad word whose other
-tokens end the row's). Two kernels: the float32 copy, a program a block of a row, adds a dense bias
-row (:data:`DENSE`, every token); then one program per row writes its listed biased tokens and walks the
+tokens end the row's). Two kernels: the float32 copy, a program a tile of rows, adds a dense bias row
+(:data:`DENSE`, every token); then one program per row writes its listed biased tokens and walks the
 request's tokens (``seq_len + 1`` of them, not ``max_len``) and its drafts; duplicates write the same value,
 since a value depends only on the token and the row.
 
@@ -32,7 +32,7 @@ import triton.language as tl
 from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2, use_triton
 
 HISTORY_BLOCK = 256
-COPY_BLOCK = 2048  # tokens of a row a program of the float32 copy takes
+COPY_BLOCK = 2048  # logits a program of the float32 copy takes (a block of a row, or whole short rows)
 #: a :class:`LogitBias` count meaning "the table's whole row"
 DENSE = -1
 WORD_BLOCK: tl.constexpr = tl.constexpr(64)  # bad words compared at once
@@ -208,9 +208,11 @@ def penalise_rows(
         out = logits.to(torch.float32, copy=True)
     else:  # the float32 copy, with each dense bias row (allowed tokens) added on the way
         out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
-        _copy_rows_kernel[(B * R, triton.cdiv(V, COPY_BLOCK))](
-            logits, out, slots.contiguous(), n_bias, bias_table, R, V, scratch, bias_table.stride(0),
-            COPY_BLOCK=COPY_BLOCK, num_warps=4, **EXACT_ROUNDING,
+        columns = min(COPY_BLOCK, next_pow2(V))  # a tile of whole rows where they are short
+        rows = COPY_BLOCK // columns
+        _copy_rows_kernel[(triton.cdiv(B * R, rows), triton.cdiv(V, columns))](
+            logits, out, slots.contiguous(), n_bias, bias_table, B * R, R, V, scratch, bias_table.stride(0),
+            ROWS=rows, COLUMNS=columns, num_warps=4, **EXACT_ROUNDING,
         )  # fmt: skip
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
@@ -254,22 +256,22 @@ def _biased(raw, tok, mask, bias_row, n_bias, HAS_BIAS: tl.constexpr):
 
 @jit_any_batch
 def _copy_rows_kernel(
-    logits_ptr, out_ptr, slots_ptr, n_bias_ptr, bias_ptr, R, V, scratch, bias_stride, COPY_BLOCK: tl.constexpr
-):
-    """``out = logits`` as float32, plus the bias table's row where the row is dense: a program a block of
-    one row (grid: rows, blocks)."""
-    pid = tl.program_id(0)
-    v = tl.program_id(1) * COPY_BLOCK + tl.arange(0, COPY_BLOCK)
-    in_row = v < V
-    slot = tl.load(slots_ptr + pid // R)
+    logits_ptr, out_ptr, slots_ptr, n_bias_ptr, bias_ptr, N, R, V, scratch, bias_stride,
+    ROWS: tl.constexpr, COLUMNS: tl.constexpr,
+):  # fmt: skip
+    """``out = logits`` as float32 (``N`` rows of ``V``), plus the bias table's row where the row is dense: a
+    program a tile of ``ROWS`` rows by ``COLUMNS`` tokens (grid: row tiles, column tiles)."""
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    v = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
+    live = r < N
+    slot = tl.load(slots_ptr + r // R, mask=live, other=-1)
     row = tl.where(slot < 0, scratch, slot).to(tl.int64)
-    n_bias = tl.load(n_bias_ptr + row)
-    base = pid.to(tl.int64) * V
-    value = tl.load(logits_ptr + base + v, mask=in_row, other=0.0).to(tl.float32)
-    if n_bias < 0:  # a dense row (a listed row's biases are the other kernel's)
-        b = tl.load(bias_ptr + row * bias_stride + v, mask=in_row, other=0.0)
-        value = tl.where(b != 0, value + b, value)  # as _biased
-    tl.store(out_ptr + base + v, value, mask=in_row)
+    dense = tl.load(n_bias_ptr + row, mask=live, other=0) < 0  # a listed row's biases are the other kernel's
+    at = r.to(tl.int64)[:, None] * V + v[None, :]
+    inside = live[:, None] & (v < V)[None, :]
+    value = tl.load(logits_ptr + at, mask=inside, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + row[:, None] * bias_stride + v[None, :], mask=inside & dense[:, None], other=0.0)
+    tl.store(out_ptr + at, tl.where(b != 0, value + b, value), mask=inside)  # as _biased
 
 
 @jit_any_batch

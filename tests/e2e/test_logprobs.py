@@ -147,8 +147,10 @@ def test_a_request_asking_more_alternatives_than_the_decoder_computes_is_refused
         dec.make_requests([PROMPTS[0]], 4, SamplingParams(prompt_logprobs=0))
     (r,) = dec.make_requests([PROMPTS[0]], 4, SamplingParams(logprobs=2))
     assert r.params.prompt_logprobs is None
-    for bad in (-1, 2.5, True):
-        with pytest.raises(ValueError, match="logprobs must be None .the decoder's. or a number of alternatives"):
+    for bad in (-1, 21, 2.5, True):
+        with pytest.raises(
+            ValueError, match="logprobs must be None .the decoder's. or a number of alternatives, 0..20"
+        ):
             SamplingParams(logprobs=bad)
         with pytest.raises(ValueError, match="prompt_logprobs must be None .the decoder's. or a number"):
             SamplingParams(prompt_logprobs=bad)
