@@ -4,6 +4,7 @@ given (prompt ids, lengths, seeds, EOS ids)."""
 from __future__ import annotations
 
 import numbers
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,8 +53,12 @@ class Request:
     on_tokens: Callable[[list[int]], None] | None = None
     stop: Callable[[list[int]], bool] | None = None
     on_finish: Callable[[Request], None] | None = None
-    logprobs: list[float] = field(default_factory=list)
-    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # the emitted tokens' scores as the steps gave them, (host arrays or lists, tokens taken), turned into
+    # the lists of logprobs and top_logprobs when either is read: a step's loop only keeps references
+    _step_scores: list[tuple] = field(default_factory=list, repr=False, compare=False)
+    _logprobs: list[float] = field(default_factory=list, repr=False, compare=False)
+    _top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list, repr=False, compare=False)
+    _scores_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     prompt_logprobs: list[float | None] = field(default_factory=list)
     prompt_top_logprobs: list[list[tuple[int, float]] | None] = field(default_factory=list)
     # prompt scores on their way to the host: (holder, row, positions), taken by take_prompt_scores()
@@ -64,6 +69,27 @@ class Request:
     # a chunked prefill's first token on its way to the host: (FirstTokens, row), taken by settle()
     first_pending: tuple | None = field(default=None, repr=False)
     aborted: bool = False  # abort() was called: the loop ends it at its next turn
+
+    @property
+    def logprobs(self) -> list[float]:
+        """Each output token's log-probability (a decoder built with ``logprobs``; else empty)."""
+        return self._take_scores()[0]
+
+    @property
+    def top_logprobs(self) -> list[list[tuple[int, float]]]:
+        """Each output token's most probable alternatives, ``[(token, logprob), ...]``."""
+        return self._take_scores()[1]
+
+    def _take_scores(self) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        """The step scores kept so far, as lists (first the request's own number of alternatives)."""
+        with self._scores_lock:
+            n = self.params.logprobs
+            for (logprobs, top_ids, top_logprobs), taken in self._step_scores:
+                self._logprobs.extend(_as_list(logprobs[:taken]))
+                pairs = zip(_columns(top_ids, taken, n), _columns(top_logprobs, taken, n))
+                self._top_logprobs.extend(list(zip(i, v)) for i, v in pairs)
+            self._step_scores.clear()
+            return self._logprobs, self._top_logprobs
 
     def abort(self) -> None:
         """End the request early (a client gone), from any thread: the decode loop lets it go before its
@@ -105,18 +131,16 @@ class Request:
     def append(self, tokens: Sequence[int], scores: tuple | None = None) -> None:
         """Add emitted tokens up to the first EOS id (kept), the length limit or ``stop``; sets ``finished``.
         ``scores``: ``(logprobs, top_ids, top_logprobs)`` of ``tokens``, host lists or arrays (``[n]``,
-        ``[n, k]``, ``[n, k]``), kept for those taken."""
+        ``[n, k]``, ``[n, k]``) that nothing writes again, kept for those taken (as they are: made lists when
+        :attr:`logprobs` or :attr:`top_logprobs` is read)."""
         start = len(self.output)
         if self.stop is None and start + len(tokens) < self.max_new_tokens and not any(e in tokens for e in self.eos):
             self.output.extend(tokens)  # the common case: no EOS among them, room after them
         else:
             self._take_until_finished(tokens)
         if scores is not None:
-            taken, n = len(self.output) - start, self.params.logprobs
-            logprobs = _as_list(scores[0][:taken])
-            top_ids, top_logprobs = (_columns(s, taken, n) for s in scores[1:])
-            self.logprobs.extend(logprobs)
-            self.top_logprobs.extend(list(zip(i, v)) for i, v in zip(top_ids, top_logprobs))
+            with self._scores_lock:
+                self._step_scores.append((scores, len(self.output) - start))
         if self.on_tokens is not None and len(self.output) > start:
             self.on_tokens(self.output[start:])
         if self.finished and self.on_finish is not None:

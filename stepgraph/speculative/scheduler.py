@@ -253,8 +253,9 @@ class Scheduler:
         request accepted (``K + 1`` columns: K drafts): now, or with ``learn=False`` at the next
         :meth:`learn`."""
         done, live, accepted = [], [], []
-        # host arrays: each request turns into lists only the rows it takes (a step's rejected drafts are most)
-        arrays = [scores[n].numpy() for n in SCORES] if scores and "logprobs" in scores else None
+        # host arrays (copies: the buffers take the next step's), which each request keeps by reference and
+        # turns into lists, of the rows it took, only when they are read
+        arrays = [scores[n].numpy().copy() for n in SCORES] if scores and "logprobs" in scores else None
         for b, (r, row) in enumerate(zip(batch, tokens.tolist(), strict=True)):
             row_scores = tuple(a[b] for a in arrays) if arrays is not None else None
             if r.settle() and r.finished:  # its first token (a chunked prefill's) ended it: a step for nothing
