@@ -6,9 +6,11 @@ n-gram scan over each request's tokens), with a logit bias of 300 tokens and 32 
 (the kernel's bias and word passes), and with ``allowed_token_ids`` of 2000 tokens (a pass over the
 vocabulary for every row, the draft's too), greedy and sampled (the ``top_k`` class), at B = 1, 8, 32 and
 64, in one run, the settings taking turns. The ratio to the decoder without penalties at the same
-sampling is what matters (target: <= 1.03x).
+sampling is what matters (target: <= 1.03x). The tables are saved after every row, so a run stopped by a
+time limit keeps the rows it finished.
 
     python benchmarks/bench_penalties.py --out benchmarks/results/<dir> [--layers 28] [--tokens 96]
+        [--classes greedy,top_k]
 """
 
 from __future__ import annotations
@@ -63,8 +65,13 @@ CLASSES = {"greedy": SamplingParams(), "top_k": SamplingParams(temperature=0.8, 
 
 def main() -> None:
     ap = step_bench_parser(__doc__)
+    ap.add_argument("--classes", default=",".join(CLASSES), help=f"some of {', '.join(CLASSES)}")
     add_smoke_flag(ap)
     args, batches = parse_step_bench(ap)
+    names = args.classes.split(",")
+    if not set(names) <= set(CLASSES):
+        ap.error(f"--classes takes some of {', '.join(CLASSES)}, comma-separated; got {args.classes!r}")
+    classes = {name: CLASSES[name] for name in names}
     target, draft = example_models(num_layers=args.layers, max_requests=max(batches))
     V = target.cfg.vocab_size
     settings = {**SETTINGS, BIAS_AND_WORDS: (True, bias_and_words(V)), ALLOWED: (True, allowed_tokens(V))}
@@ -81,7 +88,12 @@ def main() -> None:
         "| class | B | " + " | ".join(settings) + " |",
         "| --- | --- |" + " --- |" * len(settings),
     ]
-    for cls, base in CLASSES.items():
+    footer = [
+        "",
+        f"Median of {args.rounds} rounds; ratios are to the decoder without penalties at the same sampling in the "
+        "same run. Wall: median time from one step's launch to the next's. Device: median CUDA-event time of one step.",
+    ]
+    for cls, base in classes.items():
         for B in batches:
 
             def measure(name, B=B, base=base):
@@ -91,13 +103,8 @@ def main() -> None:
             ms, dev = in_turns(settings, args.rounds, measure)
             record["ms_per_step"][f"{cls}/B={B}"] = {"wall": ms, "device": dev}
             rows.append(f"| {cls} | {B} | " + " | ".join(ratio_cells(ms, dev, "off")) + " |")
-    rows += [
-        "",
-        f"Median of {args.rounds} rounds; ratios are to the decoder without penalties at the same sampling in the "
-        "same run. Wall: median time from one step's launch to the next's. Device: median CUDA-event time of one step.",
-    ]
-    print("\n".join(rows))
-    save(args.out, "penalties", record, "\n".join(rows) + "\n")
+            save(args.out, "penalties", record, "\n".join(rows + footer) + "\n", echo=False)
+    print("\n".join(rows + footer))
 
 
 if __name__ == "__main__":
