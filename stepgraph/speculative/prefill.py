@@ -14,6 +14,7 @@ a chunk forward to end.
 
 from __future__ import annotations
 
+import numpy
 import torch
 
 from stepgraph.sampling import REQUEST_FIELDS, Sampling
@@ -200,14 +201,14 @@ class FirstTokens:
         self._scored = {i: j for j, i in enumerate(at)} if scores is not None else None
 
     def get(self, row: int) -> tuple[int, tuple | None]:
-        """Row ``row``'s first token and its scores as :meth:`Request.append` takes them (``None`` without
-        scores); the first call waits for the copies."""
-        lists = self._host.lists()
-        first = lists["first"][row]
+        """Row ``row``'s first token and its scores as :meth:`Request.append` takes them (host arrays;
+        ``None`` without scores); the first call waits for the copies."""
+        arrays = self._host.arrays()
+        first = int(arrays["first"][row])
         if self._scored is None:
             return first, None
         j = self._scored[row]
-        return first, tuple(lists[n][j] for n in ("logprobs", "top_ids", "top_logprobs"))
+        return first, tuple(arrays[n][j] for n in ("logprobs", "top_ids", "top_logprobs"))
 
 
 class PromptScores:
@@ -218,12 +219,12 @@ class PromptScores:
     def __init__(self, scores: Scores) -> None:
         self._host = HostCopy({"logprobs": scores.logprobs, "ids": scores.top_ids, "top": scores.top_logprobs})
 
-    def get(self, row: int, count: int, n: int | None = None) -> tuple[list[float], list[list[tuple[int, float]]]]:
-        """Row ``row``'s first ``count`` positions: their log-probabilities and first ``n`` alternatives
-        (``None``: all), ``[(token, logprob), ...]``; the first call waits for the copies."""
-        lists = self._host.lists()
-        top = [list(zip(i[:n], v[:n])) for i, v in zip(lists["ids"][row][:count], lists["top"][row][:count])]
-        return lists["logprobs"][row][:count], top
+    def get(self, row: int, count: int) -> tuple:
+        """Row ``row``'s first ``count`` positions as host arrays (views that nothing writes again): their
+        log-probabilities ``[count]``, and the alternatives' ids and log-probabilities ``[count, k]``; the
+        first call waits for the copies."""
+        arrays = self._host.arrays()
+        return tuple(arrays[n][row, :count] for n in ("logprobs", "ids", "top"))
 
 
 class HostCopy:
@@ -241,12 +242,12 @@ class HostCopy:
             values = host
         else:
             values = {n: t.clone() for n, t in values.items()}
-        self._values, self._lists = values, None
+        self._values, self._arrays = values, None
 
-    def lists(self) -> dict[str, list]:
-        """The values as nested lists (the first call waits for the copies)."""
-        if self._lists is None:
+    def arrays(self) -> dict[str, numpy.ndarray]:
+        """The values as host arrays (views of the copies; the first call waits for them)."""
+        if self._arrays is None:
             if self._event is not None:
                 self._event.synchronize()
-            self._lists = {n: v.tolist() for n, v in self._values.items()}
-        return self._lists
+            self._arrays = {n: v.numpy() for n, v in self._values.items()}
+        return self._arrays

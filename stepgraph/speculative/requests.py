@@ -59,9 +59,11 @@ class Request:
     _logprobs: list[float] = field(default_factory=list, repr=False, compare=False)
     _top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list, repr=False, compare=False)
     _scores_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    prompt_logprobs: list[float | None] = field(default_factory=list)
-    prompt_top_logprobs: list[list[tuple[int, float]] | None] = field(default_factory=list)
-    # prompt scores on their way to the host: (holder, row, positions), taken by take_prompt_scores()
+    # the prompt's scores as the prefill's forwards gave them (host arrays), made lists when read, and
+    # those on their way to the host: (holder, row, positions), taken by take_prompt_scores()
+    _prompt_parts: list[tuple] = field(default_factory=list, repr=False, compare=False)
+    _prompt_logprobs: list[float | None] = field(default_factory=list, repr=False, compare=False)
+    _prompt_top_logprobs: list[list[tuple[int, float]] | None] = field(default_factory=list, repr=False, compare=False)
     prompt_pending: list[tuple] = field(default_factory=list, repr=False)
     prefilled: int = 0  # prompt positions in the cache (a chunked prefill's progress)
     room: int = 0  # positions its cache row holds (the allocator's; it asks for more past this)
@@ -80,16 +82,29 @@ class Request:
         """Each output token's most probable alternatives, ``[(token, logprob), ...]``."""
         return self._take_scores()[1]
 
+    @property
+    def prompt_logprobs(self) -> list[float | None]:
+        """Each prompt token's log-probability after the tokens before it (``None`` for the first; a decoder
+        built with ``prompt_logprobs``, else empty)."""
+        return self._take_prompt_scores()[0]
+
+    @property
+    def prompt_top_logprobs(self) -> list[list[tuple[int, float]] | None]:
+        """Each prompt position's most probable alternatives, ``[(token, logprob), ...]`` (``None`` for the
+        first)."""
+        return self._take_prompt_scores()[1]
+
     def _take_scores(self) -> tuple[list[float], list[list[tuple[int, float]]]]:
         """The step scores kept so far, as lists (first the request's own number of alternatives)."""
         with self._scores_lock:
-            n = self.params.logprobs
-            for (logprobs, top_ids, top_logprobs), taken in self._step_scores:
-                self._logprobs.extend(_as_list(logprobs[:taken]))
-                pairs = zip(_columns(top_ids, taken, n), _columns(top_logprobs, taken, n))
-                self._top_logprobs.extend(list(zip(i, v)) for i, v in pairs)
-            self._step_scores.clear()
+            _extend(self._logprobs, self._top_logprobs, self._step_scores, self.params.logprobs)
             return self._logprobs, self._top_logprobs
+
+    def _take_prompt_scores(self) -> tuple[list[float | None], list[list[tuple[int, float]] | None]]:
+        """The prompt scores taken so far, as lists (first the request's own number of alternatives)."""
+        with self._scores_lock:
+            _extend(self._prompt_logprobs, self._prompt_top_logprobs, self._prompt_parts, self.params.prompt_logprobs)
+            return self._prompt_logprobs, self._prompt_top_logprobs
 
     def abort(self) -> None:
         """End the request early (a client gone), from any thread: the decode loop lets it go before its
@@ -106,14 +121,16 @@ class Request:
 
     def start_prompt_scores(self) -> None:
         """Prompt scores to come: the first prompt token has none."""
-        self.prompt_logprobs, self.prompt_top_logprobs, self.prompt_pending = [None], [None], []
+        with self._scores_lock:
+            self._prompt_logprobs, self._prompt_top_logprobs, self._prompt_parts = [None], [None], []
+        self.prompt_pending = []
 
     def take_prompt_scores(self) -> None:
-        """Take the prompt scores of its prefill's forwards, in order (waiting for their copies)."""
-        for holder, row, count in self.prompt_pending:
-            logprobs, top = holder.get(row, count, self.params.prompt_logprobs)
-            self.prompt_logprobs.extend(logprobs)
-            self.prompt_top_logprobs.extend(top)
+        """Take the prompt scores of its prefill's forwards, in order (waiting for their copies), as host
+        arrays: :attr:`prompt_logprobs` and :attr:`prompt_top_logprobs` make them lists when read."""
+        parts = [(holder.get(row, count), count) for holder, row, count in self.prompt_pending]
+        with self._scores_lock:
+            self._prompt_parts.extend(parts)
         self.prompt_pending = []
 
     def settle(self) -> bool:
@@ -297,6 +314,17 @@ def normalize_eos(value: int | Sequence[int] | None, vocab_size: int) -> tuple[i
         if not 0 <= i < vocab_size:
             raise ValueError(f"eos_token_id {i} is outside the vocabulary [0, {vocab_size}); it would never match")
     return tuple(dict.fromkeys(int(i) for i in ids))
+
+
+def _extend(logprobs: list, top_logprobs: list, parts: list[tuple], n: int | None) -> None:
+    """Turn ``parts``, ``((logprobs, top_ids, top_logprobs), rows)`` each (host arrays or lists), into
+    ``logprobs`` and ``top_logprobs``' lists (the first ``rows`` rows, the first ``n`` alternatives of each,
+    ``None``: all), and empty it."""
+    for (values, top_ids, top_values), rows in parts:
+        logprobs.extend(_as_list(values[:rows]))
+        pairs = zip(_columns(top_ids, rows, n), _columns(top_values, rows, n))
+        top_logprobs.extend(list(zip(i, v)) for i, v in pairs)
+    parts.clear()
 
 
 def _as_list(x) -> list:

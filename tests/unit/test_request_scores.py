@@ -1,6 +1,8 @@
 """A request keeps each step's scores as the step loop hands them over and turns them into lists when
 ``logprobs`` or ``top_logprobs`` is read: reads between steps, the request's own number of alternatives,
-the tokens past an EOS left out, and scores given as lists (a prefill's first token) or arrays."""
+the tokens past an EOS left out, and scores given as lists (a prefill's first token) or arrays. Its prompt's
+scores likewise: kept as the prefill's forwards give them, made lists when ``prompt_logprobs`` or
+``prompt_top_logprobs`` is read."""
 
 import numpy as np
 
@@ -34,3 +36,33 @@ def test_a_request_without_its_own_number_keeps_every_alternative():
     r.append([1], step_scores(0, rows=2, k=3))
     assert r.top_logprobs == [[(0, 0.0), (1, -1.0), (2, -2.0)]] and r.logprobs == [0.0]
     assert Request(1, [1], 20, SamplingParams()).logprobs == []  # none reported
+
+
+class Forward:
+    """A prefill forward's prompt scores as :class:`~stepgraph.speculative.prefill.PromptScores` hands them
+    over: rows of ``step_scores(first + 10 * row, width, k)``."""
+
+    def __init__(self, first: float, rows: int = 2, width: int = 4, k: int = 3) -> None:
+        parts = [step_scores(first + 10 * i, width, k) for i in range(rows)]
+        self.arrays = [np.stack(column) for column in zip(*parts)]
+
+    def get(self, row: int, count: int) -> tuple:
+        return tuple(a[row, :count] for a in self.arrays)
+
+
+def test_prompt_scores_kept_as_arrays_until_read_chunk_after_chunk():
+    r = Request(0, list(range(8)), 20, SamplingParams(prompt_logprobs=2))
+    r.start_prompt_scores()
+    r.prompt_pending.append((Forward(100), 1, 4))  # the first chunk: row 1 of its forward, 4 positions
+    r.take_prompt_scores()
+    assert r._prompt_parts and r.prompt_pending == []  # nothing made a list yet
+    assert r.prompt_logprobs == [None, 110.0, 111.0, 112.0, 113.0]  # read between chunks
+    r.prompt_pending.append((Forward(200), 0, 3))  # the last chunk: 3 positions scored (none after the last)
+    r.take_prompt_scores()
+    assert r.prompt_logprobs == [None, 110.0, 111.0, 112.0, 113.0, 200.0, 201.0, 202.0]
+    assert r.prompt_top_logprobs[0] is None and len(r.prompt_top_logprobs) == len(r.prompt)
+    assert r.prompt_top_logprobs[1] == [(11000, -11000.0), (11001, -11001.0)]
+    assert r.prompt_top_logprobs[7] == [(20006, -20006.0), (20007, -20007.0)]
+    assert r.prompt_logprobs == r.prompt_logprobs and not r._prompt_parts  # a second read changes nothing
+    r.start_prompt_scores()  # empties what was kept
+    assert r.prompt_logprobs == [None] and r.prompt_top_logprobs == [None]
