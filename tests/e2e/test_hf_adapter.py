@@ -135,6 +135,7 @@ def test_vocabularies_padded_to_two_sizes_over_one_tokenizer(draft_vocab, monkey
     assert dec.generate(prompts, max_new_tokens=8) == [hf_greedy(target, p, 8) for p in prompts]
 
 
+@pytest.mark.slow  # torch.compile of two models on two cores: about 40 s
 def test_compiled_forwards_give_the_uncompiled_output():
     """compile= reaches the HF forwards (the adapter's cache writes and gather trace through torch.compile);
     the aot_eager backend keeps eager kernels, so the output is the uncompiled decoder's exactly."""

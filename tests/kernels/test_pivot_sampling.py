@@ -153,7 +153,9 @@ def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtyp
     assert torch.equal(got.tokens, y), (got.tokens.tolist(), y.tolist())
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize(  # half a minute each in the interpreter: bf16 in the suite, the others in the slow run
+    "dtype", [torch.bfloat16, *(pytest.param(d, marks=pytest.mark.slow) for d in (torch.float16, torch.float32))]
+)
 def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_starts(dtype):
     """Late rows whose top-k binds (flat rows, a top-p near 1): the stats launch counts their entries over 16
     buckets of every key and the rounds narrow from there to the top-k cut, which the kernels report; each
