@@ -207,7 +207,9 @@ def penalty_cases(vocab_size: int) -> dict[str, SamplingParams]:
 
 def bench_penalties(rows: list, record: dict) -> None:
     """A verify's penalised rows (``PenaltyState.apply``: the float32 copy, with allowed tokens' dense bias
-    rows, then the penalty kernel over each request's tokens) against the float32 copy alone."""
+    rows, then the penalty kernel over each request's tokens) against the float32 copy alone; and a
+    draft-extend's rows with only the accepted row of each request penalised (``select``, what the tail
+    reads) against all of them."""
     for B, (name, params) in itertools.product(BATCHES, penalty_cases(V).items()):
         state = PenaltyState(B + 1, V, HISTORY + K + 1, dev)
         for slot in range(B):
@@ -226,6 +228,19 @@ def bench_penalties(rows: list, record: dict) -> None:
         rows.append(
             f"| penalised rows ({name}, {HISTORY} tokens seen) B={B} | {res['copy']:.2f} (float32 copy) | - | "
             f"{res['kernel']:.2f} | - | {res['floor']:.2f} | {res['kernel'] / res['copy']:.3f} | "
+            f"{res['kernel'] / res['floor']:.2f} |"
+        )
+        extend = torch.argmax(x, -1)
+        select = slots * (K + 1) + torch.randint(0, K + 1, (B,), device=dev)  # each request's accepted row
+        res = {
+            "all": per_instance_us(lambda: state.apply(x, extend, slots, seq_len, 1), copies=5),
+            "kernel": per_instance_us(lambda: state.apply(x, extend, slots, seq_len, 1, select), copies=5),
+            "floor": floor_us(B * V * (2 + 4)),
+        }
+        record[f"penalties {name} extend B={B}"] = res
+        rows.append(
+            f"| penalised extend rows, the accepted one a request ({name}) B={B} | {res['all']:.2f} (every row) | "
+            f"- | {res['kernel']:.2f} | - | {res['floor']:.2f} | {res['kernel'] / res['all']:.3f} | "
             f"{res['kernel'] / res['floor']:.2f} |"
         )
 

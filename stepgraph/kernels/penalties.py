@@ -184,6 +184,7 @@ def penalise_rows(
     first_row: int = 0,
     bias: LogitBias | None = None,
     words: BadWords | None = None,
+    select: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``logits [B, R, V]`` (any float dtype) penalised into a new float32 tensor: row ``r`` of request
     ``b`` (state row ``slots[b]``, ``-1``: ``scratch``; its last token at position ``seq_len[b]``) is row
@@ -194,7 +195,10 @@ def penalise_rows(
     gets ``-inf`` at the ids ``banned[row]`` while that position is below ``until[row]`` (min_tokens' EOS
     ban), and at each token that would complete an ``no_repeat[row]``-gram already among its tokens.
     ``words`` (:class:`BadWords`): row ``i`` gets ``-inf`` at the last token of each of the state row's bad
-    words whose other tokens end its tokens. Graph-safe; the torch reference off Triton devices."""
+    words whose other tokens end its tokens. ``select [B]``: only row ``select[b]`` of the ``B * R`` rows
+    (flattened over the batch; out of range: none) is read and written for request ``b``, the others of the
+    result left as allocated, as a draft-extend's tail reads one row a request. Graph-safe; the torch
+    reference off Triton devices."""
     if not use_triton(logits):
         args = (logits, drafts, slots, seq_len, history, counts, settings, scratch)
         return penalise_rows_ref(*args, bans=bans, first_row=first_row, bias=bias, words=words)
@@ -204,27 +208,29 @@ def penalise_rows(
     if B * R == 0:
         return logits.to(torch.float32, copy=True)
     n_bias, bias_ids, bias_table = bias if bias is not None else (slots, slots, counts)  # unread without a bias
-    if bias is None:
+    chosen = select.contiguous() if select is not None else slots  # unread without a selection
+    if bias is None and select is None:
         out = logits.to(torch.float32, copy=True)
     else:  # the float32 copy, with each dense bias row (allowed tokens) added on the way
         out = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
         columns = min(COPY_BLOCK, next_pow2(V))  # a tile of whole rows where they are short
         rows = COPY_BLOCK // columns
         _copy_rows_kernel[(triton.cdiv(B * R, rows), triton.cdiv(V, columns))](
-            logits, out, slots.contiguous(), n_bias, bias_table, B * R, R, V, scratch, bias_table.stride(0),
-            ROWS=rows, COLUMNS=columns, num_warps=4, **EXACT_ROUNDING,
+            logits, out, slots.contiguous(), n_bias, bias_table, chosen, B * R, R, V, scratch, bias_table.stride(0),
+            ROWS=rows, COLUMNS=columns, HAS_BIAS=bias is not None, HAS_SELECT=select is not None, num_warps=4,
+            **EXACT_ROUNDING,
         )  # fmt: skip
     until, banned, no_repeat = bans if bans is not None else (slots, slots, slots)  # unread without bans
     E = banned.shape[1] if bans is not None else 1
     n_words, word_table = words if words is not None else (slots, slots[:, None, None])
     _penalise_rows_kernel[(B * R,)](
         logits, out, drafts, slots.contiguous(), seq_len.contiguous(), history, counts, settings, until,
-        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table, n_words, word_table,
+        banned.contiguous(), no_repeat, n_bias, bias_ids, bias_table, n_words, word_table, chosen,
         R, K, V, history.shape[1] - 1, history.stride(0), scratch, first_row, bias_ids.stride(0),
         bias_table.stride(0), word_table.stride(0), word_table.stride(1),
         BLOCK=HISTORY_BLOCK, KB=next_pow2(max(K, 1)), E=next_pow2(E), E_ROW=E, HAS_BAN=bans is not None,
-        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2], num_warps=4,
-        **EXACT_ROUNDING,
+        HAS_BIAS=bias is not None, HAS_WORDS=words is not None, WORD_LEN=word_table.shape[2],
+        HAS_SELECT=select is not None, num_warps=4, **EXACT_ROUNDING,
     )  # fmt: skip
     return out
 
@@ -256,35 +262,43 @@ def _biased(raw, tok, mask, bias_row, n_bias, HAS_BIAS: tl.constexpr):
 
 @jit_any_batch
 def _copy_rows_kernel(
-    logits_ptr, out_ptr, slots_ptr, n_bias_ptr, bias_ptr, N, R, V, scratch, bias_stride,
-    ROWS: tl.constexpr, COLUMNS: tl.constexpr,
+    logits_ptr, out_ptr, slots_ptr, n_bias_ptr, bias_ptr, select_ptr, N, R, V, scratch, bias_stride,
+    ROWS: tl.constexpr, COLUMNS: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SELECT: tl.constexpr,
 ):  # fmt: skip
-    """``out = logits`` as float32 (``N`` rows of ``V``), plus the bias table's row where the row is dense: a
-    program a tile of ``ROWS`` rows by ``COLUMNS`` tokens (grid: row tiles, column tiles)."""
+    """``out = logits`` as float32 (``N`` rows of ``V``), plus the bias table's row where the row is dense
+    (``HAS_BIAS``), only at each request's row ``select[b]`` with ``HAS_SELECT``: a program a tile of
+    ``ROWS`` rows by ``COLUMNS`` tokens (grid: row tiles, column tiles)."""
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     v = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
     live = r < N
-    slot = tl.load(slots_ptr + r // R, mask=live, other=-1)
-    row = tl.where(slot < 0, scratch, slot).to(tl.int64)
-    dense = tl.load(n_bias_ptr + row, mask=live, other=0) < 0  # a listed row's biases are the other kernel's
+    if HAS_SELECT:  # the other rows are neither read nor written
+        live = live & (tl.load(select_ptr + r // R, mask=live, other=-1) == r)
     at = r.to(tl.int64)[:, None] * V + v[None, :]
     inside = live[:, None] & (v < V)[None, :]
     value = tl.load(logits_ptr + at, mask=inside, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + row[:, None] * bias_stride + v[None, :], mask=inside & dense[:, None], other=0.0)
-    tl.store(out_ptr + at, tl.where(b != 0, value + b, value), mask=inside)  # as _biased
+    if HAS_BIAS:
+        slot = tl.load(slots_ptr + r // R, mask=live, other=-1)
+        row = tl.where(slot < 0, scratch, slot).to(tl.int64)
+        dense = tl.load(n_bias_ptr + row, mask=live, other=0) < 0  # a listed row's biases are the other kernel's
+        b = tl.load(bias_ptr + row[:, None] * bias_stride + v[None, :], mask=inside & dense[:, None], other=0.0)
+        value = tl.where(b != 0, value + b, value)  # as _biased
+    tl.store(out_ptr + at, value, mask=inside)
 
 
 @jit_any_batch
 def _penalise_rows_kernel(
     logits_ptr, out_ptr, drafts_ptr, slots_ptr, seq_ptr, history_ptr, counts_ptr, settings_ptr, until_ptr,
-    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, words_ptr,
+    banned_ptr, no_repeat_ptr, n_bias_ptr, bias_ids_ptr, bias_ptr, n_words_ptr, words_ptr, select_ptr,
     R, K, V, L, history_stride, scratch, first_row, bias_ids_stride, bias_stride, words_stride, word_stride,
     BLOCK: tl.constexpr, KB: tl.constexpr, E: tl.constexpr, E_ROW: tl.constexpr, HAS_BAN: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WORDS: tl.constexpr, WORD_LEN: tl.constexpr, HAS_SELECT: tl.constexpr,
 ):  # fmt: skip
     # a banned id's every write is -inf (whichever of this program's threads writes it last)
     pid = tl.program_id(0)
     b = pid // R
+    if HAS_SELECT:  # noqa: SIM102 (a constexpr test outside, a runtime one inside: Triton compiles them apart)
+        if tl.load(select_ptr + b) != pid:  # a row the copy left out
+            return
     i = first_row + pid % R  # the row's place in the chain
     slot = tl.load(slots_ptr + b)
     row = tl.where(slot < 0, scratch, slot).to(tl.int64)

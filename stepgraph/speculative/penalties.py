@@ -19,9 +19,10 @@ row is never used. Each request keeps, in its relay slot's rows of :class:`Penal
 position (prompt then output) and its output counts; the step records what it emits, in the graph.
 
 The draft's proposals are penalised the same way (:func:`draft_penalties`): each draft step's logits with
-the output so far and the drafts before it, the draft-extend's rows with the tokens they follow, and the
-prefill's first draft with the first token. A draft that predicts the target then proposes the target's
-penalised choice: a penalty takes no acceptance from a draft that agrees with the target.
+the output so far and the drafts before it, the draft-extend's accepted row (the one its tail reads) with
+the tokens it follows, and the prefill's first draft with the first token. A draft that predicts the target
+then proposes the target's penalised choice: a penalty takes no acceptance from a draft that agrees with
+the target.
 
 ``logit_bias`` (the OpenAI API's) rides on the same copy: each biased token's logit plus its bias, before
 the penalties (vLLM's order, and transformers' for its ``sequence_bias`` of single tokens).
@@ -209,6 +210,7 @@ class PenaltyState:
         slots: torch.Tensor,
         seq_len: torch.Tensor,
         first_row: int = 0,
+        select: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``logits [B, R, V]`` penalised, in a new float32 tensor: row ``r`` of request ``b`` (relay slot
         ``slots[b]``, its last token at position ``seq_len[b]``) is row ``i = first_row + r`` of its chain,
@@ -216,14 +218,17 @@ class PenaltyState:
         ``K >= first_row + R - 1``), after its logit bias, with its EOS ids at ``-inf`` where its token would
         come before ``min_tokens`` and at the tokens that would repeat an n-gram or complete a bad word. The
         verify's ``[B, K+1, V]`` rows start the chain (``first_row = 0``); a draft's rows continue it.
-        Graph-safe (two kernels: the float32 copy, then the penalties)."""
+        ``select [B]``: only each request's row ``select[b]`` of the ``B * R`` (flattened; out of range:
+        none), the other rows of the result left unwritten. Graph-safe (two kernels: the float32 copy, then
+        the penalties)."""
         args = (self.history, self.counts, self.settings, self.scratch)
         bans = Bans(self.ban_until, self.banned, self.no_repeat)
         bias = LogitBias(self.bias_count, self.bias_ids, self.bias)
         words = BadWords(self.word_count, self.words)
         return penalise_rows(
-            logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row, bias=bias, words=words
-        )
+            logits, drafts, slots, seq_len, *args, bans=bans, first_row=first_row, bias=bias, words=words,
+            select=select,
+        )  # fmt: skip
 
     def record(self, tokens: torch.Tensor, slots: torch.Tensor, seq_len: torch.Tensor) -> None:
         """A step's emitted ``tokens [B, R]`` (``-1``: none) of the requests in ``slots [B]``, whose last

@@ -315,8 +315,8 @@ class ChainStep:
         v, nxt = ctx.verified, ctx.next
         d_logits, d_hidden = self.draft(v.extend_tokens, v.positions + 1, v.hidden, ctx.state["cache_row"])
         if self.draft_penalties is not None:  # row j follows extend tokens 0..j: rows 1..K+1 of the chain
-            slots, seq_len = ctx.slots[: ctx.batch], ctx.state["seq_len"]
-            d_logits = self.draft_penalties.apply(d_logits, v.extend_tokens, slots, seq_len, 1)
+            slots, seq_len = ctx.slots[: ctx.batch], ctx.state["seq_len"]  # (only the row the tail reads)
+            d_logits = self.draft_penalties.apply(d_logits, v.extend_tokens, slots, seq_len, 1, v.accepted_row)
         flat = ctx.batch * (ctx.draft_len + 1)  # [B, K+1, V] as rows
         self.pieces.tail(
             d_logits.reshape(flat, -1), d_hidden.reshape(flat, -1), v.accepted_row, nxt["draft"], nxt["hidden"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from stepgraph import SamplingParams
+from stepgraph.kernels._common import use_triton
 from stepgraph.kernels.penalties import (
     COPY_BLOCK,
     DENSE,
@@ -234,6 +235,43 @@ def test_allowed_token_ids_equal_their_reference(K, dtype, V):
     torch.testing.assert_close(want[3, :, last], raw[3, :, last], **exact)
     torch.testing.assert_close(want[1], raw[1], rtol=0, atol=0, equal_nan=True)  # padded: the scratch row
     assert bias.count.tolist() == [1, 0, DENSE, 0, DENSE, 0]
+
+
+@pytest.mark.parametrize("V", [COPY_BLOCK + 301, 97])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_selected_rows_equal_those_of_all_rows_and_the_others_are_left_alone(dtype, V, monkeypatch):
+    """A draft-extend's rows (``first_row = 1``, K + 1 of them a request) with one selected a request, as
+    its tail reads the accepted row: each selected row is, bit for bit, that row penalised with all the
+    others; the kernels write no other row (the allocation's NaN stays), and a request whose selection is
+    out of range (a padded one) gets none. Repetition, frequency and presence penalties, logit biases,
+    allowed tokens, the n-gram ban and bad words, over long rows (more than one block of the copy) and
+    short ones."""
+    S, B, K = 6, 4, 3
+    st = admitted(S, V, {
+        4: SamplingParams(repetition_penalty=1.3, logit_bias={3: 2.0, V - 2: -1.0}, no_repeat_ngram_size=2),
+        0: SamplingParams(allowed_token_ids=[*range(9), V - 1], frequency_penalty=0.5),
+        2: SamplingParams(bad_words_ids=[[1, 2], [5]], presence_penalty=-1.0),
+    })  # fmt: skip
+    g = torch.Generator().manual_seed(V)
+    st.history.copy_(torch.randint(0, 9, st.history.shape, generator=g))
+    st.counts.copy_(torch.randint(0, 3, st.counts.shape, generator=g))
+    logits = odd_logits((B, K + 1, V), dtype, seed=V).to(DEV)
+    extend = torch.randint(0, 9, (B, K + 1), generator=g).to(DEV)
+    slots = torch.tensor([4, -1, 0, 2], device=DEV)
+    seq_len = torch.tensor([2, 0, 1, 3], device=DEV)
+    select = torch.arange(B, device=DEV) * (K + 1) + torch.tensor([2, 0, K, 0], device=DEV)  # accepted rows
+    select[1] = B * (K + 1)  # the padded request: out of range
+    whole = st.apply(logits, extend, slots, seq_len, 1).view(B * (K + 1), V)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
+    got = st.apply(logits, extend, slots, seq_len, 1, select).view(B * (K + 1), V)
+    monkeypatch.undo()
+    chosen = [0 * (K + 1) + 2, 2 * (K + 1) + K, 3 * (K + 1)]
+    torch.testing.assert_close(got[chosen], whole[chosen], rtol=0, atol=0, equal_nan=True)
+    others = [r for r in range(B * (K + 1)) if r not in chosen]
+    if use_triton(logits):  # (the torch reference penalises every row)
+        assert got[others].isnan().all()
+    assert not torch.equal(torch.nan_to_num(whole[chosen]), torch.nan_to_num(logits.view(-1, V)[chosen].float()))
 
 
 @pytest.mark.parametrize("first_row,R", [(0, 1), (0, 4), (2, 2)])
