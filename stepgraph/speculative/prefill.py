@@ -82,8 +82,7 @@ class Prefill:
             chosen = torch.tensor([r.prompt[1:] + [-1]], dtype=torch.int64, device=dev)
             r.start_prompt_scores()
             scores = token_scores(logits, chosen, self.prompt_logprobs, kernels=self.logprob_kernels)
-            r.prompt_pending.append((PromptScores(scores), 0, L - 1))
-            r.take_prompt_scores()
+            r.prompt_pending.append((PromptScores(scores), 0, L - 1))  # taken with the first token
         p = r.params
         end = logits[:, -1]
         if self.penalties is not None:
@@ -108,7 +107,9 @@ class Prefill:
             d_end = self.draft_penalties.apply(d_end, first[:, None], self._slot, self._last, 1)
         ready = {"first": first, "offset": offset, "draft": torch.argmax(d_end[:, 0], -1)}
         out = {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1], "scored": end}
-        return self._ready([r], [0], out).get(0)
+        first_token = self._ready([r], [0], out).get(0)  # (waits for the forwards)
+        r.take_prompt_scores()  # no wait between the target's forward and the draft's
+        return first_token
 
     def next_chunks(self, rs: list[Request]) -> list[tuple[FirstTokens, int] | None]:
         """A chunk of each of ``rs``'s prompts, in one forward of each model (``len(rs)`` one of the chunk
