@@ -108,7 +108,8 @@ class Prefill:
         ready = {"first": first, "offset": offset, "draft": torch.argmax(d_end[:, 0], -1)}
         out = {**ready, "draft_hidden": d_hid[:, -1], "logits": logits[:, -1], "scored": end}
         first_token = self._ready([r], [0], out).get(0)  # (waits for the forwards)
-        r.take_prompt_scores()  # no wait between the target's forward and the draft's
+        if self.prompt_logprobs is not None:  # taken here: no wait between the target's forward and the draft's
+            r.take_prompt_scores()
         return first_token
 
     def next_chunks(self, rs: list[Request]) -> list[tuple[FirstTokens, int] | None]:

@@ -1,6 +1,6 @@
 """A request keeps each step's scores as the step loop hands them over and turns them into lists when
 ``logprobs`` or ``top_logprobs`` is read: reads between steps, the request's own number of alternatives,
-the tokens past an EOS left out, and scores given as lists (a prefill's first token) or arrays. Its prompt's
+the tokens past an EOS left out, and scores given as lists (a custom loop's) or arrays. Its prompt's
 scores likewise: kept as the prefill's forwards give them, made lists when ``prompt_logprobs`` or
 ``prompt_top_logprobs`` is read."""
 
@@ -22,7 +22,7 @@ def test_scores_read_between_steps_and_cut_at_eos_and_to_the_requests_alternativ
     r.append([1, 2], step_scores(10))
     assert r.logprobs == [10.0, 11.0]  # read after the first step
     r.append([3, 4, 5], step_scores(20))
-    r.append([6], ([0.5], [[7, 8, 9]], [[-0.1, -0.2, -0.3]]))  # as a prefill's first token comes: lists
+    r.append([6], ([0.5], [[7, 8, 9]], [[-0.1, -0.2, -0.3]]))  # scores given as lists (a custom loop's)
     r.append([9, 7, 7], step_scores(30))  # EOS second: the tokens after it, and their scores, are not kept
     assert r.finished and r.output == [1, 2, 3, 4, 5, 6, 9]
     assert r.logprobs == [10.0, 11.0, 20.0, 21.0, 22.0, 0.5, 30.0]
