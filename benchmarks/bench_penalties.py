@@ -33,7 +33,7 @@ from stepgraph import SamplingParams
 from stepgraph.speculative.decoder import SpecDecoder
 
 #: name -> (decoder with penalties, the requests' penalties)
-SETTINGS = {
+SETTINGS = {  # "on, none set": the keys without penalties, which such a batch runs
     "off": (False, {}),
     "on, none set": (True, {}),
     "repetition 1.05": (True, {"repetition_penalty": 1.05}),

@@ -76,6 +76,11 @@ class Toggles:
         "torch.compile (inductor's kernels, captured into the step graph) of the target and draft forwards of "
         "a decoder built with compile=True (off: the forwards run as written)",
     )
+    penalty_variants: bool = _piece(
+        "STEPGRAPH_PENALTY_VARIANTS",
+        "a decoder built with penalties=True runs the batches where no request sets a penalty, logit bias, ban or "
+        "allowed tokens through keys without the penalties' float32 copy and kernels (off: every step applies them)",
+    )
     prefill_graph: bool = _piece(
         "STEPGRAPH_PREFILL_GRAPH",
         "chunked prefill's forward of several requests' chunks captured as one graph per number of chunks "

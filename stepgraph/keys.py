@@ -1,5 +1,5 @@
-"""Graph keys: (padded batch size, sampling class, draft length), and the bucket policy that pads a batch
-to a key."""
+"""Graph keys: (padded batch size, sampling class, draft length, penalised), and the bucket policy that
+pads a batch to a key."""
 
 from __future__ import annotations
 
@@ -17,16 +17,19 @@ DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 
 
 @dataclass(frozen=True, order=True)
 class GraphKey:
-    """One captured graph: a padded batch size, a sampling class and, for a step with several draft
-    lengths, the draft length it was captured for (``None`` for a step without one)."""
+    """One captured graph: a padded batch size, a sampling class, the draft length it was captured for
+    (``None`` for a step without draft lengths) and whether it applies the requests' penalties and other
+    logit processing (``penalised``: a step with a penalty state runs the batches where no request sets one
+    without it)."""
 
     batch_size: int
     sampling: Sampling
     draft_len: int | None = None
+    penalised: bool = False
 
     def __str__(self) -> str:
         k = "" if self.draft_len is None else f"/k={self.draft_len}"
-        return f"bs={self.batch_size}/{self.sampling}{k}"
+        return f"bs={self.batch_size}/{self.sampling}{k}{'/penalised' if self.penalised else ''}"
 
 
 def draft_lengths(num_draft_tokens: int | Sequence[int], name: str = "num_draft_tokens") -> tuple[int, ...]:
@@ -80,8 +83,8 @@ class Buckets:
         return self.sizes[i] if i < len(self.sizes) else None
 
     def key(self, key: GraphKey | tuple) -> GraphKey:
-        """``key`` (or ``(batch size, sampling)``, or ``(batch size, sampling, draft length)``) as a
-        :class:`GraphKey` whose batch size is a bucket.
+        """``key`` (or ``(batch size, sampling)``, ``(batch size, sampling, draft length)`` or ``(batch size,
+        sampling, draft length, penalised)``) as a :class:`GraphKey` whose batch size is a bucket.
 
         Raises
         ------

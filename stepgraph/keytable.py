@@ -27,11 +27,10 @@ from stepgraph.errors import CaptureError, RecaptureRefused, classify_capture_ex
 from stepgraph.graphs import frozen_gc
 from stepgraph.keys import GraphKey
 from stepgraph.memory import MemoryGuard
-from stepgraph.sampling import Sampling
 
 log = logging.getLogger("stepgraph")
 
-CallStep = Callable[[int, Sampling, int | None], dict[str, torch.Tensor]]  # (batch, sampling, draft_len)
+CallStep = Callable[[GraphKey], dict[str, torch.Tensor]]  #: the step at a key's (padded) shape
 #: A key's host-side hook: ``hook(batch_size)`` before each replay or eager run, and before its capture.
 ReplayHook = Callable[[int], None]
 #: ``before_replay(key) -> hook``: makes a key's hook (its per-key state) the first time the key is met.
@@ -189,7 +188,7 @@ class KeyTable:
         stats = self.stats(key)
 
         def step() -> dict[str, torch.Tensor]:
-            return call_step(key.batch_size, key.sampling, key.draft_len)
+            return call_step(key)
 
         def plan() -> None:  # the host plans for the padded batch, before each warm-up and the capture
             if stats.hook is not None:

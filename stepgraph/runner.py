@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("stepgraph")
 
 #: ``step(buffers, batch_size, sampling) -> {name: tensor}``, or with ``draft_lens``
-#: ``step(buffers, batch_size, sampling, draft_len)``.
+#: ``step(buffers, batch_size, sampling, draft_len)``; a penalised key adds ``penalised=True``.
 StepFn = Callable[..., Mapping[str, torch.Tensor]]
 
 __all__ = [
@@ -68,9 +68,10 @@ class RunCounters:
 
 
 class _Route:
-    """Where the runs of one (real batch size, sampling class, draft length) go, resolved once: the key, its
-    stats and graph (``None`` for an oversize batch, eager at its own size), the padded size, the outputs handed
-    out (views of the graph's outputs sliced to the real batch) and the key's ``before_replay`` hook."""
+    """Where the runs of one (real batch size, sampling class, draft length, penalised) go, resolved once: the
+    key, its stats and graph (``None`` for an oversize batch, eager at its own size), the padded size, the
+    outputs handed out (views of the graph's outputs sliced to the real batch) and the key's ``before_replay``
+    hook."""
 
     __slots__ = ("key", "stats", "captured", "real", "padded", "views", "hook")  # key: GraphKey
 
@@ -106,7 +107,8 @@ class StepGraphRunner:
         ``step(buffers, batch_size, sampling) -> {name: tensor}``. ``buffers`` maps each declared name to
         its ``[:batch_size]`` view (``batch_size`` is the padded size). Outputs must have the batch first.
         Graph-safe code only: no ``.item()``, ``.tolist()``, ``nonzero`` or Python branches on tensor values.
-        With ``draft_lens`` it is called ``step(buffers, batch_size, sampling, draft_len)``.
+        With ``draft_lens`` it is called ``step(buffers, batch_size, sampling, draft_len)``, and with
+        ``penalised_keys`` the penalised keys' calls add ``penalised=True``.
     buffers:
         ``{name: Buffer(...)}`` declarations (or a built :class:`StaticBuffers`). The leading dimension
         is the largest batch.
@@ -117,6 +119,10 @@ class StepGraphRunner:
     draft_lens:
         The draft lengths the step comes in (each a key of its own: ``GraphKey.draft_len``); ``None`` for a
         step without one. :meth:`run` then takes ``draft_len=`` (default: the first of them).
+    penalised_keys:
+        Whether the step also comes penalised (``GraphKey.penalised``: it applies the requests' penalties,
+        which a batch without any skips). :meth:`run` then takes ``penalised=``; :meth:`warmup` and
+        :meth:`capture` cover both variants.
     backend:
         A :class:`~stepgraph.capture.GraphBackend` (default: CUDA graphs when available). Tests inject a
         simulated one, which replaces the device check but not the switch: ``step_graph=False`` runs
@@ -158,6 +164,7 @@ class StepGraphRunner:
         before_capture: Callable[[GraphKey], Sequence[Child] | None] | None = None,
         before_replay: BeforeReplay | None = None,
         draft_lens: Sequence[int] | None = None,
+        penalised_keys: bool = False,
         name: str = "step",
     ) -> None:
         self.config = config or RunnerConfig()
@@ -181,11 +188,12 @@ class StepGraphRunner:
             )
         self.buckets = Buckets(sizes)
         self.draft_lens = None if draft_lens is None else draft_lengths(draft_lens, "draft_lens")
+        self.penalised_keys = bool(penalised_keys)
         self.counters = RunCounters()
         self.last_warmup: WarmupReport | None = None
         self._generation = 0
         self._poison: list[torch.Tensor] = []
-        self._routes: dict[tuple[int | None, Sampling, int | None], _Route] = {}  # captured keys' routes
+        self._routes: dict[tuple[int | None, Sampling, int | None, bool], _Route] = {}  # captured keys' routes
         self._lock = threading.RLock()  # run / capture / warm-up / release, one thread at a time
 
         reason = None if backend is not None else graphs_unavailable_reason(self.device)  # the device first
@@ -239,11 +247,17 @@ class StepGraphRunner:
         return self.table.keys
 
     def key_for(
-        self, batch_size: int, sampling: Sampling | str | int = Sampling.GREEDY, draft_len: int | None = None
+        self,
+        batch_size: int,
+        sampling: Sampling | str | int = Sampling.GREEDY,
+        draft_len: int | None = None,
+        penalised: bool = False,
     ) -> GraphKey | None:
         """The key a batch of ``batch_size`` runs under, or ``None`` when it exceeds the largest bucket."""
         padded = self.buckets.pad(batch_size)
-        return None if padded is None else GraphKey(padded, Sampling.parse(sampling), self._draft_len(draft_len))
+        if padded is None:
+            return None
+        return GraphKey(padded, Sampling.parse(sampling), self._draft_len(draft_len), self._penalised(penalised))
 
     def stats(self, key: GraphKey) -> KeyStats:
         """The key's stats (status, graph, memory, counts)."""
@@ -257,6 +271,7 @@ class StepGraphRunner:
         *,
         batch_size: int | None = None,
         draft_len: int | None = None,
+        penalised: bool = False,
         copy_outputs: bool = False,
     ) -> StepOutputs:
         """Run one step for a batch.
@@ -274,6 +289,9 @@ class StepGraphRunner:
         draft_len:
             The step's draft length, one of ``draft_lens`` (default: the first); ``None`` for a runner
             without draft lengths.
+        penalised:
+            Run the penalised key (a runner with ``penalised_keys``): some request of the batch sets a
+            penalty.
         copy_outputs:
             Return copies instead of views that the next run overwrites.
 
@@ -300,10 +318,11 @@ class StepGraphRunner:
             if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
                 batch_size = _batch_size(batch_size)
             real = self.buffers.stage(inputs, batch_size) if inputs else batch_size  # checked and staged
-            route = self._routes.get((real, sampling, draft_len))
+            route = self._routes.get((real, sampling, draft_len, penalised))
             if route is None:
                 try:
-                    route = self._route(self.buffers.stage({}, real) if not inputs else real, sampling, draft_len)
+                    staged = self.buffers.stage({}, real) if not inputs else real
+                    route = self._route(staged, sampling, draft_len, penalised)
                 except BaseException:
                     self.buffers.abandon()  # a raise before the copy: it never lands later
                     raise
@@ -319,7 +338,7 @@ class StepGraphRunner:
                 route.hook(real)
             stats, captured = route.stats, route.captured
             if captured is None:
-                return self._run_eagerly(route, sampling, copy_outputs)
+                return self._run_eagerly(route, copy_outputs)
             stats.padded_rows += route.padded - real
             if not (inputs and self.buffers.commit(route.padded, captured.fused or None)):  # launched together?
                 captured.replay()
@@ -330,25 +349,24 @@ class StepGraphRunner:
                 return self._hand_out(route.views, copy_outputs)
             return StepOutputs(route.views, self, self._generation)
 
-    def _route(self, real: int, sampling: Sampling, draft_len: int | None) -> _Route:
+    def _route(self, real: int, sampling: Sampling, draft_len: int | None, penalised: bool) -> _Route:
         """Where a run goes (its key captured first when due); kept for the next runs of a captured key."""
-        draft_len = self._draft_len(draft_len)
+        asked = (draft_len, penalised)
+        draft_len, penalised = self._draft_len(draft_len), self._penalised(penalised)
         padded = self.buckets.pad(real)
         if padded is None:  # larger than the largest bucket: eager at its own size, counted
-            key = GraphKey(real, sampling, draft_len)
+            key = GraphKey(real, sampling, draft_len, penalised)
             return _Route(key, None, None, real, real, self.table.hook(key))
-        key = GraphKey(padded, sampling, draft_len)
+        key = GraphKey(padded, sampling, draft_len, penalised)
         stats = self.table.stats(key)
         if self.table.should_capture(stats):
             self.table.capture(key, self.buffers, self._call_step)  # the staged copy lands after it
         route = _Route(key, stats, stats.captured, real, padded, self.table.hook(key))
-        if route.captured is not None:
-            self._routes[(real, sampling, draft_len)] = route
-            if self.draft_lens and draft_len == self.draft_lens[0]:  # what run(draft_len=None) means
-                self._routes[(real, sampling, None)] = route
+        if route.captured is not None:  # under what it was asked as (draft_len=None: the first of them)
+            self._routes[(real, sampling, draft_len, penalised)] = self._routes[(real, sampling, *asked)] = route
         return route
 
-    def _run_eagerly(self, route: _Route, sampling: Sampling, copy_outputs: bool) -> StepOutputs:
+    def _run_eagerly(self, route: _Route, copy_outputs: bool) -> StepOutputs:
         """A key without a graph (or an oversize batch): the step itself at the padded shape."""
         stats = route.stats
         self.buffers.commit(route.padded)
@@ -359,13 +377,15 @@ class StepGraphRunner:
             stats.eager_runs += 1
             if stats.status is KeyStatus.REFUSED:
                 stats.runs_since_refusal += 1
-        out = self._call_step(route.padded, sampling, route.key.draft_len)
+        out = self._call_step(route.key)
         real = route.real
         return self._hand_out({k: v if v.shape[0] == real else v[:real] for k, v in out.items()}, copy_outputs)
 
-    def _call_step(self, batch: int, sampling: Sampling, draft_len: int | None = None) -> dict[str, torch.Tensor]:
-        views = self.buffers.views(batch)
-        out = self.step(views, batch, sampling) if draft_len is None else self.step(views, batch, sampling, draft_len)
+    def _call_step(self, key: GraphKey) -> dict[str, torch.Tensor]:
+        """The step at ``key``'s shape (its batch size the padded one, or an oversize batch's own)."""
+        batch = key.batch_size
+        args = (self.buffers.views(batch), batch, key.sampling) + (() if key.draft_len is None else (key.draft_len,))
+        out = self.step(*args, penalised=True) if key.penalised else self.step(*args)
         if not isinstance(out, Mapping):
             raise TypeError(f"the step function must return a mapping of name -> tensor, got {type(out).__name__}")
         for name, t in out.items():
@@ -386,7 +406,8 @@ class StepGraphRunner:
     # ------------------------------------------------------------------------------------------------
     @_serialised
     def capture(self, keys: Iterable[GraphKey | tuple[int, Sampling | str]] | None = None) -> list[GraphKey]:
-        """Capture ``keys`` (default: every bucket with the default sampling), largest first.
+        """Capture ``keys`` (default: every bucket with the default sampling, at each draft length, penalised and
+        not), largest first.
 
         Keys already captured are skipped. Returns the keys that have a graph afterwards. A key that is
         refused or fails runs eagerly (``on_capture_error="raise"`` raises :class:`CaptureError`).
@@ -395,11 +416,11 @@ class StepGraphRunner:
             log.info("%s: no graphs to capture: %s", self.name, self.unavailable_reason)
             return []
         if keys is None:
-            keys = [
-                GraphKey(b, self.config.default_sampling, k) for b in self.buckets for k in self.draft_lens or (None,)
-            ]
+            sampling = self.config.default_sampling
+            keys = [GraphKey(b, sampling, k, p) for b in self.buckets for k, p in self.variants()]
         todo = sorted(
-            {self._key(k) for k in keys}, key=lambda k: (-k.batch_size, -int(k.sampling), -(k.draft_len or 0))
+            {self._key(k) for k in keys},
+            key=lambda k: (-k.batch_size, -int(k.sampling), -(k.draft_len or 0), -k.penalised),
         )
         todo = [k for k in todo if self.table.stats(k).captured is None]
         with frozen_gc(), capture_progress(self.config.progress and len(todo) > 1, len(todo), self.name) as advance:
@@ -419,7 +440,8 @@ class StepGraphRunner:
         to its bucket), so that serving up to N requests never captures.
 
         ``N = min(config.max_warmup_batch, largest bucket, max_running_requests)``; for each sampling class
-        given (one or several; default ``config.default_sampling``) and each of the step's draft lengths.
+        given (one or several; default ``config.default_sampling``) and each of the step's draft lengths,
+        penalised and not (``penalised_keys``).
         ``make_inputs(k)`` gives inputs for a batch of ``k`` (default: the buffers' pad values, which must
         make a row a no-op).
         A size whose key is still missing gets one more batch, then a warning. Logs the captured keys
@@ -447,7 +469,7 @@ class StepGraphRunner:
             else:
 
                 def once() -> None:
-                    self._call_step(key.batch_size, key.sampling, key.draft_len)
+                    self._call_step(key)
 
             once()
             _synchronize(self.device)
@@ -491,6 +513,19 @@ class StepGraphRunner:
         print_report(self.info(), console=console)
 
     # ------------------------------------------------------------------------------------------------
+    def variants(self) -> list[tuple[int | None, bool]]:
+        """Each ``(draft_len, penalised)`` the step comes in, per batch size and sampling class."""
+        penalised = (False, True) if self.penalised_keys else (False,)
+        return [(k, p) for k in self.draft_lens or (None,) for p in penalised]
+
+    def _penalised(self, penalised: bool) -> bool:
+        """``penalised`` checked against ``penalised_keys``."""
+        if penalised and not self.penalised_keys:
+            raise ValueError(
+                f"penalised={penalised!r}: this runner's step has no penalised keys (penalised_keys=False)"
+            )
+        return bool(penalised)
+
     def _draft_len(self, draft_len: int | None) -> int | None:
         """``draft_len`` checked against ``draft_lens`` (``None``: the first of them, or none at all)."""
         if not self.draft_lens:
@@ -505,10 +540,10 @@ class StepGraphRunner:
 
     def _key(self, key: GraphKey | tuple) -> GraphKey:
         """A key given to :meth:`capture` (a :class:`GraphKey` or a tuple), its batch a bucket and its draft
-        length checked."""
+        length and penalised checked."""
         key = self.buckets.key(key)
-        draft_len = self._draft_len(key.draft_len)
-        return key if draft_len == key.draft_len else GraphKey(key.batch_size, key.sampling, draft_len)
+        draft_len, penalised = self._draft_len(key.draft_len), self._penalised(key.penalised)
+        return GraphKey(key.batch_size, key.sampling, draft_len, penalised)
 
 
 def _batch_size(value: object) -> int:

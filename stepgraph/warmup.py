@@ -48,12 +48,15 @@ class Warmed(Protocol):
     config: Any
     buckets: Any
     buffers: Any
-    draft_lens: tuple[int, ...] | None
 
     @property
     def graphs_available(self) -> bool: ...
 
-    def key_for(self, batch_size: int, sampling: Any = ..., draft_len: int | None = None) -> Any: ...
+    def key_for(
+        self, batch_size: int, sampling: Any = ..., draft_len: int | None = None, penalised: bool = ...
+    ) -> Any: ...
+
+    def variants(self) -> list[tuple[int | None, bool]]: ...
 
     def capture(self, keys: Iterable | None = None) -> list: ...
 
@@ -69,7 +72,7 @@ def warm_up(
     make_inputs: Callable[[int], Mapping[str, torch.Tensor]] | None,
 ) -> WarmupReport:
     """See :meth:`StepGraphRunner.warmup`: every batch size 1..N (a batch per bucket), for each sampling
-    class given and each of the runner's draft lengths."""
+    class given and each of the runner's variants (draft lengths, penalised and not)."""
     if max_running_requests is not None and (
         not isinstance(max_running_requests, numbers.Integral)
         or isinstance(max_running_requests, bool)
@@ -88,25 +91,25 @@ def warm_up(
     sizes = list(range(1, n + 1))
     # a key per bucket: one batch each, of the largest size that pads to it (a bucket above n is never met)
     runs = list({runner.buckets.pad(k): k for k in sizes}.values())
-    variants = [(c, d) for c in classes for d in runner.draft_lens or (None,)]
-    keys = {(k, c, d): runner.key_for(k, c, d) for k in runs for c, d in variants}
+    variants = [(c, d, p) for c in classes for d, p in runner.variants()]
+    keys = {(k, *v): runner.key_for(k, *v) for k in runs for v in variants}
     runner.capture(keys.values())
 
-    def batch(k: int, c: Sampling, d: int | None) -> None:
+    def batch(k: int, c: Sampling, d: int | None, p: bool) -> None:
         if make_inputs is None:
             runner.buffers.pad_rows(list(runner.buffers.specs), 0, runner.buckets.pad(k))
-            runner.run(None, c, batch_size=k, draft_len=d)
+            runner.run(None, c, batch_size=k, draft_len=d, penalised=p)
         else:
-            runner.run(make_inputs(k), c, draft_len=d)
+            runner.run(make_inputs(k), c, draft_len=d, penalised=p)
 
-    for k, c, d in keys:
-        batch(k, c, d)
+    for run in keys:
+        batch(*run)
     missing_buckets = set()
     if runner.graphs_available:
-        for (k, c, d), key in keys.items():
+        for (k, *v), key in keys.items():
             if runner.stats(key).captured is None:  # one more try, then a warning
                 runner.capture([key])
-                batch(k, c, d)
+                batch(k, *v)
                 if runner.stats(key).captured is None:
                     missing_buckets.add(runner.buckets.pad(k))
                     status = runner.stats(key).status

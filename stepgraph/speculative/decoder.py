@@ -121,9 +121,10 @@ class SpecDecoder:
         ``min_tokens``, ``no_repeat_ngram_size``, ``logit_bias``, ``bad_words_ids`` or ``allowed_token_ids``
         (:mod:`stepgraph.speculative.penalties`): each request's tokens, output counts, logit biases and bad
         words are kept on the device (about ``(max_requests + 2) * (2 * vocab_size + vocab_size / 32 +
-        max_seq_len + 4096)`` words of 4 bytes) and every step penalises the target's logits before
-        acceptance, also for requests without penalties (a float32 copy of the logits and one kernel over
-        each request's tokens). Off, such a request is refused.
+        max_seq_len + 4096)`` words of 4 bytes), and a step whose batch holds such a request penalises the
+        target's logits before acceptance (a float32 copy of the logits and one kernel over each request's
+        tokens) in keys of its own (``/penalised``; the warm-up captures both kinds); a batch without one
+        runs keys that skip it. Off, such a request is refused.
 
     Notes
     -----

@@ -187,6 +187,7 @@ class GenerationStats:
     discarded_steps: int = 0  # request-steps thrown away: finished already (overlapped loop), or by their first token
     batch_changes: int = 0  # steps whose requests differed from the step before (a new slot list)
     draft_len_steps: Counter = field(default_factory=Counter)  # K -> steps that drafted K tokens
+    penalised_steps: int = 0  # steps whose batch held a request that sets a penalty (the penalised keys)
     stalled: int = 0  # request-steps sat out waiting for KV pages
 
     @property
@@ -206,6 +207,7 @@ class GenerationStats:
             "discarded_steps": self.discarded_steps,
             "batch_changes": self.batch_changes,
             "draft_len_steps": {str(k): n for k, n in sorted(self.draft_len_steps.items())},
+            "penalised_steps": self.penalised_steps,
             "stalled": self.stalled,
         }
 

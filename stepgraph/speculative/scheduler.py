@@ -79,6 +79,7 @@ class Scheduler:
         self._evidence: list[tuple] = []  # (live, accepted, K, done) of steps the policy has not learnt yet
         self._plan: tuple[list[Request], int] | None = None  # (batch, K) chosen ahead for the next step
         self._sampling = Sampling.GREEDY  # recomputed only when requests join or leave
+        self._penalised = False  # whether one of them sets a penalty (also recomputed then)
         self._host: dict[tuple[str, int], torch.Tensor] = {}  # (output, turn) -> pinned [max_batch, width, ...]
         self._t0 = 0.0
         self.prefill_chunk = prefill.chunk  # positions of prompt per step (None: whole prompts)
@@ -172,14 +173,16 @@ class Scheduler:
                 self.slots.move_to_slot0(batch[0], drain)
         if batch != self._last_batch:  # requests joined or left (a slot may have changed hands)
             self._sampling = Sampling.most_general(r.params.sampling for r in batch)
+            self._penalised = any(r.params.needs_penalty_state is not None for r in batch)
             self._last_batch = list(batch)  # a copy: a caller may change its list in place
-        sampling = self._sampling
+        sampling, penalised = self._sampling, self._penalised
         plan, self._plan = self._plan, None
         if draft_len is None and plan is not None and plan[0] == batch and beyond_reach(batch, self.width - 1):
             draft_len = plan[1]  # chosen during the last step; its tokens cannot change the choice
         elif draft_len is None:
             draft_len = self.policy.choose(batch, self._bucket(batch))
         self.stats.draft_len_steps[draft_len] += 1
+        self.stats.penalised_steps += penalised
         slots = [r.slot for r in batch]
         changed = slots != self._last_slots
         kv_inputs = None
@@ -189,9 +192,11 @@ class Scheduler:
             on_step(len(batch))
         with self._recorded(self.step_events):
             if not changed:
-                out = self.step.run(None, sampling, batch_size=len(batch), draft_len=draft_len, kv_inputs=kv_inputs)
-            else:
-                out = self.step.run(slots, sampling, draft_len=draft_len, kv_inputs=kv_inputs)  # no tensor is made
+                out = self.step.run(
+                    None, sampling, batch_size=len(batch), draft_len=draft_len, kv_inputs=kv_inputs, penalised=penalised
+                )
+            else:  # the slots go in as a list: no tensor is made
+                out = self.step.run(slots, sampling, draft_len=draft_len, kv_inputs=kv_inputs, penalised=penalised)
                 self._last_slots = slots
                 self.stats.batch_changes += 1
         self.stats.steps += 1

@@ -94,8 +94,9 @@ class Extended(StageResult):
 @dataclass
 class StepContext:
     """One step of one key: the batch, its sampling class and draft length, the requests' gathered relay
-    rows (``state``), where the next step's state goes (``next``), their slots, the step's input buffers
-    (``inputs``, ``[batch, ...]`` views) and each stage's result by name."""
+    rows (``state``), where the next step's state goes (``next``), their slots, whether the step applies
+    the requests' penalties (``penalised``), the step's input buffers (``inputs``, ``[batch, ...]`` views)
+    and each stage's result by name."""
 
     batch: int
     sampling: Sampling
@@ -103,6 +104,7 @@ class StepContext:
     state: RelayFields
     next: RelayFields
     slots: torch.Tensor | None = None  # [>= batch] the requests' relay slots (the commit's destinations)
+    penalised: bool = False
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the step's static input buffers
     results: dict[str, StageResult] = field(default_factory=dict)
 

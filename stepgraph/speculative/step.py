@@ -104,6 +104,7 @@ class ChainStep:
         The requests' penalty state (:class:`~stepgraph.speculative.penalties.PenaltyState`, one row per
         relay slot and the scratch row): verify penalises the target's logits with each request's tokens
         and drafts before acceptance, and the commit records the emitted tokens (``None``: no penalties).
+        Each key then comes penalised and not: a run says whether its batch is (:meth:`run`).
     """
 
     def __init__(
@@ -159,6 +160,9 @@ class ChainStep:
             raise ValueError(f"penalties has {penalties.rows} rows; the step needs num_slots + 1 = {num_slots + 1}")
         self.penalties = self.relay.penalties = penalties
         self.draft_penalties = draft_penalties(penalties, draft)
+        # a batch without penalty settings runs unpenalised keys, unless STEPGRAPH_PENALTY_VARIANTS=0
+        penalised_keys = penalties is not None and self.toggles.penalty_variants
+        self._always_penalised = penalties is not None and not penalised_keys
         workspace = torch.zeros(max_batch * (self.max_draft_len + 1), dtype=torch.int32, device=self.device)
         self.pieces = Pieces(self.toggles, self.device, workspace)
         self._offsets = {k: torch.arange(k + 1, device=self.device) for k in self.draft_lens}  # [K+1] positions
@@ -192,6 +196,7 @@ class ChainStep:
             before_capture=self._capture_stages if splice_stages else None,
             before_replay=_both(before_replay, kv_cache.before_replay) if planned else before_replay,
             draft_lens=self.draft_lens,
+            penalised_keys=penalised_keys,
             name="chain step",
         )
 
@@ -205,11 +210,15 @@ class ChainStep:
         return max(self.draft_lens)
 
     # ------------------------------------------------------------------------------------------------
-    def context(self, slots: torch.Tensor, batch: int, sampling: Sampling, draft_len: int) -> StepContext:
-        """The context of one step over the requests in ``slots[:batch]``: their relay rows gathered (one
-        launch, or slot-0 views for a single request) and where the next step's state goes."""
+    def context(
+        self, slots: torch.Tensor, batch: int, sampling: Sampling, draft_len: int, penalised: bool = False
+    ) -> StepContext:
+        """The context of one step of a key over the requests in ``slots[:batch]``: their relay rows gathered
+        (one launch, or slot-0 views for a single request) and where the next step's state goes; it applies
+        the penalties if the key is ``penalised`` (or every key does: ``STEPGRAPH_PENALTY_VARIANTS=0``)."""
         state = self.relay.inputs(slots, batch)
-        return StepContext(batch, sampling, draft_len, state, self.relay.outputs(batch), slots)
+        penalised = penalised or self._always_penalised
+        return StepContext(batch, sampling, draft_len, state, self.relay.outputs(batch), slots, penalised=penalised)
 
     def run_stage(self, stage: Stage, ctx: StepContext) -> StageResult:
         """One stage: its result recorded in ``ctx``, and what it declares shared broadcast across ranks."""
@@ -220,11 +229,11 @@ class ChainStep:
         return result
 
     def _step(
-        self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling, draft_len: int
+        self, buf: Mapping[str, torch.Tensor], batch: int, sampling: Sampling, draft_len: int, penalised: bool = False
     ) -> dict[str, torch.Tensor]:
-        ctx = self.context(buf["slots"], batch, sampling, draft_len)
+        ctx = self.context(buf["slots"], batch, sampling, draft_len, penalised)
         ctx.inputs = buf
-        spliced = self._spliced.get(GraphKey(batch, sampling, draft_len))
+        spliced = self._spliced.get(GraphKey(batch, sampling, draft_len, penalised))
         with self._planning():
             self._run_stages(ctx, spliced)
         v = ctx.verified
@@ -266,7 +275,7 @@ class ChainStep:
         drafts, tok, feat = [st["draft"]], st["draft"], st["hidden"]
         for i in range(1, K):
             logits, hid = self.draft(tok[:, None], (s + i)[:, None], feat[:, None, :], rows)
-            if self.draft_penalties is not None:  # row i of the chain: the drafts before it count
+            if ctx.penalised and self.draft_penalties is not None:  # row i of the chain: the drafts before it count
                 logits = self.draft_penalties.apply(logits, torch.stack(drafts, 1), ctx.slots[: ctx.batch], s, i)
             tok, feat = self.pieces.argmax(logits[:, 0]), hid[:, 0]
             drafts.append(tok)
@@ -278,7 +287,7 @@ class ChainStep:
         positions = st["seq_len"][:, None] + self._offsets[ctx.draft_len]  # [B, K+1]
         logits, hidden = self.target(torch.cat([st["token"][:, None], drafts], 1), positions, st["cache_row"])
         scored = logits  # acceptance reads the penalised logits; log-probabilities the raw ones
-        if self.penalties is not None:
+        if ctx.penalised:
             scored = self.penalties.apply(logits, drafts, ctx.slots[: ctx.batch], st["seq_len"])
         if ctx.sampling is Sampling.GREEDY:
             v = self.pieces.greedy_verify(scored, drafts, st["seq_len"], nxt["token"], nxt["seq_len"])
@@ -314,8 +323,8 @@ class ChainStep:
         """Draft over the K+1 verified positions, then the fused tail at the last accepted row."""
         v, nxt = ctx.verified, ctx.next
         d_logits, d_hidden = self.draft(v.extend_tokens, v.positions + 1, v.hidden, ctx.state["cache_row"])
-        if self.draft_penalties is not None:  # row j follows extend tokens 0..j: rows 1..K+1 of the chain
-            slots, seq_len = ctx.slots[: ctx.batch], ctx.state["seq_len"]  # (only the row the tail reads)
+        if ctx.penalised and self.draft_penalties is not None:  # row j follows extend tokens 0..j: rows 1..K+1
+            slots, seq_len = ctx.slots[: ctx.batch], ctx.state["seq_len"]  # of the chain (the row the tail reads)
             d_logits = self.draft_penalties.apply(d_logits, v.extend_tokens, slots, seq_len, 1, v.accepted_row)
         flat = ctx.batch * (ctx.draft_len + 1)  # [B, K+1, V] as rows
         self.pieces.tail(
@@ -325,8 +334,9 @@ class ChainStep:
 
     def _commit(self, ctx: StepContext) -> StageResult:
         """The next step's state into the requests' slots (one relay store; nothing for a single request),
-        and the emitted tokens into the penalty state."""
-        if self.penalties is not None:  # the old lengths from positions: a single request's were overwritten
+        and the emitted tokens into the penalty state (a penalised key: a request that sets a penalty runs
+        penalised keys only, so its tokens are all there)."""
+        if ctx.penalised:  # the old lengths from positions: a single request's were overwritten
             v = ctx.verified
             self.penalties.record(v.tokens, ctx.slots[: ctx.batch], v.positions[:, 0])
         self.relay.commit(ctx.slots, ctx.batch)
@@ -340,9 +350,8 @@ class ChainStep:
         """Splice mode: capture each spliced stage as a child graph for ``key`` (called by the runner after
         its memory check, on parked state), each primed with one replay for the next. Returns them: the
         key's graph holds them while alive."""
-        ctx = self.context(
-            self.runner.buffers.views(key.batch_size)["slots"], key.batch_size, key.sampling, key.draft_len
-        )
+        slots = self.runner.buffers.views(key.batch_size)["slots"]
+        ctx = self.context(slots, key.batch_size, key.sampling, key.draft_len, key.penalised)
         backend = self.runner.backend
         opts = {"pool": backend.pool(), "stream": backend.stream}
         graphs: dict[str, StageGraph] = {}
@@ -364,24 +373,28 @@ class ChainStep:
         batch_size: int | None = None,
         draft_len: int | None = None,
         kv_inputs: dict | None = None,
+        penalised: bool = False,
     ) -> StepOutputs:
         """One step for the requests in ``slots`` (``[B]``, a tensor or a list of ints, which goes into the
         copy-in's pinned buffer without becoming a tensor; ``None`` = the same slots as the last run), with
         ``draft_len`` draft tokens (one of :attr:`draft_lens`; default the first). ``kv_inputs``: the
         cache's step inputs (:meth:`KVCache.step_inputs`), copied in the same launch; given whenever the
-        slots are.
+        slots are. ``penalised``: some request of the batch sets a penalty (or a logit bias, a ban, allowed
+        tokens: :meth:`SamplingParams.needs_penalty_state`), so the step applies them; a batch without any
+        runs a key that skips the penalties' work (its requests' penalty state is not kept up to date).
 
         Returns ``tokens [B, K+1]`` (accepted drafts, then the bonus/correction, then -1) and
         ``num_accepted [B]``, and with ``logprobs`` also ``logprobs [B, K+1]``, ``top_ids`` and
         ``top_logprobs`` ``[B, K+1, n]``; valid until the next run.
         """
+        if penalised and self.penalties is None:
+            raise ValueError("penalised=True but this step has no penalty state: build it with penalties")
+        variant = {"draft_len": draft_len, "penalised": penalised and self.runner.penalised_keys}
         if slots is None:
             if kv_inputs:
-                return self.runner.run(kv_inputs, sampling, draft_len=draft_len)
-            return self.runner.run(None, sampling, batch_size=batch_size, draft_len=draft_len)
-        return self.runner.run(
-            {"slots": slots, **kv_inputs} if kv_inputs else {"slots": slots}, sampling, draft_len=draft_len
-        )
+                return self.runner.run(kv_inputs, sampling, **variant)
+            return self.runner.run(None, sampling, batch_size=batch_size, **variant)
+        return self.runner.run({"slots": slots, **kv_inputs} if kv_inputs else {"slots": slots}, sampling, **variant)
 
     def warmup(
         self, max_running_requests: int | None = None, sampling: Sampling | str | Iterable | None = None

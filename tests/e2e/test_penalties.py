@@ -5,7 +5,7 @@ drafts before it), and greedy decoding with them equal to a reference decode tok
 import pytest
 import torch
 
-from stepgraph import SamplingParams
+from stepgraph import RunnerConfig, SamplingParams, Toggles
 from stepgraph.examples.model import build
 from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.speculative.penalties import PenaltyState, penalised_logits_ref
@@ -169,6 +169,50 @@ def test_greedy_with_penalties_equals_the_reference_decode(overlap, k, chunk):
             assert tokens == free  # a request without penalties decodes as it would without them
     assert out[0] != plain[0]  # the penalties change what repeats
     assert dec.info()["penalties"] is True
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
+def test_a_batch_without_penalty_settings_runs_unpenalised_keys(overlap):
+    """Two at a time: the first two requests set nothing (unpenalised keys); the third, which sets penalties,
+    joins when the first ends (penalised keys while it runs), the fourth after it. Each decodes as its
+    reference: the penalised one as with penalties, the others as a decoder without them does."""
+    target, draft = build("tiny")
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[2]]
+    params = [SamplingParams(), SamplingParams(), PENALISED[0], SamplingParams()]
+    limits = [4, 30, 12, 6]
+    dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, max_batch=2, penalties=True)
+    out = dec.generate(prompts, max_new_tokens=limits, sampling=params, overlap=overlap)
+    plain = SpecDecoder.for_example(target, draft, num_draft_tokens=3).generate(prompts, max_new_tokens=limits)
+    assert out[2] == reference_greedy(target, prompts[2], 12, params[2]) != plain[2]
+    assert [out[i] for i in (0, 1, 3)] == [plain[i] for i in (0, 1, 3)]
+    info = dec.info()
+    generation = info["generation"]
+    assert 0 < generation["penalised_steps"] < generation["steps"]
+    runs = {key: k["eager_runs"] for key, k in info["keys"].items()}
+    assert runs["bs=2/greedy/k=3"] > 0 and runs["bs=2/greedy/k=3/penalised"] > 0, runs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_request_draws_the_same_tokens_whether_its_batch_is_penalised_or_not(dtype):
+    draws_the_same_tokens_whether_penalised_or_not(dtype, "cpu")
+
+
+def draws_the_same_tokens_whether_penalised_or_not(dtype: torch.dtype, device: str) -> None:
+    """A seeded request without penalties: alone (unpenalised keys), beside one that sets penalties
+    (penalised keys: its rows read the float32 copy), with STEPGRAPH_PENALTY_VARIANTS=0 (every key
+    penalised) and in a decoder without penalties, it draws the same tokens."""
+    target, draft = build("tiny", dtype=dtype, device=device)
+    free = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=5)
+    penalised = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=6, repetition_penalty=1.5)
+    outs = []
+    for penalties, variants, batch in ((False, True, [free]), (True, True, [free]), (True, True, [free, penalised]),
+                                       (True, False, [free])):  # fmt: skip
+        config = RunnerConfig(toggles=Toggles(penalty_variants=variants), progress=False)
+        dec = SpecDecoder.for_example(target, draft, num_draft_tokens=3, penalties=penalties, config=config)
+        outs.append(dec.generate(PROMPTS[: len(batch)], max_new_tokens=24, sampling=batch)[0])
+        keys = set(dec.info()["keys"])
+        assert any(k.endswith("/penalised") for k in keys) == (penalties and variants and len(batch) == 2), keys
+    assert outs[1:] == outs[:1] * 3
 
 
 @pytest.mark.parametrize("overlap,chunk", [(False, None), (True, 4)], ids=["sync-whole", "overlapped-chunked"])

@@ -8,18 +8,25 @@ from stepgraph import RunnerConfig, SamplingParams, Toggles
 from stepgraph.examples.model import build
 from stepgraph.speculative.decoder import SpecDecoder
 from stepgraph.speculative.penalties import PenaltyState
-from tests.e2e.test_penalties import PENALISED, PROMPTS, reference_greedy
+from tests.e2e.test_penalties import (
+    PENALISED,
+    PROMPTS,
+    draws_the_same_tokens_whether_penalised_or_not,
+    reference_greedy,
+)
 
 pytestmark = pytest.mark.gpu
 
 SAMPLED = [SamplingParams(temperature=0.8, top_k=40, seed=2, repetition_penalty=1.4, presence_penalty=0.5),
            SamplingParams(temperature=0.8, seed=3, logit_bias={5: 2.0, 17: float("-inf")}, bad_words_ids=[[5, 5], [9]]),
            SamplingParams(temperature=1.0, top_p=0.9, frequency_penalty=1.0, allowed_token_ids=range(0, 512, 3))]  # fmt: skip
+# the penalised request ends first (9 tokens): the other two go on in the unpenalised keys
+MIXED = [SamplingParams(), SamplingParams(repetition_penalty=1.8, no_repeat_ngram_size=2), SamplingParams()]
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlapped"])
 @pytest.mark.parametrize("chunk", [None, 4], ids=["whole", "chunked"])
-@pytest.mark.parametrize("params", [PENALISED, SAMPLED], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("params", [PENALISED, SAMPLED, MIXED], ids=["greedy", "sampled", "mixed"])
 def test_step_graph_penalties_equal_eager(overlap, chunk, params):
     target, draft = build("tiny", device="cuda")
     got = []
@@ -31,13 +38,20 @@ def test_step_graph_penalties_equal_eager(overlap, chunk, params):
         requests = dec.make_requests(PROMPTS, [12, 9, 14], params)
         dec.serve(requests, overlap=overlap)
         if toggles.step_graph:
-            assert dec.info()["captured_keys"]
+            replayed = {key.endswith("/penalised") for key, k in dec.info()["keys"].items() if k["replays"]}
+            assert True in replayed and (False in replayed or params is not MIXED)
         got.append([(r.output, r.logprobs) for r in requests])
         dec.release()
     assert got[0] == got[1]
-    if params is PENALISED:
+    if params is not SAMPLED:
         for prompt, (output, _), p in zip(PROMPTS, got[0], params):
             assert output == reference_greedy(target, prompt, len(output), p)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_request_draws_the_same_tokens_whether_its_batch_is_penalised_or_not(dtype):
+    """The sampling kernels in the graphs: the same bits from the float32 copy as from the model's logits."""
+    draws_the_same_tokens_whether_penalised_or_not(dtype, "cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

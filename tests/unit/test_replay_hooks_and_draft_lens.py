@@ -1,4 +1,4 @@
-"""The runner's per-key host hook (before_replay) and keys by draft length."""
+"""The runner's per-key host hook (before_replay), and keys by draft length and penalised."""
 
 import pytest
 import torch
@@ -22,8 +22,8 @@ class RecordingPlanner:
 
 
 def runner(backend=None, **kw):
-    def step(buf, bs, sampling, *rest):
-        return {"y": buf["x"] * 2 + (rest[0] if rest else 0)}
+    def step(buf, bs, sampling, *rest, penalised=False):  # y = 2x + K (+ 100 where penalised)
+        return {"y": buf["x"] * 2 + (rest[0] if rest else 0) + (100 if penalised else 0)}
 
     cfg = RunnerConfig(toggles=Toggles(), buckets=(1, 2, 4), progress=False)
     return StepGraphRunner(step, {"x": Buffer((8,), torch.float32)}, device="cpu", config=cfg, backend=backend, **kw)
@@ -76,6 +76,38 @@ def test_a_runner_without_draft_lengths_refuses_one():
     r = runner()
     with pytest.raises(ValueError, match="has no draft lengths"):
         r.run({"x": torch.ones(2)}, draft_len=3)
+
+
+def test_penalised_keys_are_keys_of_their_own_called_penalised():
+    RecordingPlanner.made.clear()
+    r = runner(SimulatedBackend(), draft_lens=(3, 0), penalised_keys=True, before_replay=RecordingPlanner)
+    for _ in range(2):  # the second time round from the routes the first one kept
+        assert torch.equal(r.run({"x": torch.ones(2)})["y"], torch.full((2,), 5.0))
+        assert torch.equal(r.run({"x": torch.ones(2)}, penalised=True)["y"], torch.full((2,), 105.0))
+        assert torch.equal(r.run(None, batch_size=2, draft_len=0, penalised=True)["y"], torch.full((2,), 102.0))
+    assert r.info()["captured_keys"] == ["bs=2/greedy/k=0/penalised", "bs=2/greedy/k=3", "bs=2/greedy/k=3/penalised"]
+    assert {p.key for p in RecordingPlanner.made} == {
+        GraphKey(2, Sampling.GREEDY, 3), GraphKey(2, Sampling.GREEDY, 3, True), GraphKey(2, Sampling.GREEDY, 0, True)
+    }  # fmt: skip
+    assert r.key_for(2, "greedy", penalised=True) == GraphKey(2, Sampling.GREEDY, 3, True)
+    assert r.time_key(GraphKey(4, Sampling.GREEDY, 0, True)) > 0
+    assert r.stats(GraphKey(4, Sampling.GREEDY, 0, True)).captured is not None
+    report = r.warmup(2)
+    variants = [(k, p) for k in (0, 3) for p in ("", "/penalised")]
+    assert report.captured_keys == [f"bs={b}/greedy/k={k}{p}" for b in (1, 2) for k, p in variants]
+    r.release()
+    assert set(r.capture()) == {
+        GraphKey(b, Sampling.GREEDY, k, p) for b in (1, 2, 4) for k in (0, 3) for p in (False, True)
+    }
+
+
+def test_a_runner_without_penalised_keys_refuses_them():
+    r = runner(SimulatedBackend())
+    with pytest.raises(ValueError, match="no penalised keys"):
+        r.run({"x": torch.ones(2)}, penalised=True)
+    with pytest.raises(ValueError, match="no penalised keys"):
+        r.capture([GraphKey(2, Sampling.GREEDY, None, True)])
+    assert r.warmup(2).captured_keys == ["bs=1/greedy", "bs=2/greedy"]
 
 
 @pytest.mark.parametrize("bad", [(), (1, 1), (-1,), (2.5,), (True,)])
