@@ -14,15 +14,22 @@ SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswit
 INTERPRETED = {"bench_kernels.py"}
 #: each script's run, and the modes of its own that a plain run leaves out
 RUNS = [(name, ()) for name in SCRIPTS] + [("bench_logprobs.py", ("--prompt",))]
+#: the longest smoke runs (15-25 s each on two cores), left to the slow run to keep the suite's time
+SLOW = {"bench_sampling.py", "bench_tp.py", "bench_paged.py", "bench_hf.py"}
 
 
 def test_every_script_is_smoke_run():
     assert {"bench_kernels.py", "bench_step.py", "bench_serving.py"} <= set(SCRIPTS)
+    assert set(SCRIPTS) >= SLOW
     for name in SCRIPTS:
         assert "add_smoke_flag" in (BENCHMARKS / name).read_text(), f"{name} has no --smoke"
 
 
-@pytest.mark.parametrize("script,mode", RUNS, ids=[" ".join((name, *mode)) for name, mode in RUNS])
+@pytest.mark.parametrize(
+    "script,mode",
+    [pytest.param(name, mode, marks=[pytest.mark.slow] if name in SLOW and not mode else []) for name, mode in RUNS],
+    ids=[" ".join((name, *mode)) for name, mode in RUNS],
+)
 def test_benchmark_smoke_run(script, mode, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPGRAPH_", "TRITON_INTERPRET"))}
     if script in INTERPRETED:

@@ -48,7 +48,7 @@ def test_step_graph_penalties_equal_eager(overlap, chunk, params):
             assert output == reference_greedy(target, prompt, len(output), p)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_a_request_draws_the_same_tokens_whether_its_batch_is_penalised_or_not(dtype):
     """The sampling kernels in the graphs: the same bits from the float32 copy as from the model's logits."""
     draws_the_same_tokens_whether_penalised_or_not(dtype, "cuda")
