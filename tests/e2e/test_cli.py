@@ -113,6 +113,7 @@ def test_the_demo_bans_repeated_ngrams(tmp_path):
         assert len(grams) == len(set(grams)) and len(out) == 24
 
 
+@pytest.mark.slow  # inductor compiling on the CPU: half a minute
 def test_demo_compile_flag_compiles_the_forwards(tmp_path):
     path = tmp_path / "demo.json"
     assert main(["demo", "--compile", "--matmul", "triton", "--layers", "1", "--max-new-tokens", "4",

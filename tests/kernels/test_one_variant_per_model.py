@@ -79,6 +79,7 @@ def test_greedy_verify_compiles_per_tile_and_split_size_not_per_batch_or_draft_l
     assert len(_without_tiles(launches["_greedy_verify_finalize_kernel"])) == 1
 
 
+@pytest.mark.slow  # six sampled verifies in the interpreter: half a minute
 def test_sampled_verify_compiles_its_passes_once_for_every_batch(launches):
     g = torch.Generator().manual_seed(1)
     for small_top_k in (False, True):
