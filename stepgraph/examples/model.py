@@ -112,15 +112,27 @@ def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tens
     return F.rms_norm(x, (x.shape[-1],), w, eps)
 
 
-@torch.library.custom_op("stepgraph::masked_attention", mutates_args=())
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Masked SDPA with grouped KV heads: q ``[B, H, T, hd]``, k and v ``[B, KVH, S, hd]``, mask ``[B, 1, T, S]``
-    -> ``[B, T, H, hd]`` contiguous. One opaque op to torch.compile: SDPA's choice of kernel looks at whether a
-    size is 1, so written inline it would compile a batch (or a token) of one apart from the rest."""
+    -> ``[B, T, H, hd]`` contiguous. Under torch.compile it is one opaque op (``stepgraph::masked_attention``):
+    SDPA's choice of kernel looks at whether a size is 1, so written inline it would compile a batch (or a
+    token) of one apart from the rest. Run eagerly it is SDPA itself: a custom op's dispatch costs a
+    hundred-odd microseconds of host time a call, and its first call imports torch._dynamo."""
+    if torch.compiler.is_compiling():
+        return torch.ops.stepgraph.masked_attention(q, k, v, mask)
+    return _masked_sdpa(q, k, v, mask)
+
+
+def _masked_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2).contiguous()
 
 
-@masked_attention.register_fake
+@torch.library.custom_op("stepgraph::masked_attention", mutates_args=())
+def _masked_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return _masked_sdpa(q, k, v, mask)
+
+
+@_masked_attention_op.register_fake
 def _(q, k, v, mask):
     B, H, T, _ = q.shape
     return q.new_empty((B, T, H, v.shape[-1]))

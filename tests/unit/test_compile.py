@@ -137,3 +137,38 @@ def test_compile_time_is_counted_in_the_warm_up_of_the_key_that_compiled():
     compiled = sorted(name for name, k in keys.items() if k["compile_s"] > 0)
     assert len(compiled) == 1 and compiled[0] in ("bs=1/greedy", "bs=4/greedy"), keys
     assert fwd.compiles == 1  # a batch of one and of many share it
+
+
+def test_the_masked_attention_is_sdpa_eagerly_and_one_opaque_operator_compiled():
+    """The example model's masked attention: run eagerly it calls SDPA itself (a custom operator's dispatch
+    would cost host time in every capture and import torch._dynamo); traced by torch.compile it is one call
+    of ``stepgraph::masked_attention``, with the same values."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from stepgraph.examples.model import masked_attention
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 3, 8, generator=g) for h in (4, 2, 2))
+    mask = torch.arange(3)[None, None, None, :] <= torch.tensor([[0, 1, 2], [2, 2, 2]])[:, None, :, None]
+    with Calls() as calls:
+        eager = masked_attention(q, k, v, mask)
+    assert calls.names and not any("stepgraph" in n for n in calls.names), calls.names
+    assert eager.shape == (2, 3, 4, 8) and eager.is_contiguous()
+    traced = []
+
+    def backend(gm, example_inputs):
+        traced.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    compiled = torch.compile(masked_attention, backend=backend, fullgraph=True)(q, k, v, mask)
+    assert traced == ["stepgraph.masked_attention"], traced
+    assert torch.equal(compiled, eager)
