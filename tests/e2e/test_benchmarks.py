@@ -14,8 +14,8 @@ SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswit
 INTERPRETED = {"bench_kernels.py"}
 #: each script's run, and the modes of its own that a plain run leaves out
 RUNS = [(name, ()) for name in SCRIPTS] + [("bench_logprobs.py", ("--prompt",))]
-#: the longest smoke runs (15-25 s each on two cores), left to the slow run to keep the suite's time
-SLOW = {"bench_sampling.py", "bench_tp.py", "bench_paged.py", "bench_hf.py"}
+#: the longest smoke runs (15-30 s each on two cores), left to the slow run to keep the suite's time
+SLOW = {"bench_sampling.py", "bench_tp.py", "bench_paged.py", "bench_hf.py", "bench_penalties.py"}
 
 
 def test_every_script_is_smoke_run():
