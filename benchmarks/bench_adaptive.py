@@ -237,9 +237,13 @@ def table(record: dict, batches) -> str:
 
 def _warmup_line(w: dict, draft: str, compiled: bool) -> str:
     how, target = (" with compile=True", 120) if compiled else ("", 10)
+    runs = w["warmup_ms_by_key"]
+    slowest = max(runs, key=runs.get, default=None)  # a first use (imports, compiles) shows here
+    longest = f" (the longest, {slowest}: {runs[slowest] / 1e3:.1f} s)" if slowest else ""
     return (
         f"Warm-up of batch sizes 1..8 x K in (1, 3, 5) x greedy and top_k with {draft}{how} ({w['keys']} keys): "
-        f"{w['seconds']:.1f} s (target <= {target} s): the keys' eager warm-up runs {w['warmup_runs_s_sum']:.1f} s, "
+        f"{w['seconds']:.1f} s (target <= {target} s): the keys' eager warm-up runs {w['warmup_runs_s_sum']:.1f} s"
+        f"{longest}, "
         f"their captures {w['capture_s_sum']:.1f} s, at most {w['capture_ms_max']:.1f} ms per key; graph pool "
         f"{w['shared_pool_bytes'] / 2**20:.1f} MiB against {w['largest_key_alone_bytes'] / 2**20:.1f} MiB for "
         f"the largest key alone ({w['ratio']:.2f}x, target <= 1.5x)."
