@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -213,13 +213,13 @@ class StaticBuffers(Mapping[str, torch.Tensor]):
     def commit(self, padded_batch: int, then: FusedLaunch | None = None) -> bool:
         """Copy the inputs :meth:`stage` staged into rows ``[0, B)`` and pad rows ``[B, padded_batch)``, in
         one launch (see :class:`stepgraph.copy_in.InputCopyPlan`). Nothing staged: nothing.
-        ``then`` (from :meth:`fuse`): a key's graph launched with the copy; returns whether it was."""
+        ``then`` (made by :meth:`fuser`): a key's graph launched with the copy; returns whether it was."""
         return self._copy.commit(padded_batch, then)
 
-    def fuse(self, graph: torch.cuda.CUDAGraph) -> FusedLaunch | None:
-        """The input copy and ``graph`` as one launch for :meth:`commit`, or ``None`` (see
-        :meth:`stepgraph.copy_in.InputCopyPlan.fuse`)."""
-        return self._copy.fuse(graph)
+    def fuser(self) -> Callable[[torch.cuda.CUDAGraph], FusedLaunch | None] | None:
+        """What makes the input copy and a key's graph one launch for :meth:`commit`, or ``None`` (see
+        :meth:`stepgraph.copy_in.InputCopyPlan.fuser`)."""
+        return self._copy.fuser()
 
     def abandon(self) -> None:
         """Drop the copy :meth:`stage` staged (if any): it will not land."""

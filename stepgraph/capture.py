@@ -7,8 +7,9 @@ Rules (the sharp edges of CUDA graphs in PyTorch, found in its issue tracker and
 * the last warm-up runs with ``torch.cuda.set_sync_debug_mode("error")``, so a step that synchronises
   the host fails there with the name of the offending operation instead of invalidating the capture;
 * graphs are kept (``keep_graph=True``, torch >= 2.8) so that the input copy's graph and a key's can be
-  made one launch (``Captured.fused``, closed with the graph); the first replay finds out whether a graph
-  draws from torch's generators, which rules that out;
+  made one launch (``Captured.fused``, closed with the graph); the warm-up finds out whether the step
+  draws from torch's generators, which rules that out; ``instantiate`` makes the executable graph after
+  the capture, so the key table reports its cost apart;
 * a failed capture is ended, its graph reset, and no reference to tensors it allocated survives (the
   exception text is kept, not the exception), so repeated failures do not grow ``memory_reserved``;
   leftovers in the shared pool are reused by the next capture;
@@ -25,7 +26,7 @@ import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -58,25 +59,19 @@ class Replayable(Protocol):
 
 @dataclass
 class Captured:
-    """A captured key: replaying ``graph`` rewrites ``outputs`` in place."""
+    """A captured key: replaying ``graph`` rewrites ``outputs`` in place (once instantiated)."""
 
     graph: Replayable
     outputs: dict[str, torch.Tensor]
     seconds: float
     pool_bytes: int
     children: list[Child] = field(default_factory=list)  # spliced graphs this one holds (stepgraph.splice)
-    draws_rng: bool | None = None  # whether a replay advances torch's generators (None: not replayed yet)
+    draws_rng: bool = False  # the step drew from torch's generators in its warm-up: replays need the prologue
     fused: object = None  # the input copy and this graph as one launch (FusedLaunch); False: none to be had
+    instantiate_seconds: float = 0.0  # its executable graph and fused launch made
 
     def replay(self) -> None:
-        """One replay; the first one also finds out whether the graph draws from torch's generators (a
-        launch that skips ``replay()``'s generator prologue is only for graphs that do not)."""
-        if self.draws_rng is None:
-            before = _generator_offsets()
-            self.graph.replay()
-            self.draws_rng = _generator_offsets() != before
-        else:
-            self.graph.replay()
+        self.graph.replay()
 
     def close_fused(self) -> None:
         if self.fused:
@@ -84,8 +79,17 @@ class Captured:
         self.fused = None
 
 
+class WarmupRun(NamedTuple):
+    """What a key's eager warm-up found: the peak bytes it allocated beyond what was there, and whether it
+    drew from torch's default CUDA generators (its graph then needs ``replay()``'s generator prologue, so it
+    is never launched fused with the input copy)."""
+
+    peak_bytes: int
+    draws_rng: bool = False
+
+
 def _generator_offsets() -> list[int]:
-    """The offsets of torch's default CUDA generators (a replay of a graph that draws numbers advances one)."""
+    """The offsets of torch's default CUDA generators (a step that draws numbers advances one)."""
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return []
     return [g.get_offset() for g in torch.cuda.default_generators]
@@ -94,8 +98,9 @@ def _generator_offsets() -> list[int]:
 class GraphBackend(Protocol):
     """What a runner needs from a graph implementation (CUDA graphs here; a simulated one in tests).
 
-    ``warmup`` runs the step eagerly on the capture stream and returns its peak extra bytes; ``capture``
-    returns a :class:`Captured` or raises :class:`~stepgraph.errors.CaptureError` (holding nothing);
+    ``warmup`` runs the step eagerly on the capture stream (a :class:`WarmupRun`); ``capture`` returns a
+    :class:`Captured` or raises :class:`~stepgraph.errors.CaptureError` (holding nothing); ``instantiate``
+    makes a captured graph launchable;
     ``discard`` tears one graph down (its memory stays in the pool), ``release`` every graph and the pool.
     ``pool()`` and ``stream`` are shared with graphs captured beside the runner's (splice stages).
     """
@@ -105,9 +110,11 @@ class GraphBackend(Protocol):
 
     def pool(self) -> object: ...
 
-    def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int: ...
+    def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> WarmupRun: ...
 
     def capture(self, fn: Callable[[], StepOutputsDict], children: Sequence[Child] = ()) -> Captured: ...
+
+    def instantiate(self, captured: Captured) -> None: ...
 
     def discard(self, captured: Captured) -> None: ...
 
@@ -148,12 +155,14 @@ class CudaGraphBackend:
             self._pool = pool
         return self._pool
 
-    def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> int:
+    def warmup(self, fn: Callable[[], StepOutputsDict], iters: int) -> WarmupRun:
         """Run ``fn`` ``iters`` times on the capture stream, the last with host syncs raising; return the
-        peak extra bytes it allocated. A last run that syncs is given one more unguarded run and then a
-        guarded one, once: what happens only on a first use (Triton autotuning, torch.compile, a lazy
-        initialisation) may synchronise, and with ``iters=1`` the guarded run is that first use."""
+        peak extra bytes it allocated and whether it drew from torch's generators. A last run that syncs is
+        given one more unguarded run and then a guarded one, once: what happens only on a first use (Triton
+        autotuning, torch.compile, a lazy initialisation) may synchronise, and with ``iters=1`` the guarded
+        run is that first use."""
         torch.cuda.synchronize(self.device)
+        offsets = _generator_offsets()
         base = torch.cuda.memory_allocated(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         current = torch.cuda.current_stream(self.device)
@@ -172,11 +181,13 @@ class CudaGraphBackend:
                     fn()
         current.wait_stream(self.stream)
         torch.cuda.synchronize(self.device)
-        return max(0, torch.cuda.max_memory_allocated(self.device) - base)
+        peak = max(0, torch.cuda.max_memory_allocated(self.device) - base)
+        return WarmupRun(peak, _generator_offsets() != offsets)
 
     def capture(self, fn: Callable[[], StepOutputsDict], children: Sequence[Child] = ()) -> Captured:
-        """Capture ``fn`` into a new graph on the shared pool; the graph holds ``children`` (spliced into
-        it by ``fn``) until discarded. Raises :class:`CaptureError`."""
+        """Capture ``fn`` into a new graph on the shared pool (not instantiated: see :meth:`instantiate`);
+        the graph holds ``children`` (spliced into it by ``fn``) until discarded. Raises
+        :class:`CaptureError`."""
         torch.cuda.synchronize(self.device)
         reserved0 = torch.cuda.memory_reserved(self.device)
         graph = torch.cuda.CUDAGraph(keep_graph=True) if self.keep_graph else torch.cuda.CUDAGraph()
@@ -204,12 +215,16 @@ class CudaGraphBackend:
             raise CaptureError(f"{hint}. Cause: {text}", cause=cause)
         torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - t0
-        if self.keep_graph:
-            graph.instantiate()
         pool_bytes = max(0, torch.cuda.memory_reserved(self.device) - reserved0)
         for child in children:
             child.hold()
         return Captured(graph, dict(outputs), seconds, pool_bytes, list(children))
+
+    def instantiate(self, captured: Captured) -> None:
+        """Make ``captured``'s executable graph (a kept graph's; the capture made the others')."""
+        if self.keep_graph:
+            with torch.cuda.device(self.device):
+                captured.graph.instantiate()
 
     @staticmethod
     def discard(captured: Captured) -> None:

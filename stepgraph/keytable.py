@@ -1,9 +1,10 @@
 """The key table: each key's lifecycle, apart from replay.
 
 For one key: park outside state and pad the buffers, warm up on the capture stream, check memory, vote
-with the other ranks, capture (with the key's splice children), vote again, restore the buffers, and
-record the outcome (captured, refused for memory, failed with its cause). Also: each key's host-side
-``before_replay`` hook (made once per key, kept with its stats), recapture requests and release.
+with the other ranks, capture (with the key's splice children) and instantiate (with the launch fused with
+the input copy), vote again, restore the buffers, and record the outcome (captured, refused for memory,
+failed with its cause). Also: each key's host-side ``before_replay`` hook (made once per key, kept with
+its stats), recapture requests and release.
 :class:`~stepgraph.runner.StepGraphRunner` owns one and asks it before each run whether a key should be
 captured now.
 """
@@ -67,6 +68,7 @@ class KeyStats:
     pool_bytes: int = 0
     warmup_peak_bytes: int = 0
     capture_seconds: float = 0.0
+    instantiate_seconds: float = 0.0  # its executable graph and fused launch (stepgraph.capture)
     warmup_seconds: float = 0.0  # the eager run(s) before the capture, last attempt
     compile_seconds: float = 0.0  # torch.compile during this key's warm-ups (stepgraph.compile)
     replays: int = 0
@@ -86,6 +88,7 @@ class KeyStats:
             "pool_bytes": self.pool_bytes,
             "warmup_peak_bytes": self.warmup_peak_bytes,
             "capture_ms": round(self.capture_seconds * 1e3, 3),
+            "instantiate_ms": round(self.instantiate_seconds * 1e3, 3),
             "warmup_ms": round(self.warmup_seconds * 1e3, 3),
             "compile_s": round(self.compile_seconds, 3),
             "replays": self.replays,
@@ -195,7 +198,7 @@ class KeyTable:
                 stats.hook(key.batch_size)
 
         with frozen_gc(), self.padded(buffers, key.batch_size), self.parked():
-            vote, captured, failure = self._decide(key, step, plan)
+            vote, captured, failure = self._decide(key, step, plan, buffers.fuser)
         if vote is Vote.REFUSE:
             stats.status, stats.runs_since_refusal = KeyStatus.REFUSED, 0
             stats.refusals += 1
@@ -221,10 +224,11 @@ class KeyTable:
                 buffers.tensors[n][:bs].copy_(t)
 
     def _decide(
-        self, key: GraphKey, fn: Callable[[], dict], plan: Callable[[], None]
+        self, key: GraphKey, fn: Callable[[], dict], plan: Callable[[], None], fuser: Callable[[], Callable | None]
     ) -> tuple[Vote, Captured | None, tuple | None]:
-        """Warm up, check memory, vote, capture, vote again. Returns (vote, graph, failure). ``plan`` (the
-        key's host hook) runs before each warm-up and before the capture, never inside it."""
+        """Warm up, check memory, vote, capture and instantiate, vote again. Returns (vote, graph, failure).
+        ``plan`` (the key's host hook) runs before each warm-up and before the capture, never inside it.
+        ``fuser()`` gives what makes a graph's launch fused with the input copy (``None``: no such launch)."""
         stats = self.stats(key)
         failure = None
         compiling = seconds_compiling()
@@ -235,10 +239,10 @@ class KeyTable:
 
         try:
             t0 = time.perf_counter()
-            peak = self.backend.warmup(warm, self.config.warmup_iters)
+            run = self.backend.warmup(warm, self.config.warmup_iters)
             stats.warmup_seconds = time.perf_counter() - t0
-            stats.warmup_peak_bytes = peak
-            needed = stats.pool_bytes if stats.pool_bytes else peak
+            stats.warmup_peak_bytes = run.peak_bytes
+            needed = stats.pool_bytes if stats.pool_bytes else run.peak_bytes
             vote = Vote.CAPTURE if self.guard.check(str(key), needed).allowed else Vote.REFUSE
         except Exception as e:  # noqa: BLE001 - reported, key falls back to eager
             failure, vote = _failure_of(e), Vote.FAIL
@@ -251,8 +255,17 @@ class KeyTable:
             children = self.before_capture(key) if self.before_capture is not None else None
             plan()
             captured = self.backend.capture(fn, children or ())
+            captured.draws_rng = run.draws_rng
+            t0 = time.perf_counter()
+            self.backend.instantiate(captured)
+            fuse = None if run.draws_rng else fuser()  # a graph that draws needs replay()'s generator prologue
+            captured.fused = (fuse is not None and fuse(captured.graph)) or False
+            captured.instantiate_seconds = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001
             failure = _failure_of(e)
+            if captured is not None:  # its instantiation failed
+                self.backend.discard(captured)
+                captured = None
         if self._vote(Vote.CAPTURE if captured is not None else Vote.FAIL) is not Vote.CAPTURE:
             if captured is not None:  # every rank replays a key or none does: a graph launch is collective
                 self.backend.discard(captured)
@@ -267,12 +280,14 @@ class KeyTable:
         stats.captured, stats.status, stats.error, stats.cause = captured, KeyStatus.CAPTURED, None, None
         stats.pool_bytes = captured.pool_bytes + sum(c.pool_bytes for c in captured.children)
         stats.capture_seconds = captured.seconds + sum(c.seconds for c in captured.children)
+        stats.instantiate_seconds = captured.instantiate_seconds
         self._captured.append(captured)
         log.info(
-            "%s: captured key %s in %.1f ms, pool +%.1f MiB (warm-up peak %.1f MiB%s)",
+            "%s: captured key %s in %.1f ms (instantiated in %.1f ms), pool +%.1f MiB (warm-up peak %.1f MiB%s)",
             self.name,
             stats.key,
             captured.seconds * 1e3,
+            captured.instantiate_seconds * 1e3,
             captured.pool_bytes / 2**20,
             stats.warmup_peak_bytes / 2**20,
             f", torch.compile {stats.compile_seconds:.1f} s" if stats.compile_seconds else "",

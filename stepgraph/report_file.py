@@ -34,8 +34,9 @@ _RUNNER_FIELDS = {
 }  # fmt: skip
 _KEY_FIELDS = {
     "status": _TEXT, "pool_bytes": _NUMBER, "warmup_peak_bytes": _NUMBER, "capture_ms": _NUMBER,
-    "warmup_ms": _NUMBER, "compile_s": _NUMBER, "replays": _NUMBER, "eager_runs": _NUMBER, "padded_rows": _NUMBER,
-    "refusals": _NUMBER, "failures": _NUMBER, "error": _TEXT, "cause": _TEXT,
+    "instantiate_ms": _NUMBER, "warmup_ms": _NUMBER, "compile_s": _NUMBER, "replays": _NUMBER,
+    "eager_runs": _NUMBER, "padded_rows": _NUMBER, "refusals": _NUMBER, "failures": _NUMBER, "error": _TEXT,
+    "cause": _TEXT,
 }  # fmt: skip
 _WARMUP_FIELDS = {"seconds": _NUMBER, "compile_seconds": _NUMBER}
 _REFUSAL_FIELDS = {"key": _TEXT, "free": _NUMBER, "needed": _NUMBER, "reserved": _NUMBER, "allocated": _NUMBER}

@@ -343,8 +343,6 @@ class StepGraphRunner:
             if not (inputs and self.buffers.commit(route.padded, captured.fused or None)):  # launched together?
                 captured.replay()
             stats.replays += 1
-            if captured.fused is None and captured.draws_rng is not None:  # known after its first replay
-                captured.fused = (captured.draws_rng is False and self.buffers.fuse(captured.graph)) or False
             if copy_outputs or self.toggles.debug:
                 return self._hand_out(route.views, copy_outputs)
             return StepOutputs(route.views, self, self._generation)

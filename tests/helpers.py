@@ -3,7 +3,7 @@ greedy decode to compare with."""
 
 from __future__ import annotations
 
-from stepgraph.capture import Captured
+from stepgraph.capture import Captured, WarmupRun
 from stepgraph.memory import MemoryReading
 
 
@@ -45,6 +45,7 @@ class SimulatedBackend:
     without a GPU.
 
     ``fail`` makes every capture raise (e.g. a host sync); ``peak``/``pool_bytes`` are reported byte counts.
+    ``instantiated`` records each instantiation's batch size; ``fail_instantiate`` makes it raise.
     """
 
     name = "simulated"
@@ -56,14 +57,17 @@ class SimulatedBackend:
         self.order: list[int] = []
         self.releases = 0
         self.discarded = 0
+        self.draws_rng = False  # what the warm-up reports: whether the step drew from torch's generators
+        self.fail_instantiate: Exception | None = None  # raised by every instantiation
+        self.instantiated: list[int] = []
 
     def pool(self):
         return None
 
-    def warmup(self, fn, iters: int) -> int:
+    def warmup(self, fn, iters: int) -> WarmupRun:
         for _ in range(iters):
             fn()
-        return self.peak
+        return WarmupRun(self.peak, self.draws_rng)
 
     def capture(self, fn, children=()) -> Captured:
         if self.fail is not None:
@@ -73,6 +77,11 @@ class SimulatedBackend:
         for child in children:
             child.hold()
         return Captured(_Replayer(fn, out), out, seconds=0.002, pool_bytes=self.pool_bytes, children=list(children))
+
+    def instantiate(self, captured) -> None:
+        self.instantiated.append(next(iter(captured.outputs.values())).shape[0])
+        if self.fail_instantiate is not None:
+            raise self.fail_instantiate
 
     def discard(self, captured) -> None:
         self.discarded += 1

@@ -136,7 +136,7 @@ class InputCopyPlan:
     halves: :meth:`stage` checks ``{name or index: source}`` and writes each source's address and stride
     (and host rows) into the next buffer of a :class:`~.ring.StagingRing`, in one pass with one
     lookup per source, and returns the batch size; :meth:`commit` then sets the padded size and launches
-    the copy (one graph launch on CUDA, which can carry a key's graph too: :meth:`fuse`). The kernel reads
+    the copy (one graph launch on CUDA, which can carry a key's graph too: :meth:`fuser`). The kernel reads
     the rows of host sources in place from the ring (pinned on CUDA); their table entries are fixed per
     ring buffer, so a call writes only their mark. Where the kernel cannot apply (a row that is not one
     contiguous run of bytes, elements wider than 8 bytes, a device Triton does not run on) that source
@@ -332,7 +332,7 @@ class InputCopyPlan:
         """Copy what :meth:`stage` staged and pad rows ``[batch, padded)``: one launch for the kernel's
         sources, ``copy_`` + ``fill_`` for the rest. Nothing staged: nothing to do.
 
-        ``then`` (from :meth:`fuse`): a key's graph to run in the copy's own launch, where every source
+        ``then`` (made by :meth:`fuser`): a key's graph to run in the copy's own launch, where every source
         goes through the kernel. Returns whether it ran (else the caller replays it).
         """
         if self._pending is None:
@@ -349,13 +349,15 @@ class InputCopyPlan:
             input_copy_ref([s for _, s in fallback], dsts, n, padded, pads)
         return fused
 
-    def fuse(self, graph: torch.cuda.CUDAGraph) -> FusedLaunch | None:
-        """The copy and ``graph`` (a kept CUDA graph drawing no numbers from torch's generators) as one
-        launch for :meth:`commit`; ``None`` where that cannot be made (see
-        :meth:`~.ring.StagingRing.fuse`). Its owner closes it when ``graph`` goes."""
+    def fuser(self) -> Callable[[torch.cuda.CUDAGraph], FusedLaunch | None] | None:
+        """What makes the copy and a key's graph (a kept CUDA graph drawing no numbers from torch's
+        generators) one launch for :meth:`commit` (:meth:`.ring.StagingRing.fuse`: its owner closes what it
+        returns when the graph goes); ``None`` where copies never fuse (on the CPU, or not through the
+        kernel). Makes the staging ring now, so call it outside any capture; the function it returns may
+        run on another thread."""
         if not self.uses_kernel or not self._cuda:
             return None
-        return (self.ring or self._make_ring()).fuse(graph)
+        return (self.ring or self._make_ring()).fuse
 
     def staged(self) -> StagedCopy | None:
         """The copy staged and not yet committed (``None``: none), read back from its table: for tests and

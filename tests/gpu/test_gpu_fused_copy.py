@@ -45,11 +45,14 @@ def in_step(ring) -> bool:
     return ring.copies_fetched() == ring.turn
 
 
-def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes():
+@pytest.mark.parametrize("together", [True, False], ids=["captured-together", "on-first-use"])
+def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes(together):
     """Runs with new inputs (host, device and lists), steady runs and oversize eager runs interleaved: every output
     is its own inputs', the fused launch is used for captured keys, and the device's count of copies
-    stays equal to the host's."""
+    stays equal to the host's, whether the keys were captured together or on first use."""
     r = make(buckets=(2, 4))  # batches of 5..8 are larger than every bucket: eager, the copy on its own
+    if together:
+        assert len(r.capture()) == 2 and all(r.info()["keys"][str(k)]["instantiate_ms"] > 0 for k in r.keys)
     ring_plan = r.buffers.copy_plan
     outs = []
     for i in range(40):
@@ -76,10 +79,12 @@ def test_fused_replay_equals_the_two_launch_replay_bit_for_bit():
     """The same inputs through a fused launch and through the copy and a replay apart give the same bits."""
     r = make()
     x = inputs(7, 3, "cpu")
-    r.run(x)  # captures, replays apart
-    apart = {k: v.clone() for k, v in r.run(x, copy_outputs=True).items()}  # copy_outputs: the slow path
-    fused = {k: v.clone() for k, v in r.run(x).items()}
-    assert r.stats(r.key_for(3)).captured.fused
+    fused = r.run(x, copy_outputs=True)  # captured on first use, with its fused launch
+    captured = r.stats(r.key_for(3)).captured
+    launch, captured.fused = captured.fused, False  # the copy, then a replay
+    apart = r.run(x, copy_outputs=True)
+    captured.fused = launch
+    assert launch and r.stats(r.key_for(3)).replays == 2
     for k in apart:
         assert torch.equal(apart[k], fused[k])
 

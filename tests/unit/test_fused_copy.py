@@ -19,24 +19,10 @@ class FakeFused:
 
 def fusing_runner(monkeypatch, draws: bool):
     """A runner on the simulated backend whose plan 'fuses' (the fused launch replays the graph after the
-    copy) and whose graphs draw from torch's generators when ``draws``."""
-    offsets, replays = [0], []
-
-    class Backend(SimulatedBackend):
-        def capture(self, fn, children=()):
-            c = super().capture(fn, children)
-            inner = c.graph.replay
-
-            def replay():  # a graph that draws numbers advances the generator's offset when replayed
-                inner()
-                replays.append(1)
-                offsets[0] += 4 if draws else 0
-
-            c.graph.replay = replay
-            return c
-
-    monkeypatch.setattr(capture, "_generator_offsets", lambda: list(offsets))
-    r, _ = make(Backend())
+    copy) and whose step draws from torch's generators in its warm-up when ``draws``."""
+    backend, replays = SimulatedBackend(), []
+    backend.draws_rng = draws
+    r, _ = make(backend)
     made, plain_commit = [], r.buffers.commit
 
     def fuse(graph):
@@ -49,29 +35,34 @@ def fusing_runner(monkeypatch, draws: bool):
             then.graph.replay()  # the copy, then the key's graph: one launch
         return then is not None
 
-    monkeypatch.setattr(r.buffers, "fuse", fuse)
+    def replay(captured):
+        replays.append(1)
+        captured.graph.replay()
+
+    monkeypatch.setattr(r.buffers, "fuser", lambda: fuse)
     monkeypatch.setattr(r.buffers, "commit", commit)
+    monkeypatch.setattr(capture.Captured, "replay", replay)
     return r, made, replays
 
 
-def test_a_graph_that_draws_no_numbers_is_fused_once_when_its_key_is_first_replayed(monkeypatch):
+def test_a_graph_whose_step_draws_no_numbers_is_fused_when_captured(monkeypatch):
     r, made, replays = fusing_runner(monkeypatch, draws=False)
     xs = [batch(3, seed) for seed in range(4)]
-    outs = [r.run(x)["out"].clone() for x in xs]  # the first captures and replays apart, then fuses
+    outs = [r.run(x)["out"].clone() for x in xs]  # the first captures (and fuses), every one launches fused
     assert all(torch.equal(o, expected(x)) for o, x in zip(outs, xs, strict=True))
     captured = r.stats(r.key_for(3)).captured
     assert captured.draws_rng is False and len(made) == 1 and captured.fused is made[0]
     assert torch.equal(r.run(batch_size=3)["out"], expected(xs[-1]))  # steady: replayed apart
-    assert r.stats(r.key_for(3)).replays == len(replays) == 5  # a fused run is not replayed a second time
+    assert r.stats(r.key_for(3)).replays == 5 and len(replays) == 1  # a fused run is not replayed a second time
 
 
-def test_a_graph_that_draws_numbers_is_never_fused(monkeypatch):
-    r, made, _ = fusing_runner(monkeypatch, draws=True)
+def test_a_graph_whose_step_draws_numbers_is_never_fused(monkeypatch):
+    r, made, replays = fusing_runner(monkeypatch, draws=True)
     for seed in range(3):
         x = batch(2, seed)
         assert torch.equal(r.run(x)["out"], expected(x))
     captured = r.stats(r.key_for(2)).captured
-    assert captured.draws_rng is True and captured.fused is False and made == []
+    assert captured.draws_rng is True and captured.fused is False and made == [] and len(replays) == 3
 
 
 def test_discarding_a_captured_key_closes_its_fused_launch():
