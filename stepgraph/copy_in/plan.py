@@ -353,8 +353,7 @@ class InputCopyPlan:
         """What makes the copy and a key's graph (a kept CUDA graph drawing no numbers from torch's
         generators) one launch for :meth:`commit` (:meth:`.ring.StagingRing.fuse`: its owner closes what it
         returns when the graph goes); ``None`` where copies never fuse (on the CPU, or not through the
-        kernel). Makes the staging ring now, so call it outside any capture; the function it returns may
-        run on another thread."""
+        kernel). Makes the staging ring now, so call it outside any capture."""
         if not self.uses_kernel or not self._cuda:
             return None
         return (self.ring or self._make_ring()).fuse
