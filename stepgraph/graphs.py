@@ -20,9 +20,10 @@ def frozen_gc() -> Iterator[None]:
     """No garbage collection while capturing: collect first, then freeze and disable the collector.
 
     A collection during a capture can destroy an unreachable old graph (a dropped runner's, say), and
-    CUDA refuses a graph's destruction while a stream captures: the capture fails. Every capture path
-    (``capture()``, ``warmup()``, capture on first use in ``run()``) goes through here. Re-entrant: an
-    inner use, or one under a collector the caller disabled, changes nothing.
+    CUDA refuses a graph's destruction while a stream captures: the capture fails. Every capture in the
+    package goes through here: a key's (``capture()``, ``warmup()``, on first use in ``run()``), a spliced
+    stage's, the staging ring's and the trivial ones below. Re-entrant: an inner use, or one under a
+    collector the caller disabled, changes nothing.
     """
     if not gc.isenabled():
         yield
@@ -63,7 +64,7 @@ def trivial_capture(
     scratch = torch.zeros(1, device=device)
     graph = torch.cuda.CUDAGraph()
     stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
+    with frozen_gc(), torch.cuda.stream(stream):
         graph.capture_begin(pool=pool, capture_error_mode="relaxed")
         try:
             scratch.add_(1)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from stepgraph.errors import ReleasedError, StepGraphError
-from stepgraph.graphs import restore_generator
+from stepgraph.graphs import frozen_gc, restore_generator
 
 
 class SpliceError(StepGraphError):
@@ -117,7 +117,7 @@ class StageGraph:
         t0 = time.perf_counter()
         self.graph = torch.cuda.CUDAGraph(keep_graph=True)
         try:
-            with torch.cuda.graph(self.graph, pool=pool, stream=stream):
+            with frozen_gc(), torch.cuda.graph(self.graph, pool=pool, stream=stream):
                 self.outputs = fn()
         except Exception:
             restore_generator(torch.device("cuda", torch.cuda.current_device()), stream)

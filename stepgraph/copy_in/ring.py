@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 import triton
 
-from stepgraph.graphs import keeps_graphs
+from stepgraph.graphs import frozen_gc, keeps_graphs
 from stepgraph.kernels.copy_in import BLOCK, copy_in_kernel, fetch_table_kernel
 
 from .driver import DriverCalls
@@ -141,7 +141,7 @@ class StagingRing:
 
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
+        with frozen_gc(), torch.cuda.stream(stream):
             # eagerly first, with the capture's very arguments, so that both kernels compile and load here,
             # outside it (a fresh buffer's header says 0 rows: nothing is copied); then the counter back to 0
             launch()

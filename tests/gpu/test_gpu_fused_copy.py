@@ -1,6 +1,8 @@
 """A run with new inputs launches its copy and its key's graph together (one fused executable graph) when
 the graph draws nothing from torch's generators; every other run keeps the two launches."""
 
+import gc
+
 import pytest
 import torch
 
@@ -73,6 +75,38 @@ def test_fused_runs_equal_their_inputs_across_keys_steady_runs_and_eager_sizes(t
         assert captured is not None and captured.draws_rng is False and captured.fused
     assert r.counters.oversize_runs > 0
     assert in_step(ring_plan.ring)
+
+
+def test_a_collection_inside_the_rings_capture_destroys_no_old_graph(monkeypatch):
+    """The staging ring is captured on a runner's first run with new inputs. A collection inside that capture
+    (here forced, as any allocation can start one) must find the dropped runners' graphs already gone:
+    destroying one while a stream captures would fail the capture and the run."""
+    from stepgraph.copy_in import ring
+
+    kernel, collected = ring.copy_in_kernel, []
+
+    class Collecting:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                if torch.cuda.is_current_stream_capturing():
+                    gc.collect()
+                    collected.append(grid)
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    for i in range(3):
+        old = make()
+        old.run(inputs(i, 2, "cpu"))  # its ring and a key captured
+        old.cycle = old  # only the collector can free it now
+        del old
+    monkeypatch.setattr(ring, "copy_in_kernel", Collecting())
+    new = make()
+    x = inputs(7, 3, "cpu")
+    got = new.run(x)
+    assert collected, "the ring was not captured by this run"
+    t, h = expected(x)
+    assert torch.equal(got["t"], t) and torch.equal(got["h"], h)
 
 
 def test_fused_replay_equals_the_two_launch_replay_bit_for_bit():
