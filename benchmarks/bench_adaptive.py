@@ -13,7 +13,7 @@ warm-up of batch sizes 1..8 x three K x two sampling classes (time, of it the ke
 captures, and graph memory), against the largest key's pool alone; ``--warmup-only`` measures that alone.
 
     python benchmarks/bench_adaptive.py --out benchmarks/results/<dir> [--layers 28] [--tokens 64] [--rounds 3]
-        [--acceptance 0.3,0.6,0.9] [--requests 8] [--warmup-only | --no-warmup-set] [--compile]
+        [--acceptance 0.3,0.6,0.9] [--requests 8] [--warmup-only | --no-warmup-set] [--compile] [--attention triton]
     python benchmarks/bench_adaptive.py --simulate benchmarks/results/<dir>/adaptive.json [--host-ms 0.3]   # no GPU
 """
 
@@ -97,6 +97,7 @@ def main() -> None:
     ap.add_argument("--warmup-only", action="store_true", help="only the warm-up of the realistic set")
     ap.add_argument("--no-warmup-set", action="store_true", help="leave out the warm-up of the realistic set")
     ap.add_argument("--compile", action="store_true", help="the realistic set's warm-ups with compile=True")
+    ap.add_argument("--attention", choices=("sdpa", "triton"), default="sdpa", help="the example model's attention")
     ap.add_argument("--acceptance", help="comma-separated acceptance rates (default: 0.3,0.6,0.9)")
     ap.add_argument("--rounds", type=int, default=3, help="runs of every policy per point, in rotating order (median)")
     ap.add_argument("--requests", type=int, default=8, help="requests a point decodes at least: batches of B in turn")
@@ -111,12 +112,14 @@ def main() -> None:
     acceptance = tuple(float(a) for a in args.acceptance.split(",")) if args.acceptance else ACCEPTANCE
     if smoke(args):
         batches, acceptance, args.tokens, args.rounds, args.requests = (1, 2), (0.6,), 6, 1, 2
-    target, draft = example_models(num_layers=args.layers, max_requests=max(*batches, 8) + 1, draft="same")
+    target, draft = example_models(
+        num_layers=args.layers, max_requests=max(*batches, 8) + 1, draft="same", attention=args.attention
+    )
     vocab = target.cfg.vocab_size
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (32,), generator=g).tolist() for _ in range(max(batches) + args.requests)]
-    record = {"env": env_record(), "layers": args.layers, "tokens": args.tokens, "rounds": args.rounds,
-              "requests": args.requests, "results": {}}  # fmt: skip
+    record = {"env": env_record(), "layers": args.layers, "attention": args.attention, "tokens": args.tokens,
+              "rounds": args.rounds, "requests": args.requests, "results": {}}  # fmt: skip
     buckets = tuple(sorted(set(batches)))
     for a in () if args.warmup_only else acceptance:
         twin = TwinDraft(draft.model, a)  # one copy of the target's weights and cache for every acceptance

@@ -114,10 +114,11 @@ def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tens
 
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Masked SDPA with grouped KV heads: q ``[B, H, T, hd]``, k and v ``[B, KVH, S, hd]``, mask ``[B, 1, T, S]``
-    -> ``[B, T, H, hd]`` contiguous. Under torch.compile it is one opaque op (``stepgraph::masked_attention``):
-    SDPA's choice of kernel looks at whether a size is 1, so written inline it would compile a batch (or a
-    token) of one apart from the rest. Run eagerly it is SDPA itself: a custom op's dispatch adds about 10 µs
-    of host time a call (to SDPA's 70-90), and its first call imports torch._dynamo."""
+    (boolean, or added to the scores in q's dtype) -> ``[B, T, H, hd]`` contiguous. Under torch.compile it is
+    one opaque op (``stepgraph::masked_attention``): SDPA's choice of kernel looks at whether a size is 1, so
+    written inline it would compile a batch (or a token) of one apart from the rest. Run eagerly it is SDPA
+    itself: a custom op's dispatch adds about 10 µs of host time a call (to SDPA's 70-90), and its first call
+    imports torch._dynamo."""
     if torch.compiler.is_compiling():
         return torch.ops.stepgraph.masked_attention(q, k, v, mask)
     return _masked_sdpa(q, k, v, mask)
@@ -138,11 +139,22 @@ def _(q, k, v, mask):
     return q.new_empty((B, T, H, v.shape[-1]))
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding over interleaved pairs, in float32 (real arithmetic, which torch.compile fuses).
-    x ``[B, T, H, hd]``, cos/sin ``[B, T, 1, hd/2]``."""
-    even, odd = x[..., 0::2].float(), x[..., 1::2].float()  # strided slices: no view of a strided x
-    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2).to(x.dtype)
+def _rope(qkv: torch.Tensor, heads: int, kv_heads: int, rope) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary embedding of the queries and keys of qkv ``[B, T, heads + 2 * kv_heads, hd]`` over interleaved
+    pairs, in float32. Returns the queries ``[B, T, heads, hd]`` and the new keys and values ``[B, T, 2,
+    kv_heads, hd]``. ``rope``: the positions' turns ``[B, T, 1, hd/2]`` complex64, applied in place in three
+    kernels (qkv then holds both outputs), or under torch.compile their parts (cos, sin) apart, applied by
+    real arithmetic into new tensors (compile fuses it; it lowers no complex numbers, and an in-place copy
+    would compile a batch of one apart from the rest)."""
+    qk = qkv[:, :, : heads + kv_heads]
+    if isinstance(rope, tuple):
+        cos, sin = rope
+        even, odd = qk[..., 0::2].float(), qk[..., 1::2].float()  # strided slices: no view of a strided qk
+        qk = torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2).to(qkv.dtype)
+        return qk[:, :, :heads], torch.stack([qk[:, :, heads:], qkv[:, :, heads + kv_heads :]], 2)
+    turned = torch.view_as_complex(qk.float().unflatten(-1, (-1, 2))) * rope
+    qk.copy_(torch.view_as_real(turned).flatten(-2))
+    return qkv[:, :, :heads], qkv[:, :, heads:].unflatten(2, (2, kv_heads))
 
 
 def _project(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, *, skinny: bool = False):
@@ -173,7 +185,8 @@ class _Init:
 class _Layer:
     """One decoder layer: RMSNorm, GQA attention with RoPE over the static cache, SwiGLU MLP.
 
-    Fused projections (QKV, gate-up) and one cache tensor for K and V keep it to ~18 kernels.
+    Fused projections (QKV, gate-up), RoPE in place and one cache tensor for K and V keep it to about 19
+    kernels with SDPA (on an H100, bf16).
     """
 
     def __init__(self, cfg: ModelConfig, init: _Init, scale: float, in_features: int | None = None) -> None:
@@ -196,13 +209,13 @@ class _Layer:
         H, KVH = cfg.num_heads, cfg.num_kv_heads
         a = _rms_norm(x, self.ln1) if attn_in is None else attn_in
         qkv = _project(a, self.w_qkv).view(B, T, H + 2 * KVH, cfg.head_dim)
-        qk = _rope(qkv[:, :, : H + KVH], *rope)
-        kv.write(kv_cache, torch.stack([qk[:, :, H:], qkv[:, :, H + KVH :]], 2), where)
+        q, new_kv = _rope(qkv, H, KVH, rope)
+        kv.write(kv_cache, new_kv, where)
         if mask is None:  # read the rows in place, up to each query's position
-            attn = kv.attend(qk[:, :, :H], kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
+            attn = kv.attend(q, kv_cache, rows, positions, cfg.head_dim**-0.5).reshape(B * T, -1)
         else:
             cached = kv.gather(kv_cache, rows)  # [B, 2, KVH, S, hd]
-            attn = masked_attention(qk[:, :, :H].transpose(1, 2), cached[:, 0], cached[:, 1], mask).view(B * T, -1)
+            attn = masked_attention(q.transpose(1, 2), cached[:, 0], cached[:, 1], mask).view(B * T, -1)
         x = _project(attn, self.wo, x).view(B, T, -1)
         gate, up = _project(_rms_norm(x, self.ln2), self.w_gate_up).chunk(2, dim=-1)
         return _project(F.silu(gate) * up, self.w_down, x, skinny=cfg.matmul == "triton")
@@ -227,6 +240,7 @@ class _Stack:
         half = torch.arange(0, cfg.head_dim, 2, device=init.device, dtype=torch.float32) / cfg.head_dim
         freqs = torch.arange(cfg.max_seq_len, device=init.device, dtype=torch.float32)[:, None] / cfg.rope_theta**half
         self.cos, self.sin = freqs.cos(), freqs.sin()  # [S, hd/2]
+        self.turns = torch.complex(self.cos, self.sin)
         self.key_pos = torch.arange(kv.row_len, device=init.device)
 
     def __call__(
@@ -234,12 +248,17 @@ class _Stack:
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The stack over ``x [B, T, D]``; returns its output and the residual stream entering each layer in
         ``taps``. ``attn_in``: the first layer's attention input, in place of its norm of ``x``."""
-        rope = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
+        if torch.compiler.is_compiling():
+            rope = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
+        else:
+            rope = self.turns[positions][:, :, None, :]
         cfg = self.cfg
         if cfg.attention == "triton" and fits(cfg.num_heads, cfg.num_kv_heads, positions.shape[1]):
             mask = None  # decode attention: no mask, no gather
         else:
-            mask = self.key_pos[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+            # additive, made once: SDPA would turn a boolean mask into this in every layer (three kernels)
+            hidden = self.key_pos[None, None, None, :] > positions[:, None, :, None]  # [B, 1, T, S]
+            mask = torch.zeros(hidden.shape, device=x.device, dtype=x.dtype).masked_fill_(hidden, float("-inf"))
         where = self.kv.locate(rows, positions)  # the slot mapping, once for every layer
         tapped = []
         for i, (layer, kv_cache) in enumerate(zip(self.layers, self.kv_caches)):
