@@ -31,7 +31,14 @@ from typing import NamedTuple, Protocol
 import torch
 
 from stepgraph.errors import CaptureError, classify_capture_exception
-from stepgraph.graphs import discard_graph, keeps_graphs, restore_generator, sync_debug_error, trivial_capture
+from stepgraph.graphs import (
+    discard_graph,
+    frozen_gc,
+    keeps_graphs,
+    restore_generator,
+    sync_debug_error,
+    trivial_capture,
+)
 from stepgraph.memory import MemoryReader, TorchMemoryReader
 
 StepOutputsDict = Mapping[str, torch.Tensor]
@@ -194,7 +201,7 @@ class CudaGraphBackend:
         t0 = time.perf_counter()
         failure: tuple[str, str, str] | None = None
         outputs = None
-        with torch.cuda.stream(self.stream):
+        with frozen_gc(), torch.cuda.stream(self.stream):  # the runner's paths froze it already: a no-op
             graph.capture_begin(pool=self.pool(), capture_error_mode=self.capture_error_mode)
             try:
                 outputs = fn()

@@ -127,6 +127,49 @@ def test_the_collector_is_off_during_every_capture_path(path):
     assert gc.isenabled()  # and on again afterwards
 
 
+def test_every_capture_in_the_package_runs_under_frozen_gc():
+    """Each ``capture_begin`` and ``torch.cuda.graph`` in stepgraph lies inside a ``with frozen_gc()`` (an
+    earlier item of the same ``with``, or an enclosing one): a collection inside any capture may destroy a
+    dropped runner's graph and fail it (the staging ring's capture once did)."""
+    import ast
+    from pathlib import Path
+
+    def is_call(node, name):
+        return isinstance(node, ast.Call) and name in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
+
+    def captures(node):
+        if is_call(node, "capture_begin"):
+            return True
+        func = node.func if isinstance(node, ast.Call) else None
+        return isinstance(func, ast.Attribute) and func.attr == "graph" and ast.unparse(func.value) == "torch.cuda"
+
+    found, bare = [], []
+
+    def walk(node, frozen, where):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                if captures(item.context_expr):
+                    found.append(where)
+                    if not frozen:
+                        bare.append(where)
+                frozen = frozen or is_call(item.context_expr, "frozen_gc")
+            for child in node.body:
+                walk(child, frozen, where)
+            return
+        if captures(node):
+            found.append(where)
+            if not frozen:
+                bare.append(where)
+        for child in ast.iter_child_nodes(node):
+            walk(child, frozen, f"{where}:{child.name}" if isinstance(child, ast.FunctionDef) else where)
+
+    root = Path(__file__).resolve().parents[2] / "stepgraph"
+    for path in sorted(root.rglob("*.py")):
+        walk(ast.parse(path.read_text()), False, str(path.relative_to(root)))
+    assert len(found) == 4, found  # a key's, the ring's, a spliced stage's, the trivial one
+    assert not bare, f"captures outside frozen_gc(): {bare}"
+
+
 def test_capture_runs_on_pad_filled_buffers_and_restores_them():
     seen = []
     be = SimulatedBackend()
