@@ -491,7 +491,8 @@ class StepGraphRunner:
 
     @_serialised
     def release(self) -> None:
-        """Tear down every graph and the shared pool; keys can be captured again afterwards.
+        """Tear down every key's graph and the shared pool; keys can be captured again afterwards. The input
+        copy's own small graph (captured once, on its private pool) stays for them until the runner goes.
 
         ``torch.cuda.memory_reserved()`` returns to its level before the captures. cuBLAS keeps the
         workspace it made for the capture stream (32 MiB by default, ``CUBLAS_WORKSPACE_CONFIG``); when no
