@@ -30,7 +30,7 @@ def test_rope_in_place_rotates_queries_and_keys_as_the_compiled_form_does_and_le
 
 def test_an_additive_mask_gives_the_boolean_masks_attention_bit_for_bit():
     g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(2, h, 3, 8, generator=g) for h in (4, 2, 2))
+    q = torch.randn(2, 4, 3, 8, generator=g)  # 4 query heads over 2 KV heads, 3 queries, 5 positions
     seen = torch.arange(5)[None, None, None, :] <= torch.tensor([[0, 2, 4], [3, 3, 1]])[:, None, :, None]
     additive = torch.zeros(seen.shape).masked_fill_(~seen, float("-inf"))
     k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(2))
