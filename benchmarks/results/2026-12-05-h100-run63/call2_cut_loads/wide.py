@@ -10,8 +10,6 @@ from stepgraph.kernels import chain_sampling_ref as ref
 from stepgraph.kernels import _sampling_topk
 from stepgraph.kernels.chain_sampling import chain_verify_sampling
 from stepgraph.sampling import sampling_class
-import triton.language as tl
-_sampling_topk.P_PROBES_SHORT = tl.constexpr(int(os.environ.get("PSHORT", "4")))
 
 ap = argparse.ArgumentParser()
 ap.add_argument("label")
