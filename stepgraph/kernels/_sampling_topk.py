@@ -329,15 +329,16 @@ def _listed_cut(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, row, k, n_
     cut, unlisted ties, unlisted ties per split [NS_P2])``: the ties are the ``-inf`` entries when fewer
     than k are finite, which the lists leave out."""
     sps = tl.arange(0, NS_P2)
+    ninf = tl.load(ninf_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
+    bound = tl.load(bound_ptr + row).to(tl.int64)
     idx, valid = _gathered(list_ptr, count_ptr, row, n_splits, NS_P2, GCAP, WIDTH)
     idx = idx.to(tl.int64)
     x = tl.load(logits_row + idx, mask=valid, other=float("-inf")).to(tl.float32)
     key = tl.where(valid, sortable_key(x) >> SHIFT, NONE32)
-    ninf = tl.load(ninf_ptr + row * n_splits + sps, mask=sps < n_splits, other=0)
     enough = tl.sum(valid.to(tl.int32), axis=0) >= k  # else the k-th key is -inf: every -inf entry ties at it
     cut = k * 0 + (NEG_INF_KEY_C >> SHIFT)
     if enough:  # every listed key is >= the gather's threshold
-        lo = tl.maximum(tl.load(bound_ptr + row).to(tl.int64), cut + 1)
+        lo = tl.maximum(bound, cut + 1)
         cut = _kth_largest(key, valid, k, lo, tl.max(key, axis=0).to(tl.int64) + 1)
     n_ties = tl.where(enough, 0, tl.sum(ninf, axis=0)).to(tl.int64)
     return idx, valid, x, key, cut, n_ties, tl.where(enough, 0, ninf)
@@ -374,34 +375,48 @@ def _split_sums(running, valid, split_of, scratch, NS_P2: tl.constexpr):
 
 
 @triton.jit
-def _listed_sample(idx, kept, kept_w, running, whole, b, K, row, seed_ptr, offset_ptr, pick_ptr):
+def _row_settings(logits_row, draft_ptr, stride_draft, temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, b, j, V, K,
+                  PICK: tl.constexpr):  # fmt: skip
+    """What the per-row program reads besides its list, loaded before its searches (whose reductions would
+    hold back any load behind them): ``(1 / T, top_p (float64), min_p, the draft token left out (-1 on the
+    bonus row), its logit, the number for the row's sample)``, the number 0 without ``PICK``."""
+    inv_t = 1.0 / tl.load(temp_ptr + b).to(tl.float32)
+    top_p = tl.load(topp_ptr + b).to(tl.float64)
+    min_p = tl.load(minp_ptr + b).to(tl.float32)
+    excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
+    excl = tl.where(j < K, excl, -1)
+    excl_ok = (excl >= 0) & (excl < V)
+    x_excl = tl.where(excl_ok, tl.load(logits_row + tl.where(excl_ok, excl, 0)).to(tl.float32), float("-inf"))
+    u = inv_t * 0.0
+    if PICK:
+        u = tl.rand(tl.load(seed_ptr + b), verify_stream(tl.load(offset_ptr + b), K + 1) | (K + 1))
+    return inv_t, top_p, min_p, excl, x_excl, u
+
+
+@triton.jit
+def _listed_sample(idx, kept, kept_w, running, whole, u, row, pick_ptr):
     """The row's sample were it the one the last launch samples (the chain's first rejected row, or its
-    bonus row), stored at ``pick[row]``: by the request's number for the sample (its Philox stream, as
+    bonus row), stored at ``pick[row]``: by the request's number for the sample ``u`` (its Philox stream, as
     the last launch draws it), the first kept entry in vocabulary order whose running weight (float64,
     ``running``) passes that number times the kept mass, or the last one of positive weight where float
     sums leave none; -1 when nothing is kept. The listed entries are in vocabulary order. A row whose
     list is not ``whole`` (kept ties left out) gets :data:`UNLISTED`: the last launch scans its split."""
-    stream = verify_stream(tl.load(offset_ptr + b), K + 1)
-    goal = tl.rand(tl.load(seed_ptr + b), stream | (K + 1)).to(tl.float64) * tl.max(running, axis=0)
+    goal = u.to(tl.float64) * tl.max(running, axis=0)
     hit = tl.min(tl.where(kept & (running > goal), idx, V_NONE), axis=0)
     last = tl.max(tl.where(kept & (kept_w > 0), idx, -1), axis=0)
     tl.store(pick_ptr + row, tl.where(whole, tl.where(hit < V_NONE, hit, last), UNLISTED))
 
 
 @triton.jit
-def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft, temp_ptr,
-                  topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
-                  n_splits, SPLIT, NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
+def _cut_and_mass(idx, valid, x, key, cut, n_ties, tie_n, settings, row, pick_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr,
+                  V, n_splits, SPLIT, NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
                   PICK: tl.constexpr):  # fmt: skip
     """From the listed entries and the k-th key ``cut``: the top-p cut among those ``>= cut``, then the
     kept mass of every split without the draft token (min-p applied), ``m`` and the cut, stored. With
-    ``PICK``, the row's sample too (:func:`_listed_sample`)."""
+    ``PICK``, the row's sample too (:func:`_listed_sample`). ``settings``: :func:`_row_settings`."""
+    inv_t, top_p, min_p, excl, x_excl, u = settings
     sps = tl.arange(0, NS_P2)
     listed = valid & (key >= cut)
-    t = tl.load(temp_ptr + b).to(tl.float32)
-    inv_t = 1.0 / t
-    top_p = tl.load(topp_ptr + b).to(tl.float64)
-    min_p = tl.load(minp_ptr + b).to(tl.float32)
     top = tl.max(tl.where(listed, key, NONE32), axis=0).to(tl.int64)
     top = tl.where(top > NONE32, top, cut)  # the row's largest key
     m = key_value(top, SHIFT) * inv_t  # max z, as the reference computes it (z rises with the key)
@@ -423,8 +438,6 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
             lo = tl.max(tl.where(below, lo, at), axis=0)
         cut_p = tl.min(tl.where(listed & (key >= hi), key, 2147483647), axis=0).to(tl.int64)  # least kept
         cut_p = tl.where((n_ties > 0) & (hi <= cut), cut, cut_p)
-    excl = tl.load(draft_ptr + b * stride_draft + j, mask=j < K, other=-1).to(tl.int64)
-    excl = tl.where(j < K, excl, -1)
     kept = listed & (key >= cut_p) & (w >= min_p) & (idx != excl)
     # the entries are listed in vocabulary order: each split's are one run of positions
     kept_w = tl.where(kept, w, 0.0)
@@ -432,11 +445,9 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
     tie_kept = (cut >= cut_p) & (w_tie >= min_p)  # the unlisted ties at the cut (if any) are kept
     if PICK:
         whole = (n_ties == 0) | ~tie_kept | (w_tie <= 0)  # the list holds every kept entry of weight
-        _listed_sample(idx, kept, kept_w, running, whole, b, K, row, seed_ptr, offset_ptr, pick_ptr)
+        _listed_sample(idx, kept, kept_w, running, whole, u, row, pick_ptr)
     mass = _split_sums(running, valid, (idx // SPLIT).to(tl.int32), scratch_ptr + row * GCAP, NS_P2).to(tl.float32)
-    excl_ok = (excl >= 0) & (excl < V)
-    x_excl = tl.load(logits_row + tl.where(excl_ok, excl, 0)).to(tl.float32)
-    excl_tie = (n_ties > 0) & excl_ok & (row_key(x_excl, SHIFT) == cut)  # the draft is an unlisted tie
+    excl_tie = (n_ties > 0) & (excl >= 0) & (excl < V) & (row_key(x_excl, SHIFT) == cut)  # the draft is an unlisted tie
     tie_n -= (excl_tie & (sps == excl // SPLIT)).to(tie_n.dtype)
     mass += tl.where(tie_kept, tie_n.to(tl.float32) * w_tie, 0.0)
     tl.store(m_ptr + row * n_splits + sps, tl.zeros([NS_P2], tl.float32) + m, mask=sps < n_splits)
@@ -445,16 +456,14 @@ def _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row,
 
 
 @triton.jit
-def _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr, stride_draft,
-                         temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr,
-                         cut_ptr, V, K, n_splits, SPLIT, NS_P2: tl.constexpr, SHIFT: tl.constexpr, GCAP: tl.constexpr,
-                         WIDTH: tl.constexpr, PICK: tl.constexpr):  # fmt: skip
+def _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, settings, row, pick_ptr, scratch_ptr,
+                         m_ptr, s_ptr, cut_ptr, V, n_splits, SPLIT, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
+                         GCAP: tl.constexpr, WIDTH: tl.constexpr, PICK: tl.constexpr):  # fmt: skip
     """:func:`_listed_cut`, then :func:`_cut_and_mass`, for a row listing at most ``WIDTH`` entries."""
     idx, valid, x, key, cut, n_ties, tie_n = _listed_cut(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, row, k,
                                                          n_splits, NS_P2, SHIFT, GCAP, WIDTH)  # fmt: skip
-    _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft, temp_ptr,
-                  topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K,
-                  n_splits, SPLIT, NS_P2, SHIFT, GCAP, PICK)  # fmt: skip
+    _cut_and_mass(idx, valid, x, key, cut, n_ties, tie_n, settings, row, pick_ptr, scratch_ptr, m_ptr, s_ptr, cut_ptr,
+                  V, n_splits, SPLIT, NS_P2, SHIFT, GCAP, PICK)  # fmt: skip
 
 
 @jit_any_batch
@@ -472,24 +481,23 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
     if _is_candidate_row(temp_ptr, topk_ptr, b):
         k = tl.minimum(tl.load(topk_ptr + b), V).to(tl.int64)
         logits_row = logits_ptr + b * stride_b + j * stride_j
+        settings = _row_settings(logits_row, draft_ptr, stride_draft, temp_ptr, topp_ptr, minp_ptr, seed_ptr,
+                                 offset_ptr, b, j, V, K, PICK)  # fmt: skip
         sps = tl.arange(0, NS_P2)
         total = tl.sum(tl.load(count_ptr + row * n_splits + sps, mask=sps < n_splits, other=0), axis=0)
         if total <= SMALL:
-            _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr,
-                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr,
-                                 scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT, GCAP, SMALL,
+            _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, settings, row, pick_ptr,
+                                 scratch_ptr, m_ptr, s_ptr, cut_ptr, V, n_splits, SPLIT, NS_P2, SHIFT, GCAP, SMALL,
                                  PICK)  # fmt: skip
         elif total <= GCAP:  # the entries >= T: each split's list, one after another
-            _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, b, j, row, draft_ptr,
-                                 stride_draft, temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr,
-                                 scratch_ptr, m_ptr, s_ptr, cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT, GCAP, GCAP,
+            _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k, settings, row, pick_ptr,
+                                 scratch_ptr, m_ptr, s_ptr, cut_ptr, V, n_splits, SPLIT, NS_P2, SHIFT, GCAP, GCAP,
                                  PICK)  # fmt: skip
         else:  # more than GCAP entries reach T: the row's own radix select
             idx, valid, x, key, cut, n_ties, tie_n = _radix_cut(logits_row, list_ptr, row, k, V, n_splits, NS_P2,
                                                                 SPLIT, BLOCK, SHIFT, BITS, GCAP)  # fmt: skip
-            _cut_and_mass(logits_row, idx, valid, x, key, cut, n_ties, tie_n, b, j, row, draft_ptr, stride_draft,
-                          temp_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, pick_ptr, scratch_ptr, m_ptr, s_ptr,
-                          cut_ptr, V, K, n_splits, SPLIT, NS_P2, SHIFT, GCAP, PICK)  # fmt: skip
+            _cut_and_mass(idx, valid, x, key, cut, n_ties, tie_n, settings, row, pick_ptr, scratch_ptr, m_ptr, s_ptr,
+                          cut_ptr, V, n_splits, SPLIT, NS_P2, SHIFT, GCAP, PICK)  # fmt: skip
     else:
         tl.store(cut_ptr + row, LOWEST)
         if PICK:
