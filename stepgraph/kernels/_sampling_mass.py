@@ -129,22 +129,20 @@ def _round_kernel(
     LIST_GCAP: tl.constexpr,
     LAUNCHES: tl.constexpr,
     LATE: tl.constexpr,
+    LATE_START: tl.constexpr,
     LATE_LAUNCH: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
     ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`; late ones
     draw from the cut their top-k phase found), and the small top-k requests' bound (round 0) and lists
     (round 1, :func:`._sampling_topk.list_split`): their rows have no round work. No row searches a top-p
-    cut there. The late rows start in round ``LAUNCHES // 2 - 1`` (:func:`._sampling_pivot.start_late`);
+    cut there. The late rows start in round ``LATE_START`` (:func:`._sampling_pivot.start_late`);
     ``LATE_LAUNCH`` 1 or 0 says whether this launch is that one, so that its code, with the late rows' pool,
     is in that launch's variant alone (a launch of a variant with it takes longer, even where none of it
     runs); -1 leaves it to ``r`` (one variant for every launch, without the pool). ``LATE`` false promises
     no late request (``LATE_LAUNCH`` 0): the launches are then the draws' alone."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
-    # the launches hold two phases of LAUNCHES // 2 rounds; the late rows' top-k phase is a round shorter (the
-    # stats launch made its first count), so their cut is known here
-    LATE_START: tl.constexpr = LAUNCHES // 2 - 1
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
@@ -305,8 +303,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     rows, dev = B * K1, logits.device
     n_splits, split = layout
     shift = key_shift(logits.dtype)
-    rounds = num_rounds(32 - shift) if pivot is None or late else pivot_launches(32 - shift)
-    options = pivot_options(pivot is not None, n_splits, late)
+    rounds = num_rounds(32 - shift) if pivot is None else pivot_launches(32 - shift, late)
+    options = pivot_options(pivot is not None, n_splits, late, 32 - shift)
     assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
@@ -336,7 +334,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
     for r in range(rounds):
         if options["PIVOT_POOL"]:  # the late rows' start is a variant of its own
-            late_launch = int(r == rounds // 2 - 1)
+            late_launch = int(r == options["LATE_START"])
         else:  # no late rows, or their start known from r alone
             late_launch = 0 if pivot is not None and not late else -1
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,

@@ -27,14 +27,16 @@ still drawing after the last launch goes on alone there, a pass over the row per
 
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
 rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
-rounds' top-k phase narrows from there, ending a launch before half of them. In the launch where it ends,
+rounds' top-k phase narrows from there, ending in launch 3 over 16-bit keys, 7 over 32-bit ones
+(:func:`late_start`). In the launch where it ends,
 :func:`start_late` sets ``lo`` to the cut once the search state holds it, and that launch and the ones
 after it draw as above from there, each one doing both (masses, then the draw): the first also weighs the
 top-k set, the total the checks compare with. With few splits a row (large batches, :func:`pool_entries`),
 that first pass also lists the top-k set in a pool, each warp its quarter of the split
 (:func:`_pool_mass_loop`), and a row whose pool holds all of it makes every check and draw there, from the
 list (:func:`_pool_draws`): the launches after it have nothing left to do. A batch without late requests
-(the ``top_p`` class; the ``general`` class has them) takes :data:`DRAW_LAUNCHES` launches of the rounds.
+(the ``top_p`` class; the ``general`` class has them) takes :data:`DRAW_LAUNCHES` launches of the rounds, one
+with them those up to the end of the late rows' :data:`LATE_STEPS` (:func:`pivot_launches`).
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
@@ -97,6 +99,11 @@ SEPARATE = 4
 #: then one that does both, where a row still drawing goes on alone. Each launch more costs 2.4-3.6 µs even
 #: with nothing to do (B = 8 to 64, bfloat16), and few rows need a fourth draw.
 DRAW_LAUNCHES = 5
+#: A late row's steps, from the launch where its top-k cut is known (:func:`late_start`): its first draw from
+#: the top-k set, then checks (and draws where one fails), the last one going on alone. The rounds end there
+#: (:func:`pivot_launches`), not at the end of the search's schedule: over 32-bit keys that spares four
+#: launches with nothing left to do. Fewer steps cost more than they spare: a top-p of 0.5 goes on alone.
+LATE_STEPS = 5
 #: Whether the kernels store sub-block sums by PTX (:func:`_store_sums`): not under the interpreter.
 PTX_STORES: tl.constexpr = tl.constexpr(not triton_interprets())
 #: Registers a thread of the round kernel that makes the draws (its ``maxnreg``). The compiler takes 128, at
@@ -714,21 +721,30 @@ def pool_entries(n_splits: int) -> int:
     return POOL if n_splits <= POOL_SPLITS else 0
 
 
-def pivot_launches(key_bits: int) -> int:
-    """The launches of the rounds where no request is late (:func:`.chain_verify_sampling`'s ``late=False``),
-    for keys of ``key_bits`` bits (16 for bfloat16, else 32): the draws' :data:`DRAW_LAUNCHES`, or the
-    search's rounds where they are fewer."""
-    return min(DRAW_LAUNCHES, num_rounds(key_bits))
+def late_start(key_bits: int) -> int:
+    """The launch of the rounds where a late row's top-k cut is known, for keys of ``key_bits`` bits: the
+    search's top-k phase ends there (half its rounds, less the count the stats launch made)."""
+    return num_rounds(key_bits) // 2 - 1
 
 
-def pivot_options(draws: bool, n_splits: int, late: bool = True) -> dict:
+def pivot_launches(key_bits: int, late: bool) -> int:
+    """The launches of the rounds of a batch of pivot requests, for keys of ``key_bits`` bits (16 for
+    bfloat16, else 32): the draws' :data:`DRAW_LAUNCHES`, and with ``late`` (:func:`.chain_verify_sampling`'s)
+    up to the end of a late row's :data:`LATE_STEPS` if that is later (:func:`late_start` on, :data:`STEPS`
+    at most). Never more than the search's rounds."""
+    launches = max(DRAW_LAUNCHES, late_start(key_bits) + min(STEPS, LATE_STEPS)) if late else DRAW_LAUNCHES
+    return min(launches, num_rounds(key_bits))
+
+
+def pivot_options(draws: bool, n_splits: int, late: bool, key_bits: int) -> dict:
     """The round kernel's settings of the draws and, when it makes them (``draws``), its registers a thread,
-    as this module holds them now (tests and probes change them): :data:`STEPS` (at most
-    :data:`DRAW_LAUNCHES` without ``late``), :data:`SEPARATE`, the bound on draws
-    (:data:`.chain_sampling_ref.PIVOT_ROUNDS`), the pool's regions for rows of ``n_splits`` splits
-    (:func:`pool_entries`, as :func:`pivot_buffers` sizes them; none without ``late``) and :data:`REGISTERS`."""
-    steps = STEPS if late else min(STEPS, DRAW_LAUNCHES)
+    as this module holds them now (tests and probes change them): :data:`STEPS` (at most the launches,
+    :func:`pivot_launches`), :data:`SEPARATE`, the bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`),
+    the launch where late rows start (:func:`late_start`), the pool's regions for rows of ``n_splits``
+    splits (:func:`pool_entries`, as :func:`pivot_buffers` sizes them; none without ``late``) and
+    :data:`REGISTERS`."""
+    steps = min(STEPS, pivot_launches(key_bits, late))
     assert 2 <= SEPARATE <= steps and SEPARATE % 2 == 0, "launch 0 stores masses alone; the turns end in pairs"
     return {"PIVOT_STEPS": steps, "PIVOT_SEPARATE": SEPARATE, "PIVOT_ROUNDS": PIVOT_ROUNDS,
-            "PIVOT_POOL": pool_entries(n_splits) if draws and late else 0,
+            "PIVOT_POOL": pool_entries(n_splits) if draws and late else 0, "LATE_START": late_start(key_bits),
             "maxnreg": REGISTERS if draws else None}  # fmt: skip

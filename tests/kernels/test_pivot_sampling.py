@@ -153,6 +153,37 @@ def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtyp
     assert torch.equal(got.tokens, y), (got.tokens.tolist(), y.tolist())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
+def test_the_rounds_of_a_batch_with_late_requests_end_with_the_late_rows_steps(dtype, monkeypatch):
+    """With late requests the rounds end after the late rows' steps (their start, where the top-k cut is known:
+    launch 3 over 16-bit keys, 7 over 32-bit ones, then ``LATE_STEPS`` launches; five at least, the draws'
+    launches without late requests), not at the end of the search's schedule (8 or 16 launches). Rows that
+    reject draw after draw (a small top-p over flat rows, half of them late) get the reference's tokens
+    whether the late rows go on alone from their second step, their third or their fourth, beside rows of
+    top-p alone (their four turns, then one or more that do both)."""
+    g = torch.Generator().manual_seed(4)
+    B, K, V = 4, 1, 2500
+    x = (torch.randn(B, K + 1, V, generator=g) * 0.5).to(dtype).to(DEV)
+    drafts = torch.zeros(B, K, dtype=torch.int64, device=DEV)
+    T = torch.ones(B, device=DEV)
+    k = torch.tensor([1100, 0, 1300, 0], device=DEV)
+    p = torch.full((B,), 0.1, device=DEV)
+    mp = torch.zeros(B, device=DEV)
+    assert late_pivot_requests(T, k, p).tolist() == [True, False, True, False]
+    seed, off = torch.arange(B, dtype=torch.int64, device=DEV), torch.zeros(B, dtype=torch.int64, device=DEV)
+    start = 3 if dtype == torch.bfloat16 else 7
+    for steps in (2, 3, 4):
+        monkeypatch.setattr(_sampling_pivot, "LATE_STEPS", steps)
+        rounds = _CountedLaunches(_sampling_mass._round_kernel)
+        monkeypatch.setattr(_sampling_mass, "_round_kernel", rounds)
+        got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+        assert torch.equal(got, ref), (steps, got.tolist(), ref.tolist())
+        assert rounds.launches == max(start + steps, _sampling_pivot.DRAW_LAUNCHES), steps
+    monkeypatch.setattr(chain_sampling_ref, "PIVOT_ROUNDS", 2)
+    two = pivot_draws(*(v.cpu() for v in (x, T, k, p, mp, seed, off)))
+    assert (two == torch.argmax(x.cpu().float(), -1))[0::2].any()  # late rows needing a third draw
+
+
 @pytest.mark.parametrize(  # half a minute each in the interpreter: bf16 in the suite, the others in the slow run
     "dtype", [torch.bfloat16, *(pytest.param(d, marks=pytest.mark.slow) for d in (torch.float16, torch.float32))]
 )
