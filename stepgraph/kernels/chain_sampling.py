@@ -32,8 +32,9 @@ Launches, each over (row, vocabulary split) except the last:
 * filtered class: 1. per split, the argmax, the max of ``x / T`` and the key range; then the cut-off rounds
   of :mod:`._sampling_filter` (8 for bfloat16 logits, 16 otherwise); then the kept mass per split. With
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
-  first launch and the rounds' first eight instead (:mod:`._sampling_pivot`; a late one, with a top-k and
-  top-p, finds its top-k cut in the rounds' first half and draws in the rest), no row searches a top-p
+  first launch and the rounds instead, which are fewer (:func:`._sampling_pivot.pivot_launches`; a late
+  request, with a top-k and top-p, finds its top-k cut in the rounds' first launches and draws in the
+  rest), no row searches a top-p
   cut, and the rows of small top-k requests find their cut as the small top-k class does: their bound in
   round 0, their lists in round 1, their cut and kept mass in a launch before the kept mass's;
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
