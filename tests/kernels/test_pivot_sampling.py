@@ -172,10 +172,11 @@ def test_the_rounds_of_a_batch_with_late_requests_end_with_the_late_rows_steps(d
     assert late_pivot_requests(T, k, p).tolist() == [True, False, True, False]
     seed, off = torch.arange(B, dtype=torch.int64, device=DEV), torch.zeros(B, dtype=torch.int64, device=DEV)
     start = 3 if dtype == torch.bfloat16 else 7
+    rounds = _CountedLaunches(_sampling_mass._round_kernel)
+    monkeypatch.setattr(_sampling_mass, "_round_kernel", rounds)
     for steps in (2, 3, 4):
         monkeypatch.setattr(_sampling_pivot, "LATE_STEPS", steps)
-        rounds = _CountedLaunches(_sampling_mass._round_kernel)
-        monkeypatch.setattr(_sampling_mass, "_round_kernel", rounds)
+        rounds.launches = 0
         got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
         assert torch.equal(got, ref), (steps, got.tolist(), ref.tolist())
         assert rounds.launches == max(start + steps, _sampling_pivot.DRAW_LAUNCHES), steps
