@@ -385,8 +385,9 @@ def chain_verify_sampling(
     Notes
     -----
     Launches: 2 (temperature class); 5 (small top-k class); filtered: 11 for bfloat16 logits (8 cut-off
-    rounds), 19 otherwise, and one more with ``pivot``; 9 with ``pivot`` and not ``late``. CUDA graph: safe
-    to capture; randomness changes on every replay through ``offset``.
+    rounds), 19 otherwise; with ``pivot``, 12 for bfloat16 logits and 16 otherwise (the rounds end after the
+    late rows' steps), 9 with ``pivot`` and not ``late``. CUDA graph: safe to capture; randomness changes on
+    every replay through ``offset``.
     """
     B, K1, V = logits.shape if logits.dim() == 3 else (0, 0, 0)
     if min_p is None:
