@@ -28,15 +28,15 @@ still drawing after the last launch goes on alone there, a pass over the row per
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
 rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
 rounds' top-k phase narrows from there, ending in launch 3 over 16-bit keys, 7 over 32-bit ones
-(:func:`late_start`). In the launch where it ends,
-:func:`start_late` sets ``lo`` to the cut once the search state holds it, and that launch and the ones
-after it draw as above from there, each one doing both (masses, then the draw): the first also weighs the
-top-k set, the total the checks compare with. With few splits a row (large batches, :func:`pool_entries`),
-that first pass also lists the top-k set in a pool, each warp its quarter of the split
-(:func:`_pool_mass_loop`), and a row whose pool holds all of it makes every check and draw there, from the
-list (:func:`_pool_draws`): the launches after it have nothing left to do. A batch without late requests
-(the ``top_p`` class; the ``general`` class has them) takes :data:`DRAW_LAUNCHES` launches of the rounds, one
-with them those up to the end of the late rows' :data:`LATE_STEPS` (:func:`pivot_launches`).
+(:func:`late_start`). In the launch where it ends, :func:`start_late` sets ``lo`` to the cut once the search
+state holds it, and that launch and the ones after it draw as above from there, each one doing both (masses,
+then the draw): the first also weighs the top-k set, the total the checks compare with. With few splits a
+row (large batches, :func:`pool_entries`), that first pass also lists the top-k set in a pool, each warp its
+quarter of the split (:func:`_pool_mass_loop`), and a row whose pool holds all of it makes every check and
+draw there, from the list (:func:`_pool_draws`): the launches after it have nothing left to do. A batch
+without late requests (the ``top_p`` class; the ``general`` class has them) takes :data:`DRAW_LAUNCHES`
+launches of the rounds, one with them those up to the end of the late rows' :data:`LATE_STEPS`
+(:func:`pivot_launches`).
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).

@@ -34,9 +34,9 @@ Launches, each over (row, vocabulary split) except the last:
   ``pivot``, the pivot requests' rows skip the rounds and the kept mass and draw their tokens in the
   first launch and the rounds instead, which are fewer (:func:`._sampling_pivot.pivot_launches`; a late
   request, with a top-k and top-p, finds its top-k cut in the rounds' first launches and draws in the
-  rest), no row searches a top-p
-  cut, and the rows of small top-k requests find their cut as the small top-k class does: their bound in
-  round 0, their lists in round 1, their cut and kept mass in a launch before the kept mass's;
+  rest), no row searches a top-p cut, and the rows of small top-k requests find their cut as the small
+  top-k class does: their bound in round 0, their lists in round 1, their cut and kept mass in a launch
+  before the kept mass's;
 * small top-k class (every sampled row has ``1 <= top_k <= TOP_K_MAX`` or no filter): the bound and
   gather of :mod:`._sampling_topk` (4 launches);
 * last: one program per request combines the partials, walks the chain, picks the split that holds the
