@@ -26,6 +26,7 @@ from ._sampling_filter import (
     bucket_log2,
     bucket_totals,
     key_shift,
+    late_pivot_request,
     load_ahead,
     no_counts,
     num_rounds,
@@ -36,7 +37,16 @@ from ._sampling_filter import (
     small_top_k_request,
     split_softmax,
 )
-from ._sampling_pivot import SUB, pivot_launches, pivot_options, pivot_step, start_late
+from ._sampling_pivot import (
+    SUB,
+    WARPS,
+    late_list,
+    list_late_split,
+    pivot_launches,
+    pivot_options,
+    pivot_step,
+    start_late,
+)
 from ._sampling_pivot import _stats_kernel as _pivot_stats_kernel
 from ._sampling_topk import list_buffers, list_split, maxima_per_split, row_bound, row_cuts
 
@@ -136,18 +146,19 @@ def _round_kernel(
     ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`; late ones
     draw from the cut their top-k phase found), and the small top-k requests' bound (round 0) and lists
     (round 1, :func:`._sampling_topk.list_split`): their rows have no round work. No row searches a top-p
-    cut there. The late rows start in round ``LATE_START`` (:func:`._sampling_pivot.start_late`);
-    ``LATE_LAUNCH`` 1 or 0 says whether this launch is that one, so that its code, with the late rows' pool,
-    is in that launch's variant alone (a launch of a variant with it takes longer, even where none of it
-    runs); -1 leaves it to ``r`` (one variant for every launch, without the pool). ``LATE`` false promises
-    no late request (``LATE_LAUNCH`` 0): the launches are then the draws' alone."""
+    cut there. ``LATE_LAUNCH`` says which launch this is for the late rows, so that the code of their pool
+    is in the variants of those launches alone (a launch of a variant with it takes longer, even where none
+    of it runs): 2, their last count, where they list their entries at or above it
+    (:func:`._sampling_pivot.list_late_split`); 1, their start (round ``LATE_START``,
+    :func:`._sampling_pivot.start_late`); 0, another. ``LATE`` false promises no late request (``LATE_LAUNCH``
+    0): the launches are then the draws' alone."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
-                   pivot_pool_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
-                   PIVOT_SEPARATE, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE, LATE_START)  # fmt: skip
+                   r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_SEPARATE,
+                   PIVOT_ROUNDS, LAUNCHES, LATE, LATE_START)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
             if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
                 if r == 0:  # the bound, from the subset maxima of every split
@@ -161,11 +172,7 @@ def _round_kernel(
         state_ptr, part_ptr, first_ptr, n_rows, NS_P2, SHIFT, PIVOT,
     )  # fmt: skip
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if LATE_LAUNCH < 0:  # noqa: SIM108 (a constexpr) which launch it is, known at run time alone
-            starts = r == LATE_START
-        else:  # each launch's variant knows
-            starts = LATE_LAUNCH == 1
-        if starts:  # the late rows' top-k cut is found: their draws start
+        if LATE_LAUNCH == 1:  # the late rows' top-k cut is found: their draws start
             start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                        gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
                        pivot_pool_ptr, row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT,
@@ -180,7 +187,22 @@ def _round_kernel(
         tl.store(s + 5, m.to(tl.float64))
         tl.store(s + 6, k_max.to(tl.float64))
         tl.store(s + 7, top_p)
-    if phase != DONE:
+    listing = row < 0  # a tensor: the branches below assign one
+    if PIVOT:  # noqa: SIM102 (a constexpr)
+        if LATE_LAUNCH == 2:  # a late row's last count lists its entries from there: its regions say how many
+            b = row // K1
+            late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+            if late:
+                pool = pivot_pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * PIVOT_POOL)
+                listing = (phase == TOPK) | (hi - lo <= 1)  # a search that ended early lists from its cut
+                if listing:
+                    base = logits_ptr + b * stride_b + (row % K1) * stride_j
+                    counts = list_late_split(base, sp.to(tl.int64) * SPLIT, V, lo, hi, SPLIT, SHIFT, pool, PIVOT_POOL)
+                    bins = tl.arange(0, NBINS)
+                    tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, counts.to(tl.float64))
+                else:  # irregular logits: regions too full for the start to draw from
+                    tl.store(pool + tl.arange(0, WARPS), tl.full([WARPS], PIVOT_POOL + 1, tl.int64))
+    if (phase != DONE) & ~listing:
         b = row // K1
         t = tl.load(temp_ptr + b).to(tl.float32)
         inv_t = 1.0 / tl.where(t > 0, t, 1.0)
@@ -304,7 +326,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     rounds = num_rounds(32 - shift) if pivot is None else pivot_launches(32 - shift, late)
-    options = pivot_options(pivot is not None, n_splits, late, 32 - shift)
+    options = pivot_options(pivot is not None, late, 32 - shift)
     assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
@@ -333,10 +355,9 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         draws = (min_p, seed, offset, lo, y, total, masses, count, pool)
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
     for r in range(rounds):
-        if options["PIVOT_POOL"]:  # the late rows' start is a variant of its own
-            late_launch = int(r == options["LATE_START"])
-        else:  # no late rows, or their start known from r alone
-            late_launch = 0 if pivot is not None and not late else -1
+        late_launch = 0  # the late rows' last count and start are variants of their own
+        if pivot is not None and late:
+            late_launch = {late_list(32 - shift): 2, options["LATE_START"]: 1}.get(r, 0)
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,

@@ -28,15 +28,15 @@ still drawing after the last launch goes on alone there, a pass over the row per
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
 rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
 rounds' top-k phase narrows from there, ending in launch 3 over 16-bit keys, 7 over 32-bit ones
-(:func:`late_start`). In the launch where it ends, :func:`start_late` sets ``lo`` to the cut once the search
-state holds it, and that launch and the ones after it draw as above from there, each one doing both (masses,
-then the draw): the first also weighs the top-k set, the total the checks compare with. With few splits a
-row (large batches, :func:`pool_entries`), that first pass also lists the top-k set in a pool, each warp its
-quarter of the split (:func:`_pool_mass_loop`), and a row whose pool holds all of it makes every check and
-draw there, from the list (:func:`_pool_draws`): the launches after it have nothing left to do. A batch
-without late requests (the ``top_p`` class; the ``general`` class has them) takes :data:`DRAW_LAUNCHES`
-launches of the rounds, one with them those up to the end of the late rows' :data:`LATE_STEPS`
-(:func:`pivot_launches`).
+(:func:`late_start`). The launch before, whose count narrows the cut from 16 keys to one, also lists every
+entry at or above those 16 keys in a pool, each warp its quarter of the split (:func:`list_late_split`): the
+top-k set and a few more. In the launch where the search ends, a row whose pool holds all of them makes its
+draws and checks there, from the list, by one program (:func:`_pool_start`): no pass over the row is left to
+make. For a row with a fuller region, :func:`start_late` sets ``lo`` to the cut, and that launch and the ones
+after it draw as above from there, each one doing both (masses, then the draw): the first also weighs the
+top-k set, the total the checks compare with. A batch without late requests (the ``top_p`` class; the
+``general`` class has them) takes :data:`DRAW_LAUNCHES` launches of the rounds, one with them those up to the
+end of the late rows' :data:`LATE_STEPS` (:func:`pivot_launches`).
 
 Rows of other requests, and the greedy or degenerate rows of pivot requests, take no part: ``y`` holds
 the token, ``-1`` (the row's argmax) or ``-2`` (not a pivot request, or a late one not started).
@@ -54,11 +54,15 @@ from ._sampling_filter import (
     INF_KEY_C,
     NBINS,
     NEG_INF_KEY_C,
+    add_counts,
+    bucket_log2,
+    bucket_totals,
     key_floor,
     late_pivot_request,
     load_ahead,
     num_rounds,
     pivot_request,
+    regular_key,
     small_top_k_request,
     split_counts,
     split_stats,
@@ -77,15 +81,12 @@ SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
 #: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, and
 #: the number of what can be drawn (a float64 integer).
 HEAD: tl.constexpr = tl.constexpr(3)
-#: Entries of a late row that one warp of a split's step-0 program lists (:func:`_pool_mass_loop`): its
-#: region of the pool. A row whose regions all hold their entries at or above the cut draws to the end from
-#: them in that launch (:func:`_pool_draws`); one with a fuller region checks its draws by passes, as others do.
+#: Entries of a late row that one warp of a split's program lists in the last count of its top-k search
+#: (:func:`list_late_split`): its region of the pool. A row whose regions all hold their entries at or above
+#: the search's last interval draws to the end from them in the next launch (:func:`_pool_start`); one with a
+#: fuller region checks its draws by passes, as others do.
 POOL = 256
-#: The pool serves rows of this many splits or fewer (large batches), where a launch's passes are long and the
-#: launches after the start are worth sparing; with more, a row's last program would draw alone for longer
-#: than its passes take (:func:`pool_entries`).
-POOL_SPLITS = 8
-#: Warps of a program, each with a quarter of the split (its region of the pool) in the step-0 pass.
+#: Warps of a program, each with a quarter of the split (its region of the pool) in the listing pass.
 WARPS: tl.constexpr = tl.constexpr(4)
 #: Entries of the pool a step of :func:`_pool_masses` reads: a tile of every region.
 POOL_TILE: tl.constexpr = tl.constexpr(1024)
@@ -130,23 +131,14 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 @triton.jit
 def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole,
-                pool, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+                START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
     be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
     ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
     ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step 0, of those with a
-    key ``>= lo``, and with a ``POOL`` too, listed in the split's ``pool``: :func:`_pool_mass_loop`). Returns
-    the first two."""
+    key ``>= lo``). Returns the first two."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
-        if START & (POOL > 0):
-            if min_p > 0:
-                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
-                                                      POOL, True)  # fmt: skip
-            else:  # what can be drawn is the whole set: one sum
-                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
-                                                      POOL, False)  # fmt: skip
-        else:
-            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
+        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
         tl.store(out + 1, every)
     else:
         total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False)
@@ -195,45 +187,43 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
 
 
 @triton.jit
-def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.constexpr, out, pool,
-                    POOL: tl.constexpr, MIN_P: tl.constexpr):  # fmt: skip
-    """:func:`_mass_loop` with ``WHOLE`` over the entries with a key ``>= lo`` (a late row's top-k set):
-    returns the split's mass of what can be drawn, its number and the mass of the set, and lists the set in
-    ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its
-    sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
-    (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number
-    at ``pool[i]``. Without ``MIN_P`` (the row has none), what can be drawn is the set: one sum is both."""
+def list_late_split(base, start, V, lo, hi, SPLIT, SHIFT: tl.constexpr, pool, POOL: tl.constexpr):
+    """A late row's last count of its top-k search (:func:`late_list`) over the split ``[start, start +
+    SPLIT) ∩ [0, V)``: the ``[16]`` int32 counts of ``[lo, hi)``'s buckets, as the round's pass makes them,
+    and the entries with a key ``>= lo`` (the top-k set, and the rest of ``[lo, hi)``) listed in ``pool``
+    (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its sub-blocks in
+    turn) and lists its entries in vocabulary order at ``pool[WARPS + i * POOL]`` (``x`` as float32 bits in
+    the low word, the index in the high word), as many as fit, and their number at ``pool[i]``."""
     Q = tl.multiple_of(SPLIT // WARPS, SUB)  # a split is a multiple of WARPS * SUB entries
-    floor = key_floor(lo, SHIFT)
+    shift = bucket_log2(lo, hi).to(tl.uint32)
+    lo32 = lo.to(tl.int32)
+    width = (hi - lo).to(tl.uint32)  # a key k is in [lo, hi) when k - lo, unsigned, is below it
     warp = tl.arange(0, WARPS)
-    per_warp = tl.zeros([WARPS], tl.float64)
-    count = tl.zeros([WARPS], tl.int32)
-    every = tl.zeros([WARPS], tl.float64)
+    c0 = tl.zeros([WARPS, SUB], tl.int32)  # add_counts's words, a lane each
+    c1 = tl.zeros([WARPS, SUB], tl.int32)
+    c2 = tl.zeros([WARPS, SUB], tl.int32)
+    c3 = tl.zeros([WARPS, SUB], tl.int32)
     listed = tl.zeros([WARPS], tl.int32)
     offs = start + warp[:, None] * Q + tl.arange(0, SUB)[None, :]
     ahead = load_ahead(base, offs, V, start + SPLIT)
-    for i in range(0, Q, SUB):
+    for _ in range(0, Q, SUB):
         inb = offs < V
-        x = ahead.to(tl.float32)
+        x = ahead
         ahead = load_ahead(base, offs + SUB, V, start + SPLIT)
-        w = tl.exp(x * inv_t - m)
-        high = inb & (x >= floor)
-        live = high & (w >= min_p) if MIN_P else high
-        sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
-        _store_sums(out + HEAD + (warp * Q + i) // SUB, sums)
-        per_warp += sums
-        count += tl.sum(live.to(tl.int32), axis=1)
-        if MIN_P:
-            every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
+        key = regular_key(x, SHIFT)
+        above = (key - lo32).to(tl.uint32, bitcast=True)
+        c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, (above >> shift).to(tl.int32), inb & (above < width))
+        high = inb & (key >= lo32)
         h = high.to(tl.int32)
         at = listed[:, None] + tl.cumsum(h, axis=1) - h
-        entry = (offs << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        entry = (offs << 32) | (x.to(tl.float32).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
         _store_entries(pool + WARPS + warp[:, None] * POOL + at, entry, high & (at < POOL))
         listed += tl.sum(h, axis=1)
         offs += SUB
     tl.store(pool + warp, listed.to(tl.int64))
-    total = tl.sum(per_warp, axis=0)
-    return total, tl.sum(count, axis=0), tl.sum(every, axis=0) if MIN_P else total
+    LANES: tl.constexpr = WARPS * SUB
+    return bucket_totals(tl.reshape(c0, [LANES]), tl.reshape(c1, [LANES]), tl.reshape(c2, [LANES]),
+                         tl.reshape(c3, [LANES]))  # fmt: skip
 
 
 @triton.jit
@@ -460,9 +450,8 @@ def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_
 
 @triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-               total_ptr, part_ptr, pool_ptr, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT,
-               BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+               total_ptr, part_ptr, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
+               NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
     ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the total the
     checks compare with), then, if it failed, draw ``d``; in the ``last`` launch then on alone, a pass over
@@ -502,7 +491,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
                 split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                      part + s * per_split, False, pool_ptr, 0, False)  # fmt: skip
+                                                      part + s * per_split, False, False)  # fmt: skip
                 mass += split_mass
                 count += split_count
             tl.debug_barrier()  # and they see the new ones
@@ -510,15 +499,6 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
-    if START & (POOL > 0):  # noqa: SIM102 (a constexpr) a late row's first draw: with its set listed, it ends here
-        if pending:
-            pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
-            j = tl.arange(0, NS_P2 * WARPS)
-            listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
-            if tl.max(listed, axis=0) <= POOL:
-                token, kept = _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top_p, min_p,
-                                          inv_t, m, seed_ptr, offset_ptr, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
-                pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
     tl.store(lo_ptr + row, tl.where(pending, lo, LOWEST))
 
@@ -528,10 +508,10 @@ def _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top
                 offset_ptr, row, K1, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1``
     (``token``, ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
-    regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list all of its top-k set (``listed`` entries
-    each; :func:`_pool_mass_loop`), as the launches would make them by passes over the row: the check of the
-    last draw by the mass above it, then, if it failed, the next draw from there (the region where the
-    cumulative mass passes the goal, then the entry in it), up to ``ROUNDS`` draws."""
+    regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed``
+    entries each; :func:`list_late_split`), as the launches would make them by passes over the row: the check
+    of the last draw by the mass above it, then, if it failed, the next draw from there (the region where
+    the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS`` draws."""
     masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
     mass = tl.sum(masses, axis=0)
     kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
@@ -610,10 +590,10 @@ def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.c
 
 @triton.jit
 def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, r, row, sp, V, K1,
-               n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr,
-               LAUNCHES: tl.constexpr, LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, r, row, sp, V, K1, n_splits, SPLIT,
+               BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr,
+               LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
     steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
@@ -632,17 +612,17 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
         separate = tl.where(late, 0, SEPARATE)  # a late row has fewer launches left: each does both
         if (q >= late.to(tl.int32)) & (q < steps) & ((q >= separate) | (q % 2 == 0) | (sp == 0)):
             _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, lo, q, steps,
-                  separate, late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL, False)  # fmt: skip
+                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate,
+                  late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, False)  # fmt: skip
 
 
 @triton.jit
 def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, gkey_ptr,
-          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, lo, q, steps, separate, late,
-          V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
-          SHIFT: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate, late, V, K1,
+          n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+          ROUNDS: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """Step ``q`` of a row's draws by program (row, split) (:func:`pivot_step`); ``START``: a late row's step 0
-    (:func:`start_late`), which lists its top-k set and draws from it."""
+    (:func:`start_late`), which weighs its top-k set and draws from it."""
     b = row // K1
     both = q >= separate
     _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
@@ -653,8 +633,7 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
-        pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 lists its set
-        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, POOL, START)
+        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, START)
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
@@ -664,8 +643,8 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
             tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
         d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
         _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
-                   y_ptr, total_ptr, part_ptr, pool_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits,
-                   SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL, START)  # fmt: skip
+                   y_ptr, total_ptr, part_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK,
+                   NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
 
 
 @triton.jit
@@ -674,22 +653,58 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
                STEPS: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, LAUNCHES: tl.constexpr,
                LATE_START: tl.constexpr):  # fmt: skip
-    """A late row's start and step 0, by its programs of launch ``LATE_START`` of the ``LAUNCHES`` rounds once
-    its search state holds its top-k ``cut``: its draws start there (``lo = cut``, ``y = -3``: not drawn yet)
-    if its logits are regular, else it takes its argmax; split 0's program stores them before it counts, so
-    the row's last program draws from there. Other rows are left alone."""
+    """A late row's start, by its programs of launch ``LATE_START`` of the ``LAUNCHES`` rounds once its search
+    state holds its top-k ``cut``. A row whose pool lists every entry at or above the cut (the launch before
+    listed them, :func:`list_late_split`) draws to the end there, by split 0's program alone
+    (:func:`_pool_start`). Another one with regular logits starts its draws there (``lo = cut``, ``y = -3``:
+    not drawn yet) and makes step 0: split 0's program stores them before it counts, so the row's last
+    program draws from there. A row with irregular logits takes its argmax. Other rows are left alone."""
     b = row // K1
     if late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)):
-        _, active, _, _ = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-        lo = tl.where(active, cut, LOWEST)
-        if sp == 0:
-            tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
-            tl.store(lo_ptr + row, lo)
-        if active:
-            _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, lo, row * 0,
-                  min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
-                  SHIFT, ROUNDS, POOL, True)  # fmt: skip
+        _, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+        pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
+        j = tl.arange(0, NS_P2 * WARPS)
+        listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
+        if active & (tl.max(listed, axis=0) <= POOL):  # its pool holds the top-k set
+            if sp == 0:
+                base = logits_ptr + b * stride_b + (row % K1) * stride_j
+                token, kept = _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr,
+                                          seed_ptr, offset_ptr, inv_t, m, SHIFT, POOL, ROUNDS)  # fmt: skip
+                tl.store(y_ptr + row, tl.where(kept, token, ARGMAX))
+                tl.store(lo_ptr + row, row * 0 + LOWEST)
+        else:
+            lo = tl.where(active, cut, LOWEST)
+            if sp == 0:
+                tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
+                tl.store(lo_ptr + row, lo)
+            if active:
+                _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                      gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, row * 0,
+                      min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
+                      SHIFT, ROUNDS, True)  # fmt: skip
+
+
+@triton.jit
+def _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
+                inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+    """``(token, kept)``: a late row's draws, all of them, from its pool (regions ``j``, ``listed`` entries
+    each, every entry with a key ``>= cut`` among them): the top-k set's mass (the total the checks compare
+    with), the first draw from it as a pass over the row would make it (the region where the cumulative
+    mass passes the goal, then the entry in it), then :func:`_pool_draws`."""
+    min_p = tl.load(minp_ptr + b).to(tl.float32)
+    every, _ = _pool_masses(pool_row, j, listed, cut, 0.0, inv_t, m, SHIFT, POOL)
+    masses = every
+    if min_p > 0:  # what can be drawn is the set's entries of weight >= min_p
+        masses, _ = _pool_masses(pool_row, j, listed, cut, min_p, inv_t, m, SHIFT, POOL)
+    goal = _number(seed_ptr, offset_ptr, row, K1, 0).to(tl.float64) * tl.sum(masses, axis=0)
+    region, local = _pick(masses, goal, j.shape[0])
+    token = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, cut, min_p, inv_t,
+                       m, SHIFT, POOL)  # fmt: skip
+    lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+    top_k = tl.load(topk_ptr + b).to(tl.int64)
+    top_p = tl.load(topp_ptr + b)
+    return _pool_draws(pool_row, j, listed, base, token, lo, row * 0 + 1, tl.sum(every, axis=0), top_k, top_p,
+                       min_p, inv_t, m, seed_ptr, offset_ptr, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
@@ -700,8 +715,8 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     draw's); ``count [rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them
     (the last one sets it back to 0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
     (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS + WARPS *
-    pool_entries(n_splits)]`` int64 lists a late row's top-k set (:func:`_pool_mass_loop`; none without
-    ``late``, the promise of no late request)."""
+    POOL]`` int64 lists a late row's entries at or above its top-k search's last interval
+    (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
@@ -710,21 +725,22 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     count = torch.zeros(rows, dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
     warps = WARPS.value
-    entries = pool_entries(n_splits) if late else 0
+    entries = POOL if late else 0
     pool = torch.empty((rows, n_splits, warps + warps * entries), dtype=torch.int64, device=device)
     return lo, y, total, part, count, peak, pool
-
-
-def pool_entries(n_splits: int) -> int:
-    """The entries a region of the pool holds for rows of ``n_splits`` splits: :data:`POOL`, or 0 (no pool)
-    above :data:`POOL_SPLITS` splits."""
-    return POOL if n_splits <= POOL_SPLITS else 0
 
 
 def late_start(key_bits: int) -> int:
     """The launch of the rounds where a late row's top-k cut is known, for keys of ``key_bits`` bits: the
     search's top-k phase ends there (half its rounds, less the count the stats launch made)."""
     return num_rounds(key_bits) // 2 - 1
+
+
+def late_list(key_bits: int) -> int:
+    """The launch of the rounds where a late row makes the last count of its top-k search, over an interval
+    of 16 keys, and lists every entry at or above it (:func:`list_late_split`): the one before
+    :func:`late_start`."""
+    return late_start(key_bits) - 1
 
 
 def pivot_launches(key_bits: int, late: bool) -> int:
@@ -736,15 +752,15 @@ def pivot_launches(key_bits: int, late: bool) -> int:
     return min(launches, num_rounds(key_bits))
 
 
-def pivot_options(draws: bool, n_splits: int, late: bool, key_bits: int) -> dict:
+def pivot_options(draws: bool, late: bool, key_bits: int) -> dict:
     """The round kernel's settings of the draws and, when it makes them (``draws``), its registers a thread,
     as this module holds them now (tests and probes change them): :data:`STEPS` (at most the launches,
-    :func:`pivot_launches`), :data:`SEPARATE`, the bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`),
-    the launch where late rows start (:func:`late_start`), the pool's regions for rows of ``n_splits``
-    splits (:func:`pool_entries`, as :func:`pivot_buffers` sizes them; none without ``late``) and
-    :data:`REGISTERS`."""
+    :func:`pivot_launches`), :data:`SEPARATE`, the bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`,
+    one at least), the launch where late rows start (:func:`late_start`), a pool region's entries (as
+    :func:`pivot_buffers` sizes them; none without ``late``) and :data:`REGISTERS`."""
     steps = min(STEPS, pivot_launches(key_bits, late))
     assert 2 <= SEPARATE <= steps and SEPARATE % 2 == 0, "launch 0 stores masses alone; the turns end in pairs"
+    assert PIVOT_ROUNDS >= 1, "a row makes its first draw at least"
     return {"PIVOT_STEPS": steps, "PIVOT_SEPARATE": SEPARATE, "PIVOT_ROUNDS": PIVOT_ROUNDS,
-            "PIVOT_POOL": pool_entries(n_splits) if draws and late else 0, "LATE_START": late_start(key_bits),
+            "PIVOT_POOL": POOL if draws and late else 0, "LATE_START": late_start(key_bits),
             "maxnreg": REGISTERS if draws else None}  # fmt: skip
