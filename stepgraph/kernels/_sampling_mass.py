@@ -146,12 +146,13 @@ def _round_kernel(
     ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`; late ones
     draw from the cut their top-k phase found), and the small top-k requests' bound (round 0) and lists
     (round 1, :func:`._sampling_topk.list_split`): their rows have no round work. No row searches a top-p
-    cut there. ``LATE_LAUNCH`` says which launch this is for the late rows, so that the code of their pool
-    is in the variants of those launches alone (a launch of a variant with it takes longer, even where none
-    of it runs): 2, their last count, where they list their entries at or above it
-    (:func:`._sampling_pivot.list_late_split`); 1, their start (round ``LATE_START``,
-    :func:`._sampling_pivot.start_late`); 0, another. ``LATE`` false promises no late request (``LATE_LAUNCH``
-    0): the launches are then the draws' alone."""
+    cut there. The late rows start in round ``LATE_START`` (:func:`._sampling_pivot.start_late`). With a pool
+    (``PIVOT_POOL``), ``LATE_LAUNCH`` says which launch this is for them, so that the pool's code is in the
+    variants of those launches alone (a launch of a variant with it takes longer, even where none of it
+    runs): 2, their last count, where they list their entries at or above it
+    (:func:`._sampling_pivot.list_late_split`); 1, their start; 0, another. Without, -1 leaves the start to
+    ``r`` (one variant for every launch). ``LATE`` false promises no late request (``LATE_LAUNCH`` 0): the
+    launches are then the draws' alone."""
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if PIVOT:
@@ -172,7 +173,11 @@ def _round_kernel(
         state_ptr, part_ptr, first_ptr, n_rows, NS_P2, SHIFT, PIVOT,
     )  # fmt: skip
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if LATE_LAUNCH == 1:  # the late rows' top-k cut is found: their draws start
+        if LATE_LAUNCH < 0:  # noqa: SIM108 (a constexpr) which launch it is, known at run time alone
+            starts = r == LATE_START
+        else:  # each launch's variant knows
+            starts = LATE_LAUNCH == 1
+        if starts:  # the late rows' top-k cut is found: their draws start
             start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                        gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
                        pivot_pool_ptr, row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT,
@@ -189,19 +194,16 @@ def _round_kernel(
         tl.store(s + 7, top_p)
     listing = row < 0  # a tensor: the branches below assign one
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if LATE_LAUNCH == 2:  # a late row's last count lists its entries from there: its regions say how many
+        if LATE_LAUNCH == 2:  # a late row's last count lists its entries from there (from its cut, if found)
             b = row // K1
-            late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
-            if late:
+            t, k, p = tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)
+            listing = late_pivot_request(t, k, p)
+            if listing:
+                base = logits_ptr + b * stride_b + (row % K1) * stride_j
                 pool = pivot_pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * PIVOT_POOL)
-                listing = (phase == TOPK) | (hi - lo <= 1)  # a search that ended early lists from its cut
-                if listing:
-                    base = logits_ptr + b * stride_b + (row % K1) * stride_j
-                    counts = list_late_split(base, sp.to(tl.int64) * SPLIT, V, lo, hi, SPLIT, SHIFT, pool, PIVOT_POOL)
-                    bins = tl.arange(0, NBINS)
-                    tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, counts.to(tl.float64))
-                else:  # irregular logits: regions too full for the start to draw from
-                    tl.store(pool + tl.arange(0, WARPS), tl.full([WARPS], PIVOT_POOL + 1, tl.int64))
+                counts = list_late_split(base, sp.to(tl.int64) * SPLIT, V, lo, hi, SPLIT, SHIFT, pool, PIVOT_POOL)
+                bins = tl.arange(0, NBINS)
+                tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, counts.to(tl.float64))
     if (phase != DONE) & ~listing:
         b = row // K1
         t = tl.load(temp_ptr + b).to(tl.float32)
@@ -326,7 +328,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     n_splits, split = layout
     shift = key_shift(logits.dtype)
     rounds = num_rounds(32 - shift) if pivot is None else pivot_launches(32 - shift, late)
-    options = pivot_options(pivot is not None, late, 32 - shift)
+    options = pivot_options(pivot is not None, n_splits, late, 32 - shift)
     assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
@@ -355,9 +357,10 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         draws = (min_p, seed, offset, lo, y, total, masses, count, pool)
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
     for r in range(rounds):
-        late_launch = 0  # the late rows' last count and start are variants of their own
-        if pivot is not None and late:
+        if options["PIVOT_POOL"]:  # the late rows' last count and start are variants of their own
             late_launch = {late_list(32 - shift): 2, options["LATE_START"]: 1}.get(r, 0)
+        else:  # no late rows, or their start known from r alone
+            late_launch = 0 if pivot is not None and not late else -1
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,

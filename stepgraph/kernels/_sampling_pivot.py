@@ -86,6 +86,10 @@ HEAD: tl.constexpr = tl.constexpr(3)
 #: the search's last interval draws to the end from them in the next launch (:func:`_pool_start`); one with a
 #: fuller region checks its draws by passes, as others do.
 POOL = 256
+#: The pool serves rows of this many splits or fewer (large batches), where a launch's passes are long and the
+#: launches after the start are worth sparing; with more, a row's program would draw alone for longer than the
+#: passes take (:func:`pool_entries`).
+POOL_SPLITS = 8
 #: Warps of a program, each with a quarter of the split (its region of the pool) in the listing pass.
 WARPS: tl.constexpr = tl.constexpr(4)
 #: Entries of the pool a step of :func:`_pool_masses` reads: a tile of every region.
@@ -654,18 +658,21 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                STEPS: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, LAUNCHES: tl.constexpr,
                LATE_START: tl.constexpr):  # fmt: skip
     """A late row's start, by its programs of launch ``LATE_START`` of the ``LAUNCHES`` rounds once its search
-    state holds its top-k ``cut``. A row whose pool lists every entry at or above the cut (the launch before
-    listed them, :func:`list_late_split`) draws to the end there, by split 0's program alone
+    state holds its top-k ``cut``. With a ``POOL``, a row whose pool lists every entry at or above the cut (the
+    launch before listed them, :func:`list_late_split`) draws to the end there, by split 0's program alone
     (:func:`_pool_start`). Another one with regular logits starts its draws there (``lo = cut``, ``y = -3``:
     not drawn yet) and makes step 0: split 0's program stores them before it counts, so the row's last
     program draws from there. A row with irregular logits takes its argmax. Other rows are left alone."""
     b = row // K1
     if late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)):
         _, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-        pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
-        j = tl.arange(0, NS_P2 * WARPS)
-        listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
-        if active & (tl.max(listed, axis=0) <= POOL):  # its pool holds the top-k set
+        pooled = row < 0
+        if POOL > 0:
+            pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
+            j = tl.arange(0, NS_P2 * WARPS)
+            listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
+            pooled = active & (tl.max(listed, axis=0) <= POOL)  # its pool holds the top-k set
+        if pooled:
             if sp == 0:
                 base = logits_ptr + b * stride_b + (row % K1) * stride_j
                 token, kept = _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr,
@@ -715,7 +722,7 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     draw's); ``count [rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them
     (the last one sets it back to 0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
     (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS + WARPS *
-    POOL]`` int64 lists a late row's entries at or above its top-k search's last interval
+    pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
     (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
@@ -725,9 +732,15 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     count = torch.zeros(rows, dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
     warps = WARPS.value
-    entries = POOL if late else 0
+    entries = pool_entries(n_splits) if late else 0
     pool = torch.empty((rows, n_splits, warps + warps * entries), dtype=torch.int64, device=device)
     return lo, y, total, part, count, peak, pool
+
+
+def pool_entries(n_splits: int) -> int:
+    """The entries a region of the pool holds for rows of ``n_splits`` splits: :data:`POOL`, or 0 (no pool)
+    above :data:`POOL_SPLITS` splits."""
+    return POOL if n_splits <= POOL_SPLITS else 0
 
 
 def late_start(key_bits: int) -> int:
@@ -752,15 +765,16 @@ def pivot_launches(key_bits: int, late: bool) -> int:
     return min(launches, num_rounds(key_bits))
 
 
-def pivot_options(draws: bool, late: bool, key_bits: int) -> dict:
+def pivot_options(draws: bool, n_splits: int, late: bool, key_bits: int) -> dict:
     """The round kernel's settings of the draws and, when it makes them (``draws``), its registers a thread,
     as this module holds them now (tests and probes change them): :data:`STEPS` (at most the launches,
     :func:`pivot_launches`), :data:`SEPARATE`, the bound on draws (:data:`.chain_sampling_ref.PIVOT_ROUNDS`,
-    one at least), the launch where late rows start (:func:`late_start`), a pool region's entries (as
-    :func:`pivot_buffers` sizes them; none without ``late``) and :data:`REGISTERS`."""
+    one at least), the launch where late rows start (:func:`late_start`), the pool's regions for rows of
+    ``n_splits`` splits (:func:`pool_entries`, as :func:`pivot_buffers` sizes them; none without ``late``) and
+    :data:`REGISTERS`."""
     steps = min(STEPS, pivot_launches(key_bits, late))
     assert 2 <= SEPARATE <= steps and SEPARATE % 2 == 0, "launch 0 stores masses alone; the turns end in pairs"
     assert PIVOT_ROUNDS >= 1, "a row makes its first draw at least"
     return {"PIVOT_STEPS": steps, "PIVOT_SEPARATE": SEPARATE, "PIVOT_ROUNDS": PIVOT_ROUNDS,
-            "PIVOT_POOL": POOL if draws and late else 0, "LATE_START": late_start(key_bits),
+            "PIVOT_POOL": pool_entries(n_splits) if draws and late else 0, "LATE_START": late_start(key_bits),
             "maxnreg": REGISTERS if draws else None}  # fmt: skip

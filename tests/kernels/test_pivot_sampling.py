@@ -214,16 +214,19 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
 
 
-@pytest.mark.parametrize("pool", [_sampling_pivot.POOL, 130, 1], ids=["every-row", "some-rows", "none"])
-def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, monkeypatch, request):
+@pytest.mark.parametrize("pool,splits", [(_sampling_pivot.POOL, 8), (130, 8), (1, 8), (_sampling_pivot.POOL, 2)],
+                         ids=["every-row", "some-rows", "none-fits", "no-pool"])  # fmt: skip
+def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, splits, monkeypatch, request):
     """The last count of a late row's top-k search, over 16 keys, lists every entry at or above them (every
     warp of a split its quarter, in vocabulary order): the top-k set and a few more. A row whose regions
     hold all of them checks and redraws from there to the end in the next launch: a small top-p over flat
     rows rejects draw after draw, and the rows run out at a bound of 3 draws. With regions of 130 entries
-    some rows have a fuller one, and with regions of one entry none fits: they check their draws by passes
-    in the launches after. Tokens agree with the reference either way (the drafts are its draws, so every
+    some rows have a fuller one, with regions of one entry none fits, and with more splits than the pool
+    serves (three here) no row has a pool: they check their draws by passes in the launches after. Tokens
+    agree with the reference either way (the drafts are its draws, so every
     row's is emitted)."""
     monkeypatch.setattr(_sampling_pivot, "POOL", pool)
+    monkeypatch.setattr(_sampling_pivot, "POOL_SPLITS", splits)
     g = torch.Generator().manual_seed(1)
     B, K, V = 4, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
@@ -239,8 +242,8 @@ def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, mo
     stats = [torch.empty((rows, n_splits), dtype=dt, device=DEV) for dt in (torch.float32,) * 2 + (torch.int32,) * 2]
     filtered_mass(x, x[:, :K, 0].long(), T, k, p, mp, (n_splits, split), *stats, pivot=(seed, off, *workspace))
     listed = workspace[-1][..., :4].reshape(rows, -1)
-    fits = (listed <= pool).all(-1)
-    counts = {"every-row": (rows,), "some-rows": tuple(range(1, rows)), "none": (0,)}
+    fits = (listed <= pool).all(-1) & (splits >= n_splits)
+    counts = {"every-row": (rows,), "some-rows": tuple(range(1, rows)), "none-fits": (0,), "no-pool": (0,)}
     assert int(fits.sum()) in counts[request.node.callspec.id]
     keys = sortable_keys(x).view(rows, V)
     cut = filter_cut_keys_ref(x, T, k, torch.ones_like(p)).view(rows, 1)
