@@ -672,14 +672,13 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             j = tl.arange(0, NS_P2 * WARPS)
             listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
             pooled = active & (tl.max(listed, axis=0) <= POOL)  # its pool holds the top-k set
-        if pooled:
-            if sp == 0:
+            if pooled & (sp == 0):
                 base = logits_ptr + b * stride_b + (row % K1) * stride_j
                 token, kept = _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr,
                                           seed_ptr, offset_ptr, inv_t, m, SHIFT, POOL, ROUNDS)  # fmt: skip
                 tl.store(y_ptr + row, tl.where(kept, token, ARGMAX))
                 tl.store(lo_ptr + row, row * 0 + LOWEST)
-        else:
+        if ~pooled:
             lo = tl.where(active, cut, LOWEST)
             if sp == 0:
                 tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
