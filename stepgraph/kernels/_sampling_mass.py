@@ -158,8 +158,8 @@ def _round_kernel(
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                    gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
-                   r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS, PIVOT_SEPARATE,
-                   PIVOT_ROUNDS, LAUNCHES, LATE, LATE_START)  # fmt: skip
+                   pivot_pool_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
+                   PIVOT_SEPARATE, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE, LATE_START)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
             if small_top_k_request(tl.load(temp_ptr + row // K1), tl.load(topk_ptr + row // K1).to(tl.int64)):
                 if r == 0:  # the bound, from the subset maxima of every split
@@ -178,9 +178,10 @@ def _round_kernel(
         else:  # each launch's variant knows
             starts = LATE_LAUNCH == 1
         if starts:  # the late rows' top-k cut is found: their draws start
+            before = tl.load(state_ptr + ((r - 1) * n_rows + row) * STATE + 4).to(tl.int32) == TOPK  # it listed
             start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                        gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
-                       pivot_pool_ptr, row, sp, lo, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT,
+                       pivot_pool_ptr, row, sp, lo, before, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT,
                        PIVOT_STEPS, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE_START)  # fmt: skip
     if sp == 0:
         s = state_ptr + (r * n_rows + row) * STATE
@@ -194,10 +195,10 @@ def _round_kernel(
         tl.store(s + 7, top_p)
     listing = row < 0  # a tensor: the branches below assign one
     if PIVOT:  # noqa: SIM102 (a constexpr)
-        if LATE_LAUNCH == 2:  # a late row's last count lists its entries from there (from its cut, if found)
+        if LATE_LAUNCH == 2:  # a late row's last count lists its entries from there
             b = row // K1
             t, k, p = tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)
-            listing = late_pivot_request(t, k, p)
+            listing = late_pivot_request(t, k, p) & (phase == TOPK)
             if listing:
                 base = logits_ptr + b * stride_b + (row % K1) * stride_j
                 pool = pivot_pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * PIVOT_POOL)

@@ -135,14 +135,26 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 @triton.jit
 def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole,
-                START: tl.constexpr):  # fmt: skip
+                pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
     be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
     ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
     ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step 0, of those with a
-    key ``>= lo``). Returns the first two."""
+    key ``>= lo``, and where ``lists`` with a ``POOL`` too, listed in the split's ``pool``:
+    :func:`_pool_mass_loop`). Returns the first two."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
-        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
+        if START & (POOL > 0):
+            if lists & (min_p > 0):
+                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
+                                                      POOL, True)  # fmt: skip
+            elif lists:  # what can be drawn is the whole set: one sum
+                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
+                                                      POOL, False)  # fmt: skip
+            else:
+                total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True,
+                                                 START)  # fmt: skip
+        else:
+            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
         tl.store(out + 1, every)
     else:
         total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False)
@@ -188,6 +200,48 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         elif WHOLE:
             every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
     return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
+
+
+@triton.jit
+def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.constexpr, out, pool,
+                    POOL: tl.constexpr, MIN_P: tl.constexpr):  # fmt: skip
+    """:func:`_mass_loop` with ``WHOLE`` over the entries with a key ``>= lo`` (a late row's top-k set):
+    returns the split's mass of what can be drawn, its number and the mass of the set, and lists the set in
+    ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its
+    sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
+    (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number
+    at ``pool[i]``. Without ``MIN_P`` (the row has none), what can be drawn is the set: one sum is both."""
+    Q = tl.multiple_of(SPLIT // WARPS, SUB)  # a split is a multiple of WARPS * SUB entries
+    floor = key_floor(lo, SHIFT)
+    warp = tl.arange(0, WARPS)
+    per_warp = tl.zeros([WARPS], tl.float64)
+    count = tl.zeros([WARPS], tl.int32)
+    every = tl.zeros([WARPS], tl.float64)
+    listed = tl.zeros([WARPS], tl.int32)
+    offs = start + warp[:, None] * Q + tl.arange(0, SUB)[None, :]
+    ahead = load_ahead(base, offs, V, start + SPLIT)
+    for i in range(0, Q, SUB):
+        inb = offs < V
+        x = ahead.to(tl.float32)
+        ahead = load_ahead(base, offs + SUB, V, start + SPLIT)
+        w = tl.exp(x * inv_t - m)
+        high = inb & (x >= floor)
+        live = high & (w >= min_p) if MIN_P else high
+        sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
+        _store_sums(out + HEAD + (warp * Q + i) // SUB, sums)
+        per_warp += sums
+        count += tl.sum(live.to(tl.int32), axis=1)
+        if MIN_P:
+            every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
+        h = high.to(tl.int32)
+        at = listed[:, None] + tl.cumsum(h, axis=1) - h
+        entry = (offs << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        _store_entries(pool + WARPS + warp[:, None] * POOL + at, entry, high & (at < POOL))
+        listed += tl.sum(h, axis=1)
+        offs += SUB
+    tl.store(pool + warp, listed.to(tl.int64))
+    total = tl.sum(per_warp, axis=0)
+    return total, tl.sum(count, axis=0), tl.sum(every, axis=0) if MIN_P else total
 
 
 @triton.jit
@@ -454,8 +508,9 @@ def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_
 
 @triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-               total_ptr, part_ptr, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
-               NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+               total_ptr, part_ptr, pool_ptr, lists, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT,
+               BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
     ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the total the
     checks compare with), then, if it failed, draw ``d``; in the ``last`` launch then on alone, a pass over
@@ -495,7 +550,8 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
                 split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                      part + s * per_split, False, False)  # fmt: skip
+                                                      part + s * per_split, False, pool_ptr, lists, 0,
+                                                      False)  # fmt: skip
                 mass += split_mass
                 count += split_count
             tl.debug_barrier()  # and they see the new ones
@@ -503,6 +559,15 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
+    if START & (POOL > 0):  # noqa: SIM102 (a constexpr) a late row's first draw: with its set listed, it ends here
+        if pending & lists:
+            pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
+            j = tl.arange(0, NS_P2 * WARPS)
+            listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
+            if tl.max(listed, axis=0) <= POOL:
+                token, kept = _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top_p, min_p,
+                                          inv_t, m, seed_ptr, offset_ptr, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
+                pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
     tl.store(lo_ptr + row, tl.where(pending, lo, LOWEST))
 
@@ -594,10 +659,10 @@ def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.c
 
 @triton.jit
 def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, r, row, sp, V, K1, n_splits, SPLIT,
-               BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, LAUNCHES: tl.constexpr,
-               LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, r, row, sp, V, K1,
+               n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
+               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr,
+               LAUNCHES: tl.constexpr, LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
     steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
@@ -616,17 +681,19 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
         separate = tl.where(late, 0, SEPARATE)  # a late row has fewer launches left: each does both
         if (q >= late.to(tl.int32)) & (q < steps) & ((q >= separate) | (q % 2 == 0) | (sp == 0)):
             _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate,
-                  late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, False)  # fmt: skip
+                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row < 0, row, sp, lo, q,
+                  steps, separate, late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL,
+                  False)  # fmt: skip
 
 
 @triton.jit
 def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, gkey_ptr,
-          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, q, steps, separate, late, V, K1,
-          n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-          ROUNDS: tl.constexpr, START: tl.constexpr):  # fmt: skip
+          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, lists, row, sp, lo, q, steps, separate,
+          late, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+          SHIFT: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """Step ``q`` of a row's draws by program (row, split) (:func:`pivot_step`); ``START``: a late row's step 0
-    (:func:`start_late`), which weighs its top-k set and draws from it."""
+    (:func:`start_late`), which weighs its top-k set and draws from it, and where ``lists`` lists it in the
+    pool."""
     b = row // K1
     both = q >= separate
     _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
@@ -637,7 +704,8 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
         base = logits_ptr + b * stride_b + (row % K1) * stride_j
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
-        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, START)
+        pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 may list its set
+        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, lists, POOL, START)
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
@@ -647,16 +715,16 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
             tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
         d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
         _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
-                   y_ptr, total_ptr, part_ptr, d, q == steps - 1, late, row, inv_t, m, V, K1, n_splits, SPLIT, BLOCK,
-                   NS_P2, NB_P2, SHIFT, ROUNDS)  # fmt: skip
+                   y_ptr, total_ptr, part_ptr, pool_ptr, lists, d, q == steps - 1, late, row, inv_t, m, V, K1,
+                   n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL, START)  # fmt: skip
 
 
 @triton.jit
 def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, cut, V, K1,
-               n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, LAUNCHES: tl.constexpr,
-               LATE_START: tl.constexpr):  # fmt: skip
+               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row, sp, cut, listed_before,
+               V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
+               SHIFT: tl.constexpr, STEPS: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr,
+               LAUNCHES: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
     """A late row's start, by its programs of launch ``LATE_START`` of the ``LAUNCHES`` rounds once its search
     state holds its top-k ``cut``. With a ``POOL``, a row whose pool lists every entry at or above the cut (the
     launch before listed them, :func:`list_late_split`) draws to the end there, by split 0's program alone
@@ -671,7 +739,7 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
             j = tl.arange(0, NS_P2 * WARPS)
             listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
-            pooled = active & (tl.max(listed, axis=0) <= POOL)  # its pool holds the top-k set
+            pooled = active & listed_before & (tl.max(listed, axis=0) <= POOL)  # its pool holds the top-k set
             if pooled & (sp == 0):
                 base = logits_ptr + b * stride_b + (row % K1) * stride_j
                 token, kept = _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr,
@@ -685,9 +753,9 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                 tl.store(lo_ptr + row, lo)
             if active:
                 _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                      gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, row, sp, lo, row * 0,
-                      min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
-                      SHIFT, ROUNDS, True)  # fmt: skip
+                      gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, ~listed_before, row,
+                      sp, lo, row * 0, min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK,
+                      NS_P2, NB_P2, SHIFT, ROUNDS, POOL, True)  # fmt: skip
 
 
 @triton.jit

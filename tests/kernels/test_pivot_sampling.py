@@ -222,14 +222,17 @@ def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, sp
     hold all of them checks and redraws from there to the end in the next launch: a small top-p over flat
     rows rejects draw after draw, and the rows run out at a bound of 3 draws. With regions of 130 entries
     some rows have a fuller one, with regions of one entry none fits, and with more splits than the pool
-    serves (three here) no row has a pool: they check their draws by passes in the launches after. Tokens
-    agree with the reference either way (the drafts are its draws, so every
+    serves (three here) no row has a pool: they check their draws by passes in the launches after. The last
+    request's top entries lie between 2 and 6, 256 bfloat16 keys above a bucket of the first count: its
+    search ends before the last count, and its start lists its top-k set instead. Tokens agree with the reference either way (the drafts are its draws, so every
     row's is emitted)."""
     monkeypatch.setattr(_sampling_pivot, "POOL", pool)
     monkeypatch.setattr(_sampling_pivot, "POOL_SPLITS", splits)
     g = torch.Generator().manual_seed(1)
     B, K, V = 4, 1, 2500
-    x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
+    x = torch.randn(B, K + 1, V, generator=g) * 0.5
+    x[3, :, :2100] = 2.0 + 4.0 * torch.rand(K + 1, 2100, generator=g)  # its search ends before the last count
+    x = x.bfloat16().to(DEV)
     T = torch.ones(B, device=DEV)
     k = torch.tensor([1100, 1300, 1050, 2000], device=DEV)
     p = torch.tensor([0.1, 0.3, 0.2, 0.05], device=DEV)
