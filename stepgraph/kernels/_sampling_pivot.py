@@ -28,13 +28,16 @@ still drawing after the last launch goes on alone there, a pass over the row per
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
 rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
 rounds' top-k phase narrows from there, ending in launch 3 over 16-bit keys, 7 over 32-bit ones
-(:func:`late_start`). The launch before, whose count narrows the cut from 16 keys to one, also lists every
-entry at or above those 16 keys in a pool, each warp its quarter of the split (:func:`list_late_split`): the
-top-k set and a few more. In the launch where the search ends, a row whose pool holds all of them makes its
-draws and checks there, from the list, by one program (:func:`_pool_start`): no pass over the row is left to
-make. For a row with a fuller region, :func:`start_late` sets ``lo`` to the cut, and that launch and the ones
-after it draw as above from there, each one doing both (masses, then the draw): the first also weighs the
-top-k set, the total the checks compare with. A batch without late requests (the ``top_p`` class; the
+(:func:`late_start`). In the launch where it ends, :func:`start_late` sets ``lo`` to the cut once the search
+state holds it, and that launch and the ones after it draw as above from there, each one doing both (masses,
+then the draw): the first also weighs the top-k set, the total the checks compare with. With few splits a
+row (large batches, :func:`pool_entries`), a pool spares those passes. The launch before the start, whose
+count narrows the cut from 16 keys to one, also lists every entry at or above those 16 keys, each warp its
+quarter of the split (:func:`list_late_split`): the top-k set and a few more. At the start, a row whose pool
+holds all of them makes every draw and check from the list, by one program (:func:`_pool_start`). A row whose
+search ended before that launch lists its top-k set in the start's pass instead (:func:`_pool_mass_loop`),
+and if its pool holds all of it, its last program makes the draws and checks there (:func:`_pool_draws`).
+Either way the launches after it have nothing left to do. A batch without late requests (the ``top_p`` class; the
 ``general`` class has them) takes :data:`DRAW_LAUNCHES` launches of the rounds, one with them those up to the
 end of the late rows' :data:`LATE_STEPS` (:func:`pivot_launches`).
 
@@ -81,16 +84,16 @@ SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
 #: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, and
 #: the number of what can be drawn (a float64 integer).
 HEAD: tl.constexpr = tl.constexpr(3)
-#: Entries of a late row that one warp of a split's program lists in the last count of its top-k search
-#: (:func:`list_late_split`): its region of the pool. A row whose regions all hold their entries at or above
-#: the search's last interval draws to the end from them in the next launch (:func:`_pool_start`); one with a
-#: fuller region checks its draws by passes, as others do.
+#: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
+#: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
+#: whose regions all hold their entries draws to the end from them in its start; one with a fuller region
+#: checks its draws by passes, as others do.
 POOL = 256
 #: The pool serves rows of this many splits or fewer (large batches), where a launch's passes are long and the
 #: launches after the start are worth sparing; with more, a row's program would draw alone for longer than the
 #: passes take (:func:`pool_entries`).
 POOL_SPLITS = 8
-#: Warps of a program, each with a quarter of the split (its region of the pool) in the listing pass.
+#: Warps of a program, each with a quarter of the split (its region of the pool) in a listing pass.
 WARPS: tl.constexpr = tl.constexpr(4)
 #: Entries of the pool a step of :func:`_pool_masses` reads: a tile of every region.
 POOL_TILE: tl.constexpr = tl.constexpr(1024)
@@ -578,9 +581,10 @@ def _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top
     """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1``
     (``token``, ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
     regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed``
-    entries each; :func:`list_late_split`), as the launches would make them by passes over the row: the check
-    of the last draw by the mass above it, then, if it failed, the next draw from there (the region where
-    the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS`` draws."""
+    entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would make them by
+    passes over the row: the check of the last draw by the mass above it, then, if it failed, the next draw
+    from there (the region where the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS``
+    draws."""
     masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
     mass = tl.sum(masses, axis=0)
     kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
