@@ -77,8 +77,8 @@ def test_seeded_tokens_are_the_same_from_the_kernels_and_their_references(sp):
 @pytest.mark.parametrize("name", ["temperature", "top_k", "top_k_top_p", "top_p", "general"])
 def test_the_kernel_draws_the_references_tokens_at_a_real_vocabulary(name):
     """64 requests of each sampled class at V = 151,936, under its kernel options; ``general``: top-k
-    1100..2999 with the top-p (late pivot requests, whose rows draw from the pool of their top-k set at this
-    batch)."""
+    1100..2999 with the top-p (late pivot requests, whose rows draw from the pool their last count lists at
+    this batch)."""
     from stepgraph.kernels.chain_sampling_ref import chain_verify_sampling_ref
 
     torch.manual_seed(5)
