@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 BATCH_SHAPED_ARGS = (
     "K", "K1", "N", "R", "T", "r", "n_rows", "num_rows", "n_splits", "n_copy", "top_n",
@@ -78,3 +82,29 @@ def vocab_split(rows: int, vocab: int, *, block: int, target_programs: int = 264
     per_row = max(1, target_programs // max(rows, 1))
     iters = max(1, min(max_block_iters, triton.cdiv(blocks, per_row)))
     return iters * block
+
+
+@functools.cache
+def _grid_dependency_control(index: int) -> bool:
+    """Whether device ``index`` has programmatic dependent launch (sm_90 and up)."""
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def dependent_launch(t: torch.Tensor, on: bool = True) -> dict:
+    """Launch options of a kernel that calls :func:`after_previous` first, for the device of ``t``: with
+    ``on``, on sm_90 and up, it launches as a programmatic dependent of the kernel before it in the stream
+    (in a CUDA graph too). Its programs are then placed while that kernel runs and wait for it to end at
+    their start, so the launch costs less of the time between the two. Elsewhere, plain stream order."""
+    on = on and t.is_cuda and not triton_interprets()
+    on = on and _grid_dependency_control(t.device.index if t.device.index is not None else torch.cuda.current_device())
+    return {"GDC": on, "launch_pdl": on}
+
+
+@triton.jit
+def after_previous(GDC: tl.constexpr):
+    """A dependent launch's first step (with ``GDC``, :func:`dependent_launch`): wait until the kernel before
+    has ended and its writes are seen, then let the kernel after this one be placed. Before the wait the
+    program reads nothing that kernel may write."""
+    if GDC:
+        gdc_wait()
+        gdc_launch_dependents()

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
-from ._common import jit_any_batch
+from ._common import after_previous, jit_any_batch
 from .chain_sampling_ref import SMALL_TOP_K_MAX
 
 #: The largest top-k the small top-k path lists; a larger one without top-p draws by the pivot.
@@ -113,8 +113,10 @@ def _stats_kernel(
     SPLIT,
     BLOCK: tl.constexpr,
     SHIFT: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """Per (row, split): greedy argmax key and index, max of ``x / T``, min and max key."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1

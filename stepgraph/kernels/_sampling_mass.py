@@ -13,7 +13,7 @@ import triton.language as tl
 
 from . import _sampling_topk
 from ._argmax import sortable_key
-from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
+from ._common import EXACT_ROUNDING, after_previous, dependent_launch, jit_any_batch, next_pow2
 from ._sampling_filter import (
     BLOCK,
     DONE,
@@ -71,9 +71,11 @@ def _temperature_kernel(
     n_splits,
     SPLIT,
     BLOCK: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """Temperature class, per (row, split): argmax, ``m_split = max z`` and ``sum exp(z - m_split)`` over
     the split without the row's draft token."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -141,6 +143,7 @@ def _round_kernel(
     LATE: tl.constexpr,
     LATE_START: tl.constexpr,
     LATE_LAUNCH: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """Round ``r``: update the row's state, then sum this split into the 16 buckets of ``[lo, hi)``. With
     ``PIVOT``, step ``r`` of the pivot requests' draws too (:func:`._sampling_pivot.pivot_step`; late ones
@@ -153,6 +156,7 @@ def _round_kernel(
     (:func:`._sampling_pivot.list_late_split`); 1, their start; 0, another. Without, -1 leaves the start to
     ``r`` (one variant for every launch). ``LATE`` false promises no late request (``LATE_LAUNCH`` 0): the
     launches are then the draws' alone."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if PIVOT:
@@ -273,11 +277,13 @@ def _kept_mass_kernel(
     NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
     PIVOT: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """Filtered class, per (row, split): the final cut-off (``r`` = number of rounds), then the kept mass
     ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut. With ``PIVOT``,
     the rows of small top-k requests (whose cut and masses the launch before stored) are left alone, and those
     of pivot requests store no kept mass."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
@@ -312,7 +318,7 @@ def _kept_mass_kernel(
 
 
 def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, pivot=None,
-                  pick=None, late=True):  # fmt: skip
+                  pick=None, late=True, dependent=True):  # fmt: skip
     """The filtered class up to the kept mass: stats, cut-off rounds, kept mass. Fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``. ``pivot``:
     ``None`` (every row gets its cut), or ``(seed, offset, lo, y, total, part, count, peak, pool)`` (``seed``,
@@ -323,7 +329,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     own after the rounds (:func:`._sampling_topk.row_cuts`), and with ``pick`` (``[rows]`` int64), their
     samples from their lists. With ``pivot``, ``late=False`` promises no late request (``pivot`` from
     :func:`._sampling_pivot.pivot_buffers` with the same ``late``): the rounds are the draws' launches alone
-    (:func:`._sampling_pivot.pivot_launches`)."""
+    (:func:`._sampling_pivot.pivot_launches`). ``dependent``: every launch after the first a programmatic
+    dependent of the one before (:func:`._common.dependent_launch`)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -339,12 +346,13 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
+    pdl = dependent_launch(logits, dependent)
     ns_p2 = next_pow2(n_splits)
     nb_p2 = next_pow2(triton.cdiv(split, SUB.value)) if pivot is not None else 1  # pivot sub-blocks a split
     stats = (gkey, gidx, m_part, kmin, kmax)
     if pivot is None:
         _stats_kernel[grid](*head, temperature, *stats, V, K1, n_splits, SPLIT=split, BLOCK=BLOCK, SHIFT=shift,
-                            num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
+                            num_warps=NUM_WARPS, **EXACT_ROUNDING, **pdl)  # fmt: skip
         draws = (min_p, *(cut,) * 8)  # unused
         maxima, *listed = (cut,) * 6  # unused
     else:
@@ -353,7 +361,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
         _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, V, K1, n_splits,
                                   SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
-                                  M=maxima_per_split(n_splits), LATE=late, num_warps=NUM_WARPS,
+                                  M=maxima_per_split(n_splits), LATE=late, num_warps=NUM_WARPS, **pdl,
                                   **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, seed, offset, lo, y, total, masses, count, pool)
     search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
@@ -365,14 +373,15 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         _round_kernel[grid](*head, *search, *draws, maxima, *listed[:4], r, V, K1, n_splits, rows, SPLIT=split,
                             BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, PIVOT=pivot is not None, PIVOT_NB_P2=nb_p2,
                             **options, LIST_M=maxima_per_split(n_splits), LIST_GCAP=_sampling_topk.GATHER_CAP,
-                            LAUNCHES=rounds, LATE=late, LATE_LAUNCH=late_launch,
+                            LAUNCHES=rounds, LATE=late, LATE_LAUNCH=late_launch, **pdl,
                             num_warps=NUM_WARPS, **EXACT_ROUNDING)  # fmt: skip
     if pivot is not None:  # before the kept mass, which sets the other rows' cut
         sample = (seed, offset, pick) if pick is not None else None
-        row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample)
+        row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample,
+                 dependent)  # fmt: skip
     _kept_mass_kernel[grid](
         *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
         m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-        SHIFT=shift, PIVOT=pivot is not None, num_warps=NUM_WARPS, **EXACT_ROUNDING,
+        SHIFT=shift, PIVOT=pivot is not None, num_warps=NUM_WARPS, **EXACT_ROUNDING, **pdl,
     )  # fmt: skip
     return cut

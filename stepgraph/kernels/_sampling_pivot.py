@@ -52,7 +52,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import sortable_key, track_argmax
-from ._common import jit_any_batch, triton_interprets
+from ._common import after_previous, jit_any_batch, triton_interprets
 from ._sampling_filter import (
     INF_KEY_C,
     NBINS,
@@ -435,7 +435,8 @@ def _number(seed_ptr, offset_ptr, row, K1, draw_no):
 def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                   gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr,
                   maxima_ptr, first_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-                  NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr):  # fmt: skip
+                  NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr,
+                  GDC: tl.constexpr):  # fmt: skip
     """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
     requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the
     row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
@@ -447,6 +448,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first
     count of their top-k search (:func:`._sampling_filter.row_state`). Without ``LATE`` (the batch promises
     no late request) a late request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ._argmax import lanes_argmax, sortable_key, track_argmax
-from ._common import EXACT_ROUNDING, jit_any_batch, next_pow2
+from ._common import EXACT_ROUNDING, after_previous, dependent_launch, jit_any_batch, next_pow2
 from ._sampling_filter import (
     NEG_INF_KEY_C,
     key_shift,
@@ -127,9 +127,10 @@ def split_maxima(base, start, V, SPLIT, BLOCK: tl.constexpr, M: tl.constexpr, ma
 @jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, gkey_ptr, gidx_ptr,
                   m_ptr, s_ptr, maxima_ptr, V, K, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
-                  M: tl.constexpr):  # fmt: skip
+                  M: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     """Launch 1, per (row, split): argmax; the ``M`` subset maxima (candidate rows) or the split's softmax
     partials ``m = max z``, ``sum exp(z - m)`` without the draft token (other rows)."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -185,8 +186,9 @@ def _kth_largest_by_digits(keys, valid, k, BITS: tl.constexpr):
 
 @jit_any_batch
 def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M: tl.constexpr,
-                  MAXIMA: tl.constexpr, SHIFT: tl.constexpr):  # fmt: skip
+                  MAXIMA: tl.constexpr, SHIFT: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     """Launch 2, one program per candidate row: :func:`row_bound`."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
         row_bound(topk_ptr, maxima_ptr, bound_ptr, row, V, K1, n_splits, M, MAXIMA, SHIFT)
@@ -214,8 +216,9 @@ def row_bound(topk_ptr, maxima_ptr, bound_ptr, row, V, K1, n_splits, M: tl.const
 @jit_any_batch
 def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr, list_ptr, count_ptr, ninf_ptr, V,
                    K1, n_splits, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
-                   GCAP: tl.constexpr):  # fmt: skip
+                   GCAP: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     """Launch 3, per (row, split) of a candidate row: :func:`list_split`."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
@@ -470,11 +473,13 @@ def _listed_cut_and_mass(logits_row, list_ptr, count_ptr, ninf_ptr, bound_ptr, k
 def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_ptr, topk_ptr, topp_ptr, minp_ptr,
                 seed_ptr, offset_ptr, pick_ptr, bound_ptr, list_ptr, count_ptr, ninf_ptr, scratch_ptr, m_ptr, s_ptr,
                 cut_ptr, V, K, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, SHIFT: tl.constexpr,
-                BITS: tl.constexpr, GCAP: tl.constexpr, SMALL: tl.constexpr, PICK: tl.constexpr):  # fmt: skip
+                BITS: tl.constexpr, GCAP: tl.constexpr, SMALL: tl.constexpr, PICK: tl.constexpr,
+                GDC: tl.constexpr):  # fmt: skip
     """Launch 4, one program per row: the k-th key, the top-p cut, then the kept mass of every split
     without the draft token (min-p applied), and ``m``, for the last launch; with ``PICK``, the row's
     sample from its list (:func:`_listed_sample`). A row listing at most ``SMALL`` entries searches a list
     that wide. Other rows: the cut lets all through, and their sample is left to the last launch."""
+    after_previous(GDC)
     row = tl.program_id(0).to(tl.int64)
     b = row // K1
     j = row % K1
@@ -523,8 +528,8 @@ def list_buffers(rows: int, n_splits: int, device) -> tuple[torch.Tensor, ...]:
     return maxima, bound, listed, counts, ninf, scratch
 
 
-def row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut,
-             sample=None) -> None:  # fmt: skip
+def row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample=None,
+             dependent=True) -> None:  # fmt: skip
     """Launch 4 (:func:`_cut_kernel`) over ``listed`` (:func:`list_buffers`' workspace after ``maxima``,
     with the lists made): the cut ``[rows]`` and ``m_part``, ``s_part`` (``[rows, n_splits]``) of every
     candidate row; the other rows' cut lets all through. ``sample``: ``None``, or ``(seed, offset, pick)``
@@ -540,13 +545,15 @@ def row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s
                            V, K1 - 1, K1, n_splits, SPLIT=split, BLOCK=PASS_BLOCK, NS_P2=next_pow2(n_splits),
                            SHIFT=shift, BITS=32 - shift, GCAP=GATHER_CAP, SMALL=min(SMALL_LIST, GATHER_CAP),
                            PICK=sample is not None, num_warps=CUT_WARPS, maxnreg=CUT_REGISTERS,
-                           **EXACT_ROUNDING)  # fmt: skip
+                           **EXACT_ROUNDING, **dependent_launch(logits, dependent))  # fmt: skip
 
 
-def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, sample=None):
+def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, gkey, gidx, *, sample=None,
+              dependent=True):  # fmt: skip
     """The small-top-k class up to the kept mass (:func:`filtered_mass`'s contract): fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``; with
-    ``sample`` (:func:`row_cuts`), each candidate row's sample from its list too."""
+    ``sample`` (:func:`row_cuts`), each candidate row's sample from its list too. ``dependent``: every
+    launch after the first a programmatic dependent of the one before (:func:`._common.dependent_launch`)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout
@@ -558,12 +565,14 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
     draft = (drafts, drafts.stride(0))
-    sizes = dict(SPLIT=split, BLOCK=PASS_BLOCK, num_warps=PASS_WARPS, **EXACT_ROUNDING)
+    pdl = dependent_launch(logits, dependent)
+    sizes = dict(SPLIT=split, BLOCK=PASS_BLOCK, num_warps=PASS_WARPS, **EXACT_ROUNDING, **pdl)
     _stats_kernel[grid](*head, *draft, temperature, top_k, gkey, gidx, m_part, s_part, maxima, V, K1 - 1, K1,
                         n_splits, M=per_split, **sizes)  # fmt: skip
     _bound_kernel[(rows,)](temperature, top_k, maxima, bound, V, K1, n_splits, M=per_split, MAXIMA=per_split * ns_p2,
-                           SHIFT=shift, num_warps=8, **EXACT_ROUNDING)  # fmt: skip
+                           SHIFT=shift, num_warps=8, **EXACT_ROUNDING, **pdl)  # fmt: skip
     _gather_kernel[grid](*head, temperature, top_k, bound, *lists[:3], V, K1, n_splits, SHIFT=shift,
                          GCAP=GATHER_CAP, **sizes)  # fmt: skip
-    row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, (bound, *lists), cut, sample)
+    row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, (bound, *lists), cut, sample,
+             dependent)  # fmt: skip
     return cut

@@ -355,3 +355,48 @@ def test_skinny_matmul_replay_is_bitwise_and_rows_do_not_depend_on_the_batch():
     rs.copy_(r[4:8])
     graph.replay()
     assert torch.equal(out, full[4:8])
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_k", "top_p", "general"])
+@pytest.mark.parametrize("B", [1, 8])
+def test_dependent_launches_draw_plain_orders_tokens_replayed_on_new_data(name, B):
+    """The sampled verify's launches as programmatic dependents (the default on sm_90 and up) give the
+    tokens of plain stream order, eagerly and replayed from a graph on new logits, drafts and settings each
+    time: a launch that read what the one before writes before that one ended would differ."""
+    from stepgraph.kernels._common import dependent_launch
+    from stepgraph.sampling import sampling_class
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90")
+    K, V = 3, 151936
+    x = torch.empty(B, K + 1, V, device="cuda", dtype=torch.bfloat16)
+    assert dependent_launch(x)["launch_pdl"] and not dependent_launch(x, False)["launch_pdl"]
+    d = torch.empty(B, K, device="cuda", dtype=torch.int64)
+    T, k, p, seed, off = _sampling_inputs(B, K, V, T=0.8, p=0.9)
+    mode = sampling_class(name).kernel
+
+    def draw(dependent):
+        return chain_verify_sampling(x, d, T, k, p, seed, off, **mode, dependent=dependent)
+
+    def new_data(i):
+        torch.manual_seed(i)
+        x.copy_((torch.randn(x.shape, device="cuda") * (1 + 3 * (i % 2))).bfloat16())
+        d.copy_(torch.argmax(x[:, :K].float(), -1))
+        d[::2, 0] = torch.randint(0, V, (d[::2].shape[0],), device="cuda")
+        k.copy_(torch.randint(1, 300, (B,)) if name == "top_k" else torch.randint(1100, 3000, (B,)))
+        if name not in ("top_k", "general"):
+            k.zero_()
+        seed.copy_(torch.randint(0, 2**62, (B,)))
+
+    new_data(0)
+    g, out = _graph(lambda: draw(True))
+    for i in range(1, 5):
+        new_data(i)
+        off.zero_()
+        g.replay()
+        off.zero_()
+        plain = draw(False)
+        off.zero_()
+        eager = draw(True)
+        assert torch.equal(out.tokens, plain.tokens) and torch.equal(out.num_accepted, plain.num_accepted), i
+        assert torch.equal(eager.tokens, plain.tokens), i

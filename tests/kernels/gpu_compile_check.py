@@ -152,9 +152,14 @@ def _direct_calls() -> None:
         token_logprobs(rows.view(2, 3, 300), torch.zeros(2, 3, dtype=torch.int64), 0)  # no alternatives
 
 
+#: Constexprs a launch on an sm_90 GPU sets where the interpreter's recording cannot: a dependent launch's wait
+#: (:func:`stepgraph.kernels._common.dependent_launch`).
+ON_THE_GPU = {"GDC": True}
+
+
 def _compiled(entry: dict, overrides: dict | None = None):
-    """``entry``'s variant compiled for sm_90 (constexprs in ``overrides`` replaced), with the divisibility by
-    16 the launcher would have given its arguments."""
+    """``entry``'s variant compiled for sm_90 (constexprs in :data:`ON_THE_GPU`, then in ``overrides``,
+    replaced), with the divisibility by 16 the launcher would have given its arguments."""
     import importlib
 
     import triton
@@ -163,7 +168,8 @@ def _compiled(entry: dict, overrides: dict | None = None):
 
     fn = getattr(importlib.import_module(entry["module"]), entry["name"])
     names = fn.arg_names
-    constexprs = entry["constexprs"] | {n: v for n, v in (overrides or {}).items() if n in entry["constexprs"]}
+    overrides = ON_THE_GPU | (overrides or {})
+    constexprs = entry["constexprs"] | {n: v for n, v in overrides.items() if n in entry["constexprs"]}
     sig = {n: entry["sig"].get(n, "constexpr") for n in names if n in entry["sig"] or n in constexprs}
     consts = {(names.index(n),): v for n, v in constexprs.items()}
     div16 = set(entry.get("div16", ()))
