@@ -47,6 +47,12 @@ class Toggles:
         "stepgraph's sampling kernel wherever it applies: the lean sampled verify and the prefill's first "
         "sampled token (off: their torch implementations; the general tree path is torch either way)",
     )
+    dependent_launch: bool = _piece(
+        "STEPGRAPH_DEPENDENT_LAUNCH",
+        "each launch of stepgraph's sampling kernel after its first starts as a programmatic dependent of the "
+        "one before it on sm_90 and later: placed while that one runs, it waits for it first (off: plain "
+        "stream order)",
+    )
     lean_sampled_verify: bool = _piece(
         "STEPGRAPH_LEAN_SAMPLED_VERIFY",
         "sampled verify specialised for chains (off: the general tree path over materialised probabilities)",

@@ -28,6 +28,7 @@ they write slots of that request that a later forward writes before any reads th
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -62,8 +63,9 @@ class ChunkForward:
         the next one's first draft position.
     scratch_row, max_seq_len:
         The cache row of padded batch rows, and the positions of a cache row.
-    kernels:
-        Sample first tokens with stepgraph's sampling kernel (else its torch reference).
+    kernels, dependent:
+        Sample first tokens with stepgraph's sampling kernel (else its torch reference), its launches
+        programmatic dependents with ``dependent`` (the ``dependent_launch`` piece).
     config:
         The runner's settings; its buckets are the numbers of chunks (``STEPGRAPH_PREFILL_GRAPH=0``: eager).
     agree:
@@ -91,6 +93,7 @@ class ChunkForward:
         max_seq_len: int,
         device: torch.device,
         kernels: bool = True,
+        dependent: bool = True,
         config: RunnerConfig | None = None,
         agree=None,
         penalties: PenaltyState | None = None,
@@ -101,6 +104,7 @@ class ChunkForward:
         self.prompt_logprobs, self.logprob_kernels = prompt_logprobs, logprob_kernels
         self.penalties, self.draft_penalties = penalties, draft_penalties(penalties, draft)
         self.device, self.hidden_size, self.hidden_dtype, self.kernels = device, hidden_size, hidden_dtype, kernels
+        self.dependent = dependent
         self._offsets = torch.arange(chunk + 1, device=device)
         self.sizes = tuple(n for n in (1, 2, 4, 8, 16) if n <= min(MAX_CHUNKS, max_chunks, chunk))
         max_batch = self.sizes[-1]
@@ -146,7 +150,7 @@ class ChunkForward:
             slots = buf["slots"]
             self.penalties.write_prompt(tokens, slots, buf["start"], last + 1)
             sampled = self.penalties.apply(end_logits[:, None], slots[:, None][:, :0], slots, buf["start"] + last)[:, 0]
-        first = first_tokens(sampled, buf, offset, sampling, self.kernels)
+        first = first_tokens(sampled, buf, offset, sampling, self.kernels, self.dependent)
         extra = buf["extra"]
         d_tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], 1)
         d_tokens[at, last + 1] = torch.where(extra >= 0, extra, first)  # the position after the chunk
@@ -203,13 +207,16 @@ class ChunkForward:
         return self.runner.run(inputs, sampling)
 
 
-def first_tokens(logits: torch.Tensor, values, offset: torch.Tensor, sampling: Sampling, kernels: bool) -> torch.Tensor:
+def first_tokens(
+    logits: torch.Tensor, values, offset: torch.Tensor, sampling: Sampling, kernels: bool, dependent: bool = True
+) -> torch.Tensor:
     """The first token ``[n]`` of prompts from their last logits ``[n, V]``: greedy, or sampled like a verify
-    with no drafts from each request's stream. ``values``: the requests' ``temperature``, ``top_k``,
+    with no drafts from each request's stream, by stepgraph's kernel with ``kernels`` (its launches
+    programmatic dependents with ``dependent``). ``values``: the requests' ``temperature``, ``top_k``,
     ``top_p``, ``min_p`` and ``seed`` ``[n]`` on the device; ``offset [n]`` is advanced past the draw."""
     if sampling is Sampling.GREEDY:
         return torch.argmax(logits, -1)
-    sample = chain_verify_sampling if kernels else chain_verify_sampling_ref
+    sample = functools.partial(chain_verify_sampling, dependent=dependent) if kernels else chain_verify_sampling_ref
     out = sample(
         logits[:, None],
         torch.zeros((logits.shape[0], 0), dtype=torch.int64, device=logits.device),

@@ -50,7 +50,8 @@ class Pieces:
         if not toggles.lean_sampled_verify:
             self._sampled = chain_verify_sampling_tree
         else:
-            self._sampled = chain_verify_sampling if toggles.two_launch_sampling else chain_verify_sampling_ref
+            kernels = functools.partial(chain_verify_sampling, dependent=toggles.dependent_launch)
+            self._sampled = kernels if toggles.two_launch_sampling else chain_verify_sampling_ref
 
     # draft steps -------------------------------------------------------------------------------
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:

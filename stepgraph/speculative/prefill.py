@@ -30,7 +30,8 @@ class Prefill:
     """Runs a request's prompt through both models into its cache row and relay slot.
 
     ``kernels``: sample the first token with stepgraph's sampling kernel (the
-    ``two_launch_sampling`` piece), else with its torch reference. ``logprobs``: ``None``, or the
+    ``two_launch_sampling`` piece), else with its torch reference; ``dependent``: its launches programmatic
+    dependents (the ``dependent_launch`` piece). ``logprobs``: ``None``, or the
     alternatives per token to score the first token with, under ``logprobs_mode``
     (:mod:`stepgraph.speculative.scores`), through its kernels with ``logprob_kernels`` (the
     ``fused_logprobs`` piece).
@@ -51,6 +52,7 @@ class Prefill:
         device: torch.device,
         *,
         kernels: bool,
+        dependent: bool = True,
         logprobs: int | None = None,
         logprob_kernels: bool = True,
         chunks: ChunkForward | None = None,
@@ -62,6 +64,7 @@ class Prefill:
         self.prompt_logprobs = prompt_logprobs
         self.logprobs_mode = logprobs_mode
         self.kernels, self.logprobs, self.chunks, self.penalties = kernels, logprobs, chunks, penalties
+        self.dependent = dependent
         self.draft_penalties = draft_penalties(penalties, draft)
         self.logprob_kernels = logprob_kernels
         if penalties is not None:  # the whole-prompt path's slot and last position, filled per request
@@ -98,7 +101,7 @@ class Prefill:
                 n: torch.tensor([v], dtype=REQUEST_FIELDS[n][0], device=dev) for n, v in p.request_values().items()
             }
         offset = torch.zeros(1, dtype=torch.int64, device=dev)
-        first = first_tokens(end, values, offset, p.sampling, self.kernels)  # [1]
+        first = first_tokens(end, values, offset, p.sampling, self.kernels, self.dependent)  # [1]
         d_tokens = torch.cat([tokens, first[:, None]], 1)
         d_hidden = torch.cat([torch.zeros_like(hidden[:, :1]), hidden], 1)
         d_logits, d_hid = self.draft(d_tokens, torch.arange(L + 1, device=dev)[None, :], d_hidden, rows)

@@ -37,9 +37,9 @@ def test_unknown_name_lists_valid_ones():
 
 
 def test_each_switch_is_declared_once_with_its_variable():
-    assert len(Toggles.piece_names()) == 11
+    assert len(Toggles.piece_names()) == 12
     variables = Toggles.variables()
-    assert len(variables) == 13 and all(v.startswith("STEPGRAPH_") for v in variables)  # master, 11 pieces, debug
+    assert len(variables) == 14 and all(v.startswith("STEPGRAPH_") for v in variables)  # master, 12 pieces, debug
     for name in Toggles.piece_names():
         on = Toggles.from_env({Toggles.variable(name): "0"})
         assert not getattr(on, name) and all(v for n, v in on.pieces().items() if n != name)
