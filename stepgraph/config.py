@@ -49,9 +49,8 @@ class Toggles:
     )
     dependent_launch: bool = _piece(
         "STEPGRAPH_DEPENDENT_LAUNCH",
-        "each launch of stepgraph's sampling kernel after its first starts as a programmatic dependent of the "
-        "one before it on sm_90 and later: placed while that one runs, it waits for it first (off: plain "
-        "stream order)",
+        "each launch of stepgraph's sampling kernel starts as a programmatic dependent of the kernel before it "
+        "on sm_90 and later: placed while that one runs, it waits for it first (off: plain stream order)",
     )
     lean_sampled_verify: bool = _piece(
         "STEPGRAPH_LEAN_SAMPLED_VERIFY",

@@ -329,8 +329,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     own after the rounds (:func:`._sampling_topk.row_cuts`), and with ``pick`` (``[rows]`` int64), their
     samples from their lists. With ``pivot``, ``late=False`` promises no late request (``pivot`` from
     :func:`._sampling_pivot.pivot_buffers` with the same ``late``): the rounds are the draws' launches alone
-    (:func:`._sampling_pivot.pivot_launches`). ``dependent``: every launch after the first a programmatic
-    dependent of the one before (:func:`._common.dependent_launch`)."""
+    (:func:`._sampling_pivot.pivot_launches`). ``dependent``: every launch a programmatic dependent of the
+    kernel before it (:func:`._common.dependent_launch`)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout

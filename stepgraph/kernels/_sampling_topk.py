@@ -553,7 +553,7 @@ def topk_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, 
     """The small-top-k class up to the kept mass (:func:`filtered_mass`'s contract): fills ``m_part``,
     ``s_part``, ``gkey``, ``gidx`` (``[rows, n_splits]``) and returns the cut keys ``[rows]``; with
     ``sample`` (:func:`row_cuts`), each candidate row's sample from its list too. ``dependent``: every
-    launch after the first a programmatic dependent of the one before (:func:`._common.dependent_launch`)."""
+    launch a programmatic dependent of the kernel before it (:func:`._common.dependent_launch`)."""
     B, K1, V = logits.shape
     rows, dev = B * K1, logits.device
     n_splits, split = layout

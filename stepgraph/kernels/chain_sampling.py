@@ -385,7 +385,7 @@ def chain_verify_sampling(
         and is drawn with its top-k and its top-p each over the whole distribution (the smaller of the two
         sets) instead of top-p within its top-k.
     dependent:
-        Each launch after the first is a programmatic dependent of the one before it on sm_90 and up
+        Each launch is a programmatic dependent of the kernel before it on sm_90 and up
         (:func:`._common.dependent_launch`): the same results, less time between launches. ``False``: plain
         stream order (``STEPGRAPH_DEPENDENT_LAUNCH=0``).
 

@@ -14,7 +14,7 @@ import stepgraph.kernels
 from stepgraph import RunnerConfig, SamplingParams, Toggles
 from stepgraph.kernels._common import after_previous, dependent_launch
 
-#: The sampled verify's kernels, each launched as a dependent of the one before it.
+#: The sampled verify's kernels, each launched as a dependent of the kernel before it.
 DEPENDENT = {
     "_sampling_filter._stats_kernel", "_sampling_mass._temperature_kernel", "_sampling_mass._round_kernel",
     "_sampling_mass._kept_mass_kernel", "_sampling_pivot._stats_kernel", "_sampling_topk._stats_kernel",
