@@ -6,7 +6,6 @@ import functools
 
 import torch
 import triton
-import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 BATCH_SHAPED_ARGS = (
@@ -101,10 +100,10 @@ def dependent_launch(t: torch.Tensor, on: bool = True) -> dict:
 
 
 @triton.jit
-def after_previous(GDC: tl.constexpr):
-    """A dependent launch's first step (with ``GDC``, :func:`dependent_launch`): wait until the kernel before
-    has ended and its writes are seen, then let the kernel after this one be placed. Before the wait the
-    program reads nothing that kernel may write."""
-    if GDC:
-        gdc_wait()
-        gdc_launch_dependents()
+def after_previous():
+    """A dependent launch's first step (:func:`dependent_launch`, whose ``GDC`` a kernel tests before it calls
+    this, so that the interpreter makes no call): wait until the kernel before has ended and its writes are
+    seen, then let the kernel after this one be placed. Before the wait the program reads nothing that kernel
+    may write."""
+    gdc_wait()
+    gdc_launch_dependents()

@@ -116,7 +116,8 @@ def _stats_kernel(
     GDC: tl.constexpr,
 ):
     """Per (row, split): greedy argmax key and index, max of ``x / T``, min and max key."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1

@@ -75,7 +75,8 @@ def _temperature_kernel(
 ):
     """Temperature class, per (row, split): argmax, ``m_split = max z`` and ``sum exp(z - m_split)`` over
     the split without the row's draft token."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -156,7 +157,8 @@ def _round_kernel(
     (:func:`._sampling_pivot.list_late_split`); 1, their start; 0, another. Without, -1 leaves the start to
     ``r`` (one variant for every launch). ``LATE`` false promises no late request (``LATE_LAUNCH`` 0): the
     launches are then the draws' alone."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if PIVOT:
@@ -283,7 +285,8 @@ def _kept_mass_kernel(
     ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut. With ``PIVOT``,
     the rows of small top-k requests (whose cut and masses the launch before stored) are left alone, and those
     of pivot requests store no kept mass."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(

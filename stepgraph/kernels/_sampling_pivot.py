@@ -448,7 +448,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first
     count of their top-k search (:func:`._sampling_filter.row_state`). Without ``LATE`` (the batch promises
     no late request) a late request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1

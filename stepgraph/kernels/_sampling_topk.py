@@ -130,7 +130,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_
                   M: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     """Launch 1, per (row, split): argmax; the ``M`` subset maxima (candidate rows) or the split's softmax
     partials ``m = max z``, ``sum exp(z - m)`` without the draft token (other rows)."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     b = row // K1
@@ -188,7 +189,8 @@ def _kth_largest_by_digits(keys, valid, k, BITS: tl.constexpr):
 def _bound_kernel(temp_ptr, topk_ptr, maxima_ptr, bound_ptr, V, K1, n_splits, M: tl.constexpr,
                   MAXIMA: tl.constexpr, SHIFT: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     """Launch 2, one program per candidate row: :func:`row_bound`."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
         row_bound(topk_ptr, maxima_ptr, bound_ptr, row, V, K1, n_splits, M, MAXIMA, SHIFT)
@@ -218,7 +220,8 @@ def _gather_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, bound_ptr
                    K1, n_splits, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
                    GCAP: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
     """Launch 3, per (row, split) of a candidate row: :func:`list_split`."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
     if _is_candidate_row(temp_ptr, topk_ptr, row // K1):
@@ -479,7 +482,8 @@ def _cut_kernel(logits_ptr, stride_b, stride_j, draft_ptr, stride_draft, temp_pt
     without the draft token (min-p applied), and ``m``, for the last launch; with ``PICK``, the row's
     sample from its list (:func:`_listed_sample`). A row listing at most ``SMALL`` entries searches a list
     that wide. Other rows: the cut lets all through, and their sample is left to the last launch."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     row = tl.program_id(0).to(tl.int64)
     b = row // K1
     j = row % K1

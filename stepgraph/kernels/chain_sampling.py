@@ -174,7 +174,8 @@ def _finalize_kernel(
     """One program per request: combine the partials, walk the chain, sample the correction or bonus. With
     ``LISTED``, the rows of small top-k requests have their sample in ``pick`` (the cut launch drew it from
     the row's list): the split is scanned for the others (``pick`` is ``UNLISTED``) alone."""
-    after_previous(GDC)
+    if GDC:  # a dependent launch: the kernel before it has ended first
+        after_previous()
     b = tl.program_id(0).to(tl.int64)
     K1 = K + 1
     j = tl.arange(0, K1_P2)

@@ -12,7 +12,7 @@ from triton.runtime.jit import KernelInterface
 
 import stepgraph.kernels
 from stepgraph import RunnerConfig, SamplingParams, Toggles
-from stepgraph.kernels._common import after_previous, dependent_launch
+from stepgraph.kernels._common import dependent_launch
 
 #: The sampled verify's kernels, each launched as a dependent of the kernel before it.
 DEPENDENT = {
@@ -25,13 +25,13 @@ DEPENDENT = {
 
 def _kernels_with_a_wait():
     """``{module.kernel: its body's statements after the docstring}`` for every Triton kernel of
-    :mod:`stepgraph.kernels` that takes ``GDC`` (the wait aside)."""
+    :mod:`stepgraph.kernels` that takes ``GDC``."""
     found = {}
     for info in pkgutil.iter_modules(stepgraph.kernels.__path__):
         module = importlib.import_module(f"stepgraph.kernels.{info.name}")
         for name, fn in vars(module).items():
             kernel = isinstance(fn, KernelInterface) and "GDC" in getattr(fn, "arg_names", ())
-            if kernel and fn.fn.__module__ == module.__name__ and fn is not after_previous:
+            if kernel and fn.fn.__module__ == module.__name__:
                 body = ast.parse(textwrap.dedent(inspect.getsource(fn.fn))).body[0].body
                 found[f"{info.name}.{name}"] = body[1:] if isinstance(body[0], ast.Expr) else body
     return found
@@ -39,13 +39,11 @@ def _kernels_with_a_wait():
 
 def test_every_dependent_kernel_waits_for_the_one_before_first():
     """A dependent launch's programs may be placed while the kernel before it runs: each one's first
-    statement is the wait (``after_previous(GDC)``), before it reads anything that kernel writes."""
+    statement is the wait (``if GDC: after_previous()``), before it reads anything that kernel writes."""
     found = _kernels_with_a_wait()
     assert set(found) == DEPENDENT
     for name, body in found.items():
-        first = body[0]
-        call = first.value if isinstance(first, ast.Expr) else None
-        assert isinstance(call, ast.Call) and ast.unparse(call) == "after_previous(GDC)", name
+        assert ast.unparse(body[0]) == "if GDC:\n    after_previous()", name
 
 
 def test_launches_keep_plain_stream_order_off_the_gpu_and_when_asked():
