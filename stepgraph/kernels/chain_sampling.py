@@ -77,17 +77,18 @@ __all__ = [
 ]
 
 MAX_SPLITS = 32
-#: Programs a launch over (row, split) aims at: eight an SM of an H200. The passes are bound by the latency
-#: of their loads, and most take at most 64 registers a thread at four warps, so eight programs can share an
-#: SM (the round kernel that makes the pivot draws takes 96: five).
+#: Programs a launch over (row, split) aims at: eight an SM of an H200 or H100 (132 SMs). The passes are
+#: bound by the latency of their loads, and most take at most 64 registers a thread at four warps, so eight
+#: programs can share an SM (the pivot classes' stats and round kernels take 96: five).
 PROGRAMS = 1056
 
 
 def split_layout(rows: int, vocab: int) -> tuple[int, int]:
-    """``(splits per row, entries per split)``: about :data:`PROGRAMS` programs in all, at least eight
-    splits per row (the last launch scans one split) and at most 32, unless a split would exceed 255
-    blocks (the count rounds keep one byte per lane); a split is a multiple of ``BLOCK``."""
-    per_row = max(min(MAX_SPLITS, max(8, triton.cdiv(PROGRAMS, max(rows, 1)))), triton.cdiv(vocab, 255 * BLOCK))
+    """``(splits per row, entries per split)``: at most :data:`PROGRAMS` programs in all (a launch in one
+    wave where its kernel allows eight an SM), but at least eight splits per row (the last launch scans one
+    split) and at most 32, unless a split would exceed 255 blocks (the count rounds keep one byte per lane);
+    a split is a multiple of ``BLOCK``."""
+    per_row = max(min(MAX_SPLITS, max(8, PROGRAMS // max(rows, 1))), triton.cdiv(vocab, 255 * BLOCK))
     split = triton.cdiv(triton.cdiv(vocab, per_row), BLOCK) * BLOCK
     return triton.cdiv(vocab, split), split
 

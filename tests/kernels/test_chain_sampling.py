@@ -392,7 +392,7 @@ def test_the_split_layout_keeps_what_the_kernels_rely_on(vocab):
     """Every entry in one split and no split empty; a split a whole number of blocks, at most 255 of them
     (the count rounds keep one byte per lane); at least eight splits a row where the vocabulary has the
     blocks for them, at most 32 unless the 255 blocks need more; and above those floors, no more programs
-    than the layout aims at, but for the rounding up of a split a row."""
+    than the layout aims at: one wave."""
     from stepgraph.kernels._sampling_filter import BLOCK
     from stepgraph.kernels.chain_sampling import MAX_SPLITS, PROGRAMS, split_layout
 
@@ -403,5 +403,15 @@ def test_the_split_layout_keeps_what_the_kernels_rely_on(vocab):
         assert (n_splits - 1) * split < vocab <= n_splits * split, (rows, n_splits, split)
         assert n_splits >= min(8, blocks), (rows, n_splits)
         assert n_splits <= max(MAX_SPLITS, -(-blocks // 255)), (rows, n_splits)
-        if n_splits > max(8, -(-blocks // 255)):  # above its floors: the programs, a split a row rounded up
-            assert rows * (n_splits - 1) < PROGRAMS, (rows, n_splits)
+        if n_splits > max(8, -(-blocks // 255)):  # above its floors: one wave of programs
+            assert rows * n_splits <= PROGRAMS, (rows, n_splits)
+
+
+def test_a_batch_of_32_at_k_3_has_the_late_rows_pool():
+    """128 verify rows over Qwen's vocabulary get eight splits a row (not nine, for a ninth program on a few
+    SMs), which is where the ``general`` class's late rows list their top-k set in a pool and draw from it."""
+    from stepgraph.kernels._sampling_pivot import POOL, pool_entries
+    from stepgraph.kernels.chain_sampling import split_layout
+
+    n_splits, _ = split_layout(32 * 4, 151_936)
+    assert n_splits == 8 and pool_entries(n_splits) == POOL
