@@ -113,7 +113,7 @@ class _CountedLaunches:
         return self.kernel[grid]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
 def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtype, monkeypatch):
     """With ``late=False`` (the ``top_p`` class) the rounds are the draws' five launches, not the search's 8
     (bfloat16) or 16, and every request gets the reference's tokens: top-p alone, with min-p (its first draw
@@ -214,8 +214,11 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
         assert torch.equal(got, ref), (step, got.tolist(), ref.tolist())
 
 
-@pytest.mark.parametrize("pool,splits", [(_sampling_pivot.POOL, 8), (130, 8), (1, 8), (_sampling_pivot.POOL, 2)],
-                         ids=["every-row", "some-rows", "none-fits", "no-pool"])  # fmt: skip
+@pytest.mark.parametrize(  # some rows fit (both paths) and no pool in the suite; the others in the slow run
+    "pool,splits",
+    [pytest.param(_sampling_pivot.POOL, 8, id="every-row", marks=pytest.mark.slow), pytest.param(130, 8, id="some-rows"),
+     pytest.param(1, 8, id="none-fits", marks=pytest.mark.slow), pytest.param(_sampling_pivot.POOL, 2, id="no-pool")],
+)  # fmt: skip
 def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, splits, monkeypatch, request):
     """The last count of a late row's top-k search, over 16 keys, lists every entry at or above them (every
     warp of a split its quarter, in vocabulary order): the top-k set and a few more. A row whose regions
@@ -466,8 +469,10 @@ def test_late_draws_give_the_top_k_top_p_law(min_p, monkeypatch):
 
 @pytest.mark.parametrize(
     "gather_cap,top_k,dtype",
-    [(_sampling_topk.GATHER_CAP, (300, 1000), torch.bfloat16), (256, (200, 250), torch.float16)],
-    ids=["lists", "radix"],
+    [
+        pytest.param(_sampling_topk.GATHER_CAP, (300, 1000), torch.bfloat16, id="lists"),
+        pytest.param(256, (200, 250), torch.float16, id="radix", marks=pytest.mark.slow),
+    ],  # radix in the slow run
 )
 def test_small_top_k_rows_in_the_top_p_class_find_their_cut_in_its_rounds(gather_cap, top_k, dtype, monkeypatch):
     """A batch that mixes every kind of row runs in the ``top_p`` class: small top-k requests (with top-p,
