@@ -52,7 +52,16 @@ import triton.language as tl
 
 from ._argmax import reduce_keys
 from ._common import EXACT_ROUNDING, after_previous, check, dependent_launch, jit_any_batch, next_pow2, use_triton
-from ._sampling_filter import BLOCK, INF_KEY_C, NEG_INF_KEY_C, key_shift, key_value, row_key, verify_stream
+from ._sampling_filter import (
+    BLOCK,
+    INF_KEY_C,
+    NEG_INF_KEY_C,
+    SPLIT_BLOCKS,
+    key_shift,
+    key_value,
+    row_key,
+    verify_stream,
+)
 from ._sampling_mass import NUM_WARPS, _temperature_kernel, filtered_mass
 from ._sampling_pivot import _pick, pivot_buffers
 from ._sampling_topk import TOP_K_MAX, UNLISTED, topk_mass
@@ -86,9 +95,9 @@ PROGRAMS = 1056
 def split_layout(rows: int, vocab: int) -> tuple[int, int]:
     """``(splits per row, entries per split)``: at most :data:`PROGRAMS` programs in all (a launch in one
     wave where its kernel allows eight an SM), but at least eight splits per row (the last launch scans one
-    split) and at most 32, unless a split would exceed 255 blocks (the count rounds keep one byte per lane);
-    a split is a multiple of ``BLOCK``."""
-    per_row = max(min(MAX_SPLITS, max(8, PROGRAMS // max(rows, 1))), triton.cdiv(vocab, 255 * BLOCK))
+    split) and at most 32, unless a split would exceed :data:`._sampling_filter.SPLIT_BLOCKS` blocks (the
+    count rounds' bound); a split is a multiple of ``BLOCK``."""
+    per_row = max(min(MAX_SPLITS, max(8, PROGRAMS // max(rows, 1))), triton.cdiv(vocab, SPLIT_BLOCKS * BLOCK))
     split = triton.cdiv(triton.cdiv(vocab, per_row), BLOCK) * BLOCK
     return triton.cdiv(vocab, split), split
 

@@ -2,8 +2,11 @@
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from stepgraph.kernels import _sampling_topk
+from stepgraph.kernels._sampling_filter import add_counts, bucket_log2, bucket_totals, no_counts
 from stepgraph.kernels.chain_sampling import (
     chain_verify_sampling,
     chain_verify_sampling_ref,
@@ -387,24 +390,80 @@ def test_the_sample_is_found_in_its_block_of_the_split(name, top_k, monkeypatch)
     assert len(set(blocks)) >= 5 and any(b % 5 == 4 for b in blocks), blocks  # a split's last block too
 
 
-@pytest.mark.parametrize("vocab", [1, 1000, 1500, 32_000, 151_936, 262_144, 4_000_000])
+@pytest.mark.parametrize("vocab", [1, 1000, 1500, 32_000, 151_936, 262_144, 520_000, 4_000_000])
 def test_the_split_layout_keeps_what_the_kernels_rely_on(vocab):
-    """Every entry in one split and no split empty; a split a whole number of blocks, at most 255 of them
-    (the count rounds keep one byte per lane); at least eight splits a row where the vocabulary has the
-    blocks for them, at most 32 unless the 255 blocks need more; and above those floors, no more programs
-    than the layout aims at: one wave."""
-    from stepgraph.kernels._sampling_filter import BLOCK
+    """Every entry in one split and no split empty; a split a whole number of blocks, at most
+    ``SPLIT_BLOCKS`` of them (the count rounds' bytes a lane and 16-bit sums a split); at least eight splits a
+    row where the vocabulary has the blocks for them, at most 32 unless those blocks need more; and above those
+    floors, no more programs than the layout aims at: one wave."""
+    from stepgraph.kernels._sampling_filter import BLOCK, SPLIT_BLOCKS
     from stepgraph.kernels.chain_sampling import MAX_SPLITS, PROGRAMS, split_layout
 
+    assert SPLIT_BLOCKS * BLOCK < 2**16 and SPLIT_BLOCKS < 2**8
     blocks = -(-vocab // BLOCK)
     for rows in [*range(1, 70), 128, 132, 256, 1024]:
         n_splits, split = split_layout(rows, vocab)
-        assert split % BLOCK == 0 and split // BLOCK <= 255, (rows, split)
+        assert split % BLOCK == 0 and split // BLOCK <= SPLIT_BLOCKS, (rows, split)
         assert (n_splits - 1) * split < vocab <= n_splits * split, (rows, n_splits, split)
         assert n_splits >= min(8, blocks), (rows, n_splits)
-        assert n_splits <= max(MAX_SPLITS, -(-blocks // 255)), (rows, n_splits)
-        if n_splits > max(8, -(-blocks // 255)):  # above its floors: one wave of programs
+        assert n_splits <= max(MAX_SPLITS, -(-blocks // SPLIT_BLOCKS)), (rows, n_splits)
+        if n_splits > max(8, -(-blocks // SPLIT_BLOCKS)):  # above its floors: one wave of programs
             assert rows * n_splits <= PROGRAMS, (rows, n_splits)
+
+
+@triton.jit
+def _count_kernel(bucket_ptr, out_ptr, N_BLOCKS, BLOCK: tl.constexpr):
+    """Program ``b`` counts row ``b`` of ``bucket_ptr`` (int32 ``[rows, N_BLOCKS * BLOCK]``: a bucket 0..15,
+    or -1 for no entry) as the count rounds do, into ``out_ptr [rows, 16]``."""
+    row = tl.program_id(0)
+    c0, c1, c2, c3 = no_counts(BLOCK)
+    for i in range(0, N_BLOCKS):
+        bucket = tl.load(bucket_ptr + (row * N_BLOCKS + i) * BLOCK + tl.arange(0, BLOCK))
+        c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, bucket & 15, bucket >= 0)
+    tl.store(out_ptr + row * 16 + tl.arange(0, 16), bucket_totals(c0, c1, c2, c3))
+
+
+def test_the_bucket_counts_hold_a_whole_split_in_any_bucket():
+    """A split of the most blocks, every entry in one bucket, each bucket in turn (totals above 2**15 in every
+    16-bit field), then entries spread over the buckets with some left out: the counts are the bincount."""
+    from stepgraph.kernels._sampling_filter import BLOCK, SPLIT_BLOCKS
+
+    g = torch.Generator().manual_seed(0)
+    n = SPLIT_BLOCKS * BLOCK
+    one = torch.arange(16, dtype=torch.int32)[:, None].expand(16, n)
+    spread = torch.randint(-1, 16, (3, n), generator=g, dtype=torch.int32)
+    spread[1, : n // 2] = 13  # most in one bucket, the rest spread
+    buckets = torch.cat([one, spread]).contiguous()
+    out = torch.zeros(buckets.shape[0], 16, dtype=torch.int32, device=DEV)
+    _count_kernel[(buckets.shape[0],)](buckets.to(DEV), out, SPLIT_BLOCKS, BLOCK=BLOCK)
+    want = torch.stack([torch.bincount(r[r >= 0], minlength=16) for r in buckets.long()]).int()
+    assert torch.equal(out.cpu(), want), (out.cpu() - want).nonzero()[:5].tolist()
+
+
+@triton.jit
+def _bucket_log2_kernel(lo_ptr, hi_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    lo, hi = tl.load(lo_ptr + i, mask=i < n), tl.load(hi_ptr + i, mask=i < n)
+    tl.store(out_ptr + i, bucket_log2(lo, hi), mask=i < n)
+
+
+def test_the_bucket_width_is_the_least_power_of_two_whose_16_buckets_cover_the_interval():
+    """Spans from below one to past 2**33 (32-bit keys, from any ``lo``), each power of two and its
+    neighbours among them: ``16 << s >= hi - lo`` for the least ``s >= 0``."""
+    g = torch.Generator().manual_seed(0)
+    powers = torch.tensor([1 << e for e in range(35)])
+    span = torch.cat([torch.arange(-3, 70), powers - 1, powers, powers + 1, torch.randint(1, 1 << 34, (200,), generator=g)])
+    lo = torch.randint(-(1 << 32), 1 << 32, span.shape, generator=g)
+    out = torch.zeros_like(span, device=DEV)
+    _bucket_log2_kernel[(triton.cdiv(span.numel(), 256),)](lo.to(DEV), (lo + span).to(DEV), out, span.numel(), BLOCK=256)
+
+    def least(w):
+        s = 0
+        while (16 << s) < w:
+            s += 1
+        return s
+
+    assert out.cpu().tolist() == [least(w) for w in span.tolist()]
 
 
 def test_a_batch_of_32_at_k_3_has_the_late_rows_pool():
