@@ -452,10 +452,14 @@ def test_the_bucket_width_is_the_least_power_of_two_whose_16_buckets_cover_the_i
     neighbours among them: ``16 << s >= hi - lo`` for the least ``s >= 0``."""
     g = torch.Generator().manual_seed(0)
     powers = torch.tensor([1 << e for e in range(35)])
-    span = torch.cat([torch.arange(-3, 70), powers - 1, powers, powers + 1, torch.randint(1, 1 << 34, (200,), generator=g)])
+    span = torch.cat(
+        [torch.arange(-3, 70), powers - 1, powers, powers + 1, torch.randint(1, 1 << 34, (200,), generator=g)]
+    )
     lo = torch.randint(-(1 << 32), 1 << 32, span.shape, generator=g)
     out = torch.zeros_like(span, device=DEV)
-    _bucket_log2_kernel[(triton.cdiv(span.numel(), 256),)](lo.to(DEV), (lo + span).to(DEV), out, span.numel(), BLOCK=256)
+    _bucket_log2_kernel[(triton.cdiv(span.numel(), 256),)](
+        lo.to(DEV), (lo + span).to(DEV), out, span.numel(), BLOCK=256
+    )
 
     def least(w):
         s = 0
