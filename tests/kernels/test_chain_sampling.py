@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from stepgraph.kernels import _sampling_topk
-from stepgraph.kernels._sampling_filter import add_counts, bucket_log2, bucket_totals, no_counts
+from stepgraph.kernels._sampling_filter import BLOCK, SPLIT_BLOCKS, add_counts, bucket_log2, bucket_totals, no_counts
 from stepgraph.kernels.chain_sampling import (
     chain_verify_sampling,
     chain_verify_sampling_ref,
@@ -373,7 +373,6 @@ def test_the_sample_is_found_in_its_block_of_the_split(name, top_k, monkeypatch)
     the sample's split, four blocks a step (leaving out those past the split), picks the block that holds
     the sample and scans it. The tokens are the reference's, and they fall in many blocks."""
     from stepgraph.kernels import chain_sampling
-    from stepgraph.kernels._sampling_filter import BLOCK
 
     split = 5 * BLOCK
     monkeypatch.setattr(chain_sampling, "split_layout", lambda rows, V: (-(-V // split), split))
@@ -396,7 +395,6 @@ def test_the_split_layout_keeps_what_the_kernels_rely_on(vocab):
     ``SPLIT_BLOCKS`` of them (the count rounds' bytes a lane and 16-bit sums a split); at least eight splits a
     row where the vocabulary has the blocks for them, at most 32 unless those blocks need more; and above those
     floors, no more programs than the layout aims at: one wave."""
-    from stepgraph.kernels._sampling_filter import BLOCK, SPLIT_BLOCKS
     from stepgraph.kernels.chain_sampling import MAX_SPLITS, PROGRAMS, split_layout
 
     assert SPLIT_BLOCKS * BLOCK < 2**16 and SPLIT_BLOCKS < 2**8
@@ -426,8 +424,6 @@ def _count_kernel(bucket_ptr, out_ptr, N_BLOCKS, BLOCK: tl.constexpr):
 def test_the_bucket_counts_hold_a_whole_split_in_any_bucket():
     """A split of the most blocks, every entry in one bucket, each bucket in turn (totals above 2**15 in every
     16-bit field), then entries spread over the buckets with some left out: the counts are the bincount."""
-    from stepgraph.kernels._sampling_filter import BLOCK, SPLIT_BLOCKS
-
     g = torch.Generator().manual_seed(0)
     n = SPLIT_BLOCKS * BLOCK
     one = torch.arange(16, dtype=torch.int32)[:, None].expand(16, n)

@@ -216,9 +216,13 @@ def test_late_rows_draw_from_the_cut_their_first_count_in_the_stats_launch_start
 
 @pytest.mark.parametrize(  # some rows fit (both paths) and no pool in the suite; the others in the slow run
     "pool,splits",
-    [pytest.param(_sampling_pivot.POOL, 8, id="every-row", marks=pytest.mark.slow), pytest.param(130, 8, id="some-rows"),
-     pytest.param(1, 8, id="none-fits", marks=pytest.mark.slow), pytest.param(_sampling_pivot.POOL, 2, id="no-pool")],
-)  # fmt: skip
+    [
+        pytest.param(_sampling_pivot.POOL, 8, id="every-row", marks=pytest.mark.slow),
+        pytest.param(130, 8, id="some-rows"),
+        pytest.param(1, 8, id="none-fits", marks=pytest.mark.slow),
+        pytest.param(_sampling_pivot.POOL, 2, id="no-pool"),
+    ],
+)
 def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, splits, monkeypatch, request):
     """The last count of a late row's top-k search, over 16 keys, lists every entry at or above them (every
     warp of a split its quarter, in vocabulary order): the top-k set and a few more. A row whose regions
