@@ -122,6 +122,8 @@ SAMPLING_CASES = (
     ("top-p 0.9, top_k_top_p class", 0.8, 0, 0.9, 0.0, FILTERED),
     ("top-k 50 + top-p 0.9 / top-p 0.9 in turns", 0.8, (50, 0), 0.9, 0.0, PIVOT),
     ("top-k 2000 + top-p 0.9", 0.8, 2000, 0.9, 0.0, GENERAL),
+    ("top-p 0.5", 0.8, 0, 0.5, 0.0, PIVOT),
+    ("top-k 2000", 0.8, 2000, 1.0, 0.0, PIVOT),
     ("min-p 0.1", 0.8, 0, 1.0, 0.1, FILTERED),
 )
 SAMPLING_TARGETS_US = {("temperature", 1): 15.0, ("top-k 50 + top-p 0.9", 1): 40.0,
