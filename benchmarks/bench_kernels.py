@@ -107,7 +107,7 @@ def bench_tail(rows: list, record: dict) -> None:
 #: sampled-verify settings: (name, temperature, top_k, top_p, min_p, class keywords) and the targets they are held to.
 #: A request with 1 <= top_k <= 1024 is in the small top-k class; the top_k_top_p class's kernels (every cut searched)
 #: are timed too. A tuple of top-k values is taken in turns by the requests (a batch of chat traffic: its class is
-#: the most general one).
+#: the most general one). Top-p 0.5 and top-k 2000 alone (the ``top_p`` class) can reject draw after draw.
 TEMPERATURE, SMALL_TOP_K, FILTERED = {"filtered": False}, {"small_top_k": True}, {"filtered": True}
 PIVOT = sampling_class("top_p").kernel  # no late request (top-k above 1024 with top-p): five launches of rounds
 GENERAL = sampling_class("general").kernel
