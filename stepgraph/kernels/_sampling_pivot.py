@@ -104,9 +104,11 @@ STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
 SEPARATE = 4
 #: The launches of the rounds where no request is late (no top-k search to wait for): four that take turns,
-#: then one that does both, where a row still drawing goes on alone. Each launch more costs 2.4-3.6 µs even
-#: with nothing to do (B = 8 to 64, bfloat16), and few rows need a fourth draw.
-DRAW_LAUNCHES = 5
+#: then two that do both, the last one where a row still drawing goes on alone. Each launch costs 1-2 µs
+#: even with nothing to do, but a row that goes on alone makes a pass over its row a draw, and a small top-p
+#: (half its draws rejected) or a large top-k alone over flat rows gets there often: a sixth launch spares
+#: those batches far more than it costs the others.
+DRAW_LAUNCHES = 6
 #: A late row's steps, from the launch where its top-k cut is known (:func:`late_start`): its first draw from
 #: the top-k set, then checks (and draws where one fails), the last one going on alone. The rounds end there
 #: (:func:`pivot_launches`), not at the end of the search's schedule: over 32-bit keys that spares four
