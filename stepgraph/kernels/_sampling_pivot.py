@@ -102,13 +102,14 @@ FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 #: Launches of the cut-off rounds the draws run in (a bfloat16 row has eight).
 STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
-SEPARATE = 4
-#: The launches of the rounds where no request is late (no top-k search to wait for): four that take turns,
-#: then two that do both, the last one where a row still drawing goes on alone. Each launch costs 1-2 µs
-#: even with nothing to do, but a row that goes on alone makes a pass over its row a draw, and a small top-p
-#: (half its draws rejected) or a large top-k alone over flat rows gets there often: a sixth launch spares
-#: those batches far more than it costs the others.
-DRAW_LAUNCHES = 6
+#: While every row weighs its masses (launch 0), a row's draw would wait for its last program under the others'
+#: loads; once the first draws are checked (launch 1), about one row in ten still draws.
+SEPARATE = 2
+#: The launches of the rounds where no request is late (no top-k search to wait for): two that take turns,
+#: then three that do both, the last one where a row still drawing goes on alone (a pass over its row a
+#: draw). Each launch costs 1-2 µs even with nothing to do; a draw a launch from the third on reaches the
+#: rows that reject draw after draw (a small top-p, a large top-k alone over flat rows) before the last.
+DRAW_LAUNCHES = 5
 #: A late row's steps, from the launch where its top-k cut is known (:func:`late_start`): its first draw from
 #: the top-k set, then checks (and draws where one fails), the last one going on alone. The rounds end there
 #: (:func:`pivot_launches`), not at the end of the search's schedule: over 32-bit keys that spares four
