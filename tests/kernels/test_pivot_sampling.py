@@ -282,7 +282,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
     their entries): they make their first draw in the rounds. Half are late (a top-k of 1100 with the top-p):
     they draw from their top-k cut in the rounds' second half. The others, without them, also in the draws'
-    five launches (``late=False``): the fourth draw on alone."""
+    five launches (``late=False``): the fifth draw on alone."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
