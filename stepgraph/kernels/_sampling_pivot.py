@@ -102,8 +102,7 @@ FIRST_CHUNK: tl.constexpr = tl.constexpr(16)
 #: Launches of the cut-off rounds the draws run in (a bfloat16 row has eight).
 STEPS = 8
 #: Of them, the first ones that take turns: masses in one, the draw by them in the next (:func:`pivot_step`).
-#: While every row weighs its masses (launch 0), a row's draw would wait for its last program under the others'
-#: loads; once the first draws are checked (launch 1), about one row in ten still draws.
+#: Two: once launch 1 has checked the first draws, few rows still draw (module docstring).
 SEPARATE = 2
 #: The launches of the rounds where no request is late (no top-k search to wait for): two that take turns,
 #: then three that do both, the last one where a row still drawing goes on alone (a pass over its row a
