@@ -451,6 +451,83 @@ def test_the_draws_with_a_top_k_give_the_top_k_law(min_p):
     assert tv < 3 * (V / (2 * 3.1416 * B)) ** 0.5
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_count_jump_is_the_floor_of_the_bucket_that_holds_the_kth_key(dtype):
+    """A row checked by its top-k alone that drew from the keys ``>= lo`` may start its next draw at
+    ``count_jump``: of the 16 equal buckets of ``[lo, max key + 1)`` (the least power of two wide that covers
+    it), the floor of the one holding the k-th largest key. So it is at ``lo`` or above, no kept key is below
+    it (the k-th largest key, ties at it kept), and where the next floor up is below the largest key, fewer
+    than k keys are at or above it. Rows with ties and ``-inf``, top-k of 1 to more than V, ``lo`` from below
+    every key to the k-th key itself."""
+    g = torch.Generator().manual_seed(5)
+    B, K1, V = 5, 4, 3000
+    x = torch.randn(B, K1, V, generator=g) * torch.tensor([0.05, 1.0, 8.0, 300.0, 1.0]).view(B, 1, 1)
+    x[4] = x[4].round()  # many ties
+    x[1, :, :100] = float("-inf")
+    x = x.to(dtype)
+    key = sortable_keys(x)
+    ordered = torch.sort(key, -1).values
+    k = torch.tensor([1, 7, 1100, 2999, 5000]).view(B, 1)
+    kth = ordered.gather(-1, (V - k.clamp(max=V)).view(B, 1, 1).expand(B, K1, 1))
+    lowest = -(2 ** (15 if dtype == torch.bfloat16 else 31))
+    picks = torch.randint(0, V, (B, K1, 1), generator=g)
+    lo = torch.stack([torch.full_like(kth, -(2**62)), torch.minimum(key.gather(-1, picks), kth), kth, kth - 3])
+    for each in lo:
+        jump = chain_sampling_ref.count_jump(ordered, each, k, dtype)
+        low = each.clamp(min=lowest)
+        assert (jump >= low).all() and (jump <= torch.maximum(kth, low)).all()
+        for b, j in ((b, j) for b in range(B) for j in range(K1)):
+            lo_, hi = int(low[b, j]), int(ordered[b, j, -1]) + 1
+            width = 1
+            while 16 * width < hi - lo_:
+                width *= 2
+            floor = int(jump[b, j])
+            assert (floor - lo_) % width == 0
+            if floor + width < hi:
+                assert int((key[b, j] >= floor + width).sum()) < int(k[b])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
+def test_rows_with_a_top_k_alone_jump_by_their_counts_as_the_reference_does(dtype, monkeypatch):
+    """Flat rows with a top-k above 1024 and no top-p reject draw after draw. A pass over such a row counts
+    its keys, and the draw after it starts at the count jump where that is above the rejected draw. The
+    kernels draw the reference's tokens with the module's schedule, and when the rows go on alone from their
+    third draw, where the lone passes count and jump too; rows with min-p make their first draw from a pass
+    and jump from it. Without the jump the reference draws other tokens, and over a vocabulary of 151,936
+    (the reference alone) a top-k of 2000 runs out of four draws in rows where with it none does."""
+    g = torch.Generator().manual_seed(6)
+    B, V = 8, 6000
+    x = (torch.randn(B, 1, V, generator=g) * 0.6).to(dtype).to(DEV)
+    drafts = torch.zeros(B, 0, dtype=torch.int64, device=DEV)  # K = 0: the token is the row's draw
+    T = torch.full((B,), 0.8, device=DEV)
+    k = torch.full((B,), 1100, device=DEV)
+    p = torch.ones(B, device=DEV)
+    mp = torch.tensor([0.0, 0.01] * (B // 2), device=DEV)  # min-p 0.01 keeps every entry here
+    seed = torch.arange(B, dtype=torch.int64, device=DEV) + 21
+    off = torch.zeros(B, dtype=torch.int64, device=DEV)
+    args = [v.cpu() for v in (x, T, k, p, mp, seed, off)]
+    drawn = pivot_draws(*args)
+    got, ref = verify_both(x, drafts, T, k, p, mp, seed, off)
+    assert torch.equal(got, ref) and torch.equal(ref.cpu(), drawn), (got.tolist(), drawn.tolist())
+    for name, value in (("STEPS", 3), ("SEPARATE", 2)):
+        monkeypatch.setattr(_sampling_pivot, name, value)
+    got, _ = verify_both(x, drafts, T, k, p, mp, seed, off)
+    assert torch.equal(got.cpu(), drawn), (got.tolist(), drawn.tolist())
+    jump = chain_sampling_ref.count_jump
+    monkeypatch.setattr(chain_sampling_ref, "count_jump", lambda ordered, lo, top_k, dtype: lo)
+    assert (pivot_draws(*args) != drawn).any()
+    B, V = 32, 151936
+    wide = [torch.randn(B, 1, V, generator=g).bfloat16(), T[:1].cpu().expand(B), torch.full((B,), 2000)]
+    wide += [torch.ones(B), torch.zeros(B), torch.arange(B), torch.zeros(B, dtype=torch.long)]
+    rising = pivot_draws(*wide)
+    monkeypatch.setattr(chain_sampling_ref, "count_jump", jump)
+    drawn = pivot_draws(*wide)
+    monkeypatch.setattr(chain_sampling_ref, "PIVOT_ROUNDS", 4)
+    assert torch.equal(pivot_draws(*wide), drawn)
+    monkeypatch.setattr(chain_sampling_ref, "count_jump", lambda ordered, lo, top_k, dtype: lo)
+    assert (pivot_draws(*wide) != rising).any()
+
+
 @pytest.mark.parametrize("min_p", [0.0, 0.6])
 def test_late_draws_give_the_top_k_top_p_law(min_p, monkeypatch):
     """A late request (a large top-k with top-p; the bound is lowered to 2 here, so a top-k of 3 is large)
