@@ -304,7 +304,7 @@ def bucket_log2(lo, hi):
 
 
 @triton.jit
-def narrow(lo, hi, g_hi, hist, target):
+def _narrow(lo, hi, g_hi, hist, target):
     """One bisection step: ``hist`` holds the sums of the 16 buckets of ``[lo, hi)``. Returns the bucket
     ``[lo', hi')`` with ``G(lo') >= target > G(hi')`` and ``G(hi')``."""
     step = 1 << bucket_log2(lo, hi)
@@ -370,7 +370,7 @@ def row_state(
                 p = first_ptr + (row * n_splits + sp[:, None]) * NBINS + bins[None, :]
                 hist = tl.sum(tl.load(p, mask=m_sp[:, None], other=0), axis=0).to(tl.float64)
                 every = row * 0 + lowest_key(SHIFT)
-                lo, hi, g_hi = narrow(every, -every, top_p * 0.0, hist, target)
+                lo, hi, g_hi = _narrow(every, -every, top_p * 0.0, hist, target)
                 hi, g_hi, phase = _settle(lo, tl.minimum(hi, k_max + 1), g_hi, phase, k_max, top_p)
     else:
         s = state_ptr + ((r - 1) * n_rows + row) * STATE
@@ -388,6 +388,6 @@ def row_state(
             hist = tl.sum(tl.load(p, mask=(sp < n_splits)[:, None], other=0.0), axis=0)
             target = tl.where(phase == TOPP_START, top_p * (g_hi + tl.sum(hist, axis=0)), target)
             phase = tl.where(phase == TOPP_START, TOPP, phase)
-            lo, hi, g_hi = narrow(lo, hi, g_hi, hist, target)
+            lo, hi, g_hi = _narrow(lo, hi, g_hi, hist, target)
             hi, g_hi, phase = _settle(lo, hi, g_hi, phase, k_max, top_p)
     return lo, hi, g_hi, target, phase, m, k_max, top_p

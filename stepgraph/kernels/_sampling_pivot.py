@@ -25,13 +25,6 @@ is slower while most rows draw, as a row's draw waits for its last program under
 still drawing after the last launch goes on alone there, a pass over the row per draw, up to
 :data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
 
-A row checked by its top-k alone (no top-p) needs no masses to check a draw, only the number of larger keys,
-and a flat row of a large top-k rejects draw after draw (its top-k set holds a small share of the mass).
-So each of its passes also counts its keys in the 16 equal buckets of ``[lo, max key + 1)``
-(:func:`_counted_mass_loop`), and the draw made from that pass sets the next ``lo`` to the floor of the bucket
-that holds the k-th largest key where that is above the draw (:func:`_count_jump`): no kept key is below it, and
-the draws after it land in the kept set far more often.
-
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
 rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
 rounds' top-k phase narrows from there, ending in launch 3 over 16-bit keys, 7 over 32-bit ones
@@ -70,8 +63,6 @@ from ._sampling_filter import (
     key_floor,
     late_pivot_request,
     load_ahead,
-    lowest_key,
-    narrow,
     num_rounds,
     pivot_request,
     regular_key,
@@ -90,11 +81,9 @@ UNDRAWN: tl.constexpr = tl.constexpr(-3)  # a row that makes its first draw in t
 LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
 #: Entries a sub-block: a warp's share of a ``BLOCK`` (four warps), summed without crossing warps.
 SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
-#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, the
-#: number of what can be drawn (a float64 integer), then a counted row's counts in 16 buckets (:data:`COUNTS`).
-HEAD: tl.constexpr = tl.constexpr(3 + NBINS)
-#: The slot of a split's first bucket count (:func:`_counted_mass_loop`).
-COUNTS: tl.constexpr = tl.constexpr(3)
+#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, and
+#: the number of what can be drawn (a float64 integer).
+HEAD: tl.constexpr = tl.constexpr(3)
 #: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
 #: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
 #: whose regions all hold their entries draws to the end from them in its start; one with a fuller region
@@ -134,10 +123,9 @@ REGISTERS = 96
 
 @triton.jit
 def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2: tl.constexpr):
-    """``(pivot request, row takes part, inv_t, m, largest 32-bit key)``: a row takes part when its request is
-    a pivot request and its logits are regular (no NaN or +inf, not all -inf) and ``max x / T`` is finite.
-    The stats are read from L2: the stats launch's last program of a row reads those its other programs
-    stored."""
+    """``(pivot request, row takes part, inv_t, m)``: a row takes part when its request is a pivot request and
+    its logits are regular (no NaN or +inf, not all -inf) and ``max x / T`` is finite. The stats are read
+    from L2: the stats launch's last program of a row reads those its other programs stored."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
     t = tl.load(temp_ptr + b).to(tl.float32)
@@ -147,24 +135,19 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
     m = tl.max(tl.load(zmax_ptr + stats, mask=sp < n_splits, other=float("-inf"), cache_modifier=".cg"), axis=0)
     finite = (m.to(tl.int32, bitcast=True) & 0x7F800000) != 0x7F800000
     active = pivot & (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & finite
-    return pivot, active, 1.0 / tl.where(t > 0, t, 1.0), m, gk
+    return pivot, active, 1.0 / tl.where(t > 0, t, 1.0), m
 
 
 @triton.jit
-def _split_mass(base, start, V, lo, hi, counted, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
-                out, whole, pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole,
+                pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
     be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
     ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
     ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step 0, of those with a
     key ``>= lo``, and where ``lists`` with a ``POOL`` too, listed in the split's ``pool``:
-    :func:`_pool_mass_loop`). A ``counted`` row (checked by its top-k alone, which needs no total) counts
-    its keys in the 16 buckets of ``[lo, hi)`` instead (:func:`_counted_mass_loop`). Returns the first two."""
-    if counted:
-        total, count = _counted_mass_loop(base, start, V, lo, hi, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out)
-        if whole:  # (no top-p weighs it)
-            tl.store(out + 1, total)
-    elif whole:  # separate loops: a branch inside one would keep its loads from being pipelined
+    :func:`_pool_mass_loop`). Returns the first two."""
+    if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
         if START & (POOL > 0):
             if lists & (min_p > 0):
                 total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
@@ -222,62 +205,6 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         elif WHOLE:
             every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
     return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
-
-
-@triton.jit
-def _counted_mass_loop(base, start, V, lo, hi, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
-                       out):  # fmt: skip
-    """:func:`_mass_loop` without ``WHOLE``, for a row checked by its top-k alone: stores the sub-blocks'
-    masses and returns the split's and the number of its entries that can be drawn, and counts every entry
-    of ``[lo, hi)`` (``lo`` raised to the lowest key) in its 16 equal buckets, stored at ``out[COUNTS + i]``
-    (float64): the counts :func:`_count_jump` raises the next draw's ``lo`` by."""
-    N_SUB: tl.constexpr = BLOCK // SUB
-    floor = key_floor(lo, SHIFT)
-    low = tl.maximum(lo, lowest_key(SHIFT))
-    shift = bucket_log2(low, hi).to(tl.uint32)
-    low32 = low.to(tl.int32)
-    width = (hi - low).to(tl.uint32)  # a key k is in [low, hi) when k - low, unsigned, is below it
-    sub = tl.arange(0, N_SUB)
-    per_warp = tl.zeros([N_SUB], tl.float64)
-    count = tl.zeros([N_SUB], tl.int32)
-    c0 = tl.zeros([N_SUB, SUB], tl.int32)  # add_counts's words, a lane each
-    c1 = tl.zeros([N_SUB, SUB], tl.int32)
-    c2 = tl.zeros([N_SUB, SUB], tl.int32)
-    c3 = tl.zeros([N_SUB, SUB], tl.int32)
-    ahead = load_ahead(base, _tile(start, BLOCK), V, start + SPLIT)
-    for i in range(0, SPLIT, BLOCK):
-        offs = _tile(start + i, BLOCK)
-        inb = offs < V
-        raw = ahead
-        ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
-        x = raw.to(tl.float32)
-        w = tl.exp(x * inv_t - m)
-        live = inb & (x >= floor) & (w >= min_p)
-        sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
-        _store_sums(out + HEAD + i // SUB + sub, sums)
-        per_warp += sums
-        count += tl.sum(live.to(tl.int32), axis=1)
-        above = (regular_key(raw, SHIFT) - low32).to(tl.uint32, bitcast=True)
-        c0, c1, c2, c3 = add_counts(c0, c1, c2, c3, (above >> shift).to(tl.int32), inb & (above < width))
-    LANES: tl.constexpr = N_SUB * SUB
-    counts = bucket_totals(tl.reshape(c0, [LANES]), tl.reshape(c1, [LANES]), tl.reshape(c2, [LANES]),
-                           tl.reshape(c3, [LANES]))  # fmt: skip
-    tl.store(out + COUNTS + tl.arange(0, NBINS), counts.to(tl.float64))
-    return tl.sum(per_warp, axis=0), tl.sum(count, axis=0)
-
-
-@triton.jit
-def _count_jump(splits, there, lo, hi, top_k, SHIFT: tl.constexpr):
-    """The lowest key a row checked by its top-k alone can draw from next, having drawn from the keys ``>=
-    lo``: the floor of the bucket of ``[lo, hi)`` (``lo`` raised to the lowest key) that holds its
-    ``top_k``-th largest key, from the counts its pass stored for each split (``splits [NS_P2]``, their slots,
-    where ``there``; read from L2). No kept key is below it (:func:`.chain_sampling_ref.count_jump`)."""
-    bins = tl.arange(0, NBINS)
-    at = splits[:, None] + COUNTS + bins[None, :]
-    hist = tl.sum(tl.load(at, mask=there[:, None], other=0.0, cache_modifier=".cg"), axis=0)
-    low = tl.maximum(lo, lowest_key(SHIFT))
-    jump, _, _ = narrow(low, hi, tl.zeros([], tl.float64), hist, top_k.to(tl.float64))
-    return jump
 
 
 @triton.jit
@@ -561,7 +488,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
         tl.debug_barrier()  # every thread's stores are issued before the count says so
         if tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
             tl.store(count_ptr + row, 0)
-            _, active, _, m, _ = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+            _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
             token = row * 0 + ARGMAX  # tensor first: a constexpr first would stay one (Triton 3.9's interpreter)
             lo = row * 0 + LOWEST
             if active:
@@ -588,24 +515,15 @@ def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_
 
 
 @triton.jit
-def _counted(top_k, top_p):
-    """A pivot row checked by its top-k alone (top-p off): its passes count its keys, and its next draw starts
-    where the counts allow (:func:`_count_jump`)."""
-    return (top_k > 0) & (top_p >= 1.0)
-
-
-@triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
-               total_ptr, part_ptr, pool_ptr, lists, d, last, late, row, inv_t, m, hi, V, K1, n_splits, SPLIT,
+               total_ptr, part_ptr, pool_ptr, lists, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT,
                BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
                ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
     ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the total the
     checks compare with), then, if it failed, draw ``d``; in the ``last`` launch then on alone, a pass over
     the row and a check, then a draw, at a time. Past ``ROUNDS`` draws the row takes its argmax. A row done
-    (its draw kept, or its argmax) sets ``lo`` to the lowest key, which the launches after it skip. A row
-    checked by its top-k alone starts its next draw at :func:`_count_jump` of the masses' pass where that is
-    higher than past its draw (``hi``: its largest key's next)."""
+    (its draw kept, or its argmax) sets ``lo`` to the lowest key, which the launches after it skip."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
@@ -629,30 +547,24 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each draw a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
     pending = drawing & ~last  # a draw that the next launch checks
-    counted = _counted(top_k, top_p)
-    jump = lo
-    if counted & drawing:
-        jump = _count_jump(splits, sp < n_splits, lo, hi, top_k, SHIFT)
     while drawing:
         token = _draw(base, V, part, n_splits, _number(seed_ptr, offset_ptr, row, K1, draw_no), lo, min_p, inv_t, m,
                       SPLIT, NS_P2, NB_P2, SHIFT)  # fmt: skip
-        lo = tl.maximum((sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1, jump)
+        lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
         draw_no += 1
         if last:  # its check, here: the masses above it, split by split, which the next draw reads
             tl.debug_barrier()  # every thread has read the masses of the last draw
             mass = tl.zeros([], tl.float64)
             count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
-                split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, hi, counted, min_p, inv_t, m, SPLIT,
-                                                      BLOCK, SHIFT, part + s * per_split, False, pool_ptr, lists, 0,
+                split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                                      part + s * per_split, False, pool_ptr, lists, 0,
                                                       False)  # fmt: skip
                 mass += split_mass
                 count += split_count
             tl.debug_barrier()  # and they see the new ones
             kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
             drawing = ~kept & (draw_no < ROUNDS)
-            if counted & drawing:
-                jump = _count_jump(splits, sp < n_splits, lo, hi, top_k, SHIFT)
         else:
             drawing = draw_no < 0
     if START & (POOL > 0):  # noqa: SIM102 (a constexpr) a late row's first draw: with its set listed, it ends here
@@ -793,8 +705,7 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
     pool."""
     b = row // K1
     both = q >= separate
-    _, _, inv_t, m, top = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-    hi = (top >> SHIFT).to(tl.int64) + 1  # past the row's largest key: the end of a counted row's buckets
+    _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
     draws = q % 2 == 1  # split 0's program in a launch of draws
     if both | (q % 2 == 0):
         min_p = tl.load(minp_ptr + b).to(tl.float32)
@@ -803,9 +714,7 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
         pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 may list its set
-        counted = _counted(tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
-        _split_mass(base, start, V, lo, hi, counted, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, lists,
-                    POOL, START)  # fmt: skip
+        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, lists, POOL, START)
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
@@ -815,7 +724,7 @@ def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr
             tl.store(count_ptr + row, 0)  # the row's programs of this launch have all counted
         d = tl.where(both, separate // 2 + 1 + q - separate, q // 2 + 1)  # the draw this launch makes
         _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
-                   y_ptr, total_ptr, part_ptr, pool_ptr, lists, d, q == steps - 1, late, row, inv_t, m, hi, V, K1,
+                   y_ptr, total_ptr, part_ptr, pool_ptr, lists, d, q == steps - 1, late, row, inv_t, m, V, K1,
                    n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL, START)  # fmt: skip
 
 
@@ -833,7 +742,7 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     program draws from there. A row with irregular logits takes its argmax. Other rows are left alone."""
     b = row // K1
     if late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)):
-        _, active, inv_t, m, _ = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+        _, active, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
         pooled = row < 0
         if POOL > 0:
             pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)

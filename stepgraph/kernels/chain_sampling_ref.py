@@ -270,10 +270,8 @@ def pivot_draws(
     ``top_k`` keys are strictly larger (``top_k > 0``), the float64 mass of the strictly larger keys that
     can be drawn is ``< top_p *`` the total of every entry ``>=`` the starting ``lo`` (``top_p < 1``) and its
     weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo`` rises past it and the row draws again
-    (:data:`PIVOT_ROUNDS` at most). A row checked by its top-k alone (top-p off) rises further where the
-    draw came from a pass over the row (not the first draw without min-p): to :func:`count_jump` of the
-    ``lo`` it was drawn from, if that is higher. Graph-safe: on a GPU it runs every round (no host sync); on
-    the CPU it stops once every row has kept its draw."""
+    (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs every round (no host sync); on the CPU it
+    stops once every row has kept its draw."""
     B, K1, V = logits.shape
     w32 = _weights(logits, temperature)
     mp = min_p.float().view(B, 1, 1)
@@ -282,10 +280,9 @@ def pivot_draws(
     key = sortable_keys(logits)
     lo = torch.full((B, K1, 1), -(2**62), dtype=torch.long, device=logits.device)  # below every key
     late = late_pivot_requests(temperature, top_k, top_p).view(B, 1, 1)
-    counted = ((k > 0) & (top_p.view(B, 1) >= 1))[..., None]  # checked by the top-k alone: lo jumps
-    ordered = torch.sort(key, dim=-1).values
-    kth = ordered.gather(-1, (V - k.clamp(1, V))[..., None].expand_as(lo))
-    lo = torch.where(late & (k[..., None] < V), kth, lo)  # the top-k cut of late requests
+    if V > SMALL_TOP_K_MAX:  # else a late request's top-k is V or more: no cut (and no sort)
+        kth = torch.sort(key, dim=-1, descending=True).values.gather(-1, (k.clamp(1, V) - 1)[..., None].expand_as(lo))
+        lo = torch.where(late & (k[..., None] < V), kth, lo)  # the top-k cut of late requests
     goal_p = top_p.double().view(B, 1) * torch.where(key >= lo, w, 0.0).sum(-1)
     w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
     stream = verify_stream(offset, K1)[:, None]
@@ -305,32 +302,11 @@ def pivot_draws(
         larger = (key > k_y).sum(-1)
         kept = ((above < goal_p) | (top_p.view(B, 1) >= 1)) & ((larger < k) | (k <= 0))
         kept = kept & ((w32.gather(-1, pick) >= mp) | (mp <= 0)).squeeze(-1)
-        jumps = counted & (inverse_first | (rnd > 0))  # drawn from a pass over the row, which counted its keys
-        risen = torch.where(jumps, torch.maximum(k_y + 1, count_jump(ordered, lo, k, logits.dtype)), k_y + 1)
-        lo = torch.where((done | kept)[..., None], lo, risen)
+        lo = torch.where((done | kept)[..., None], lo, k_y + 1)
         done = done | kept
         if not logits.is_cuda and bool(done.all()):
             break
     return torch.where(done, y, torch.argmax(logits, -1))
-
-
-def count_jump(ordered: torch.Tensor, lo: torch.Tensor, top_k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Where a pivot row checked by its top-k alone may start its next draw, having drawn from the keys ``>=
-    lo``: the kernels count a pass's keys in the 16 equal buckets of ``[lo, max key + 1)`` (``lo`` raised to
-    the lowest key), and this is the floor of the bucket holding the ``top_k``-th largest key: the highest
-    floor with ``top_k`` keys or more at or above it (``lo`` where none has). No kept key is below it.
-    ``ordered [B, K+1, V]``: the row's keys ascending (:func:`sortable_keys` of ``dtype``); ``lo [B, K+1,
-    1]``, ``top_k [B, 1]`` int64. Returns ``[B, K+1, 1]`` int64."""
-    V = ordered.shape[-1]
-    lowest = -(2 ** (15 if dtype == torch.bfloat16 else 31))
-    low = lo.clamp(min=lowest)
-    hi = ordered[..., -1:] + 1
-    _, bits = torch.frexp((hi - low - 1).double())  # the bit length of hi - low - 1
-    width = torch.ones_like(low) << (bits.long() - 4).clamp(min=0)  # the least 2**s >= (hi - low) / 16
-    floors = low + width * torch.arange(16, device=lo.device)  # [B, K+1, 16]
-    at_or_above = V - torch.searchsorted(ordered, floors)  # keys >= each floor
-    enough = (floors < hi) & (at_or_above >= top_k[..., None])
-    return torch.where(enough, floors, low).amax(-1, keepdim=True)
 
 
 def first_pivot_draw(logits: torch.Tensor, temperature: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
