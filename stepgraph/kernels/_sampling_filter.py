@@ -4,10 +4,11 @@ The kept set of a row is ``{key >= cut}`` over sortable integer keys of its logi
 bfloat16, whose float32 keys have 16 zero bits; 32-bit keys otherwise). ``cut`` is found by a bisection
 over the key interval ``[lo, hi)`` in rounds; each round is one launch over (row, vocabulary split):
 
-* every program first brings its row's state up to date from the previous round (the 16 bucket sums of
-  all splits, read in a fixed order) and the split-0 program stores it for the next round;
-* then it sums its split into 16 equal buckets of ``[lo, hi)``: a count per bucket while looking for the
-  top-k cut, a float64 mass ``exp(z - m)`` per bucket while looking for the top-p cut.
+* every program reads its row's state (``[lo, hi)`` and the phase) and sums its split into 16 equal buckets
+  of ``[lo, hi)``: a count per bucket while looking for the top-k cut, a float64 mass ``exp(z - m)`` per
+  bucket while looking for the top-p cut;
+* the row's last program to store its sums (an atomic count) narrows the interval from all of them, read in
+  split order, and stores the state for the next round: once a row, where every program would redo it.
 
 ``G(c)`` is the count (or mass) of entries with key >= ``c``; the search keeps ``G(lo) >= target >
 G(hi)`` and narrows the interval sixteen-fold per round, so a phase takes at most four rounds over
@@ -105,20 +106,27 @@ def _stats_kernel(
     stride_b,
     stride_j,
     temp_ptr,
+    topk_ptr,
+    topp_ptr,
     gkey_ptr,
     gidx_ptr,
     zmax_ptr,
     kmin_ptr,
     kmax_ptr,
+    state_ptr,
+    done_ptr,
     V,
     K1,
     n_splits,
     SPLIT,
     BLOCK: tl.constexpr,
+    NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
     GDC: tl.constexpr,
 ):
-    """Per (row, split): greedy argmax key and index, max of ``x / T``, min and max key."""
+    """Per (row, split): greedy argmax key and index, max of ``x / T``, min and max key; the row's last program
+    to store them (an atomic count, ``done_ptr [rows]`` int32 zeroed) stores the row's search state before the
+    first round (:func:`initial_state`) at ``state_ptr [rows, STATE]``."""
     if GDC:  # a dependent launch: the kernel before it has ended first
         after_previous()
     row = tl.program_id(0).to(tl.int64)
@@ -129,6 +137,11 @@ def _stats_kernel(
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
     gk, gi, z_max, k_min = split_stats(base, sp.to(tl.int64) * SPLIT, V, inv_t, SPLIT, BLOCK, SHIFT)
     store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
+    tl.debug_barrier()  # every thread's stores are issued before the count says so
+    if tl.atomic_add(done_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
+        tl.store(done_ptr + row, 0)
+        store_initial_state(state_ptr, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr,
+                            zmax_ptr, kmin_ptr, NS_P2, SHIFT, False, False)  # fmt: skip
 
 
 @triton.jit
@@ -331,63 +344,103 @@ def _settle(lo, hi, g_hi, phase, k_max, top_p):
 
 
 @triton.jit
-def row_state(
-    r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, state_ptr,
-    part_ptr, first_ptr, n_rows, NS_P2: tl.constexpr, SHIFT: tl.constexpr, PIVOT: tl.constexpr,
+def initial_state(
+    row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, first_ptr,
+    NS_P2: tl.constexpr, SHIFT: tl.constexpr, PIVOT: tl.constexpr, LATE: tl.constexpr,
 ):  # fmt: skip
-    """The row's search state before round ``r``: from the stats (``r == 0``) or from the state before
-    round ``r - 1`` and that round's bucket sums (``PIVOT``: the rows of pivot and small top-k requests are
-    done at once, but the top-k phase of late pivot requests, and no row searches a top-p cut; the stats
-    launch counted a late row's entries in the 16 :func:`first_bucket` buckets, ``first_ptr [rows,
-    n_splits, 16]`` int32, so its search starts in one of them). Returns ``(lo, hi, g_hi, target, phase, m,
-    k_max, top_p)``."""
+    """The row's search state before the first round, from the stats of every split (read from L2: the stats
+    launch's last program of the row reads those its other programs stored). ``PIVOT``: the rows of pivot and small
+    top-k requests are done at once, but the top-k phase of late pivot requests, and no row searches a top-p
+    cut; the stats launch counted a late row's entries in the 16 :func:`first_bucket` buckets, ``first_ptr
+    [rows, n_splits, 16]`` int32, so its search starts in one of them. Without ``LATE`` (no late request
+    promised) a late request's rows draw as other pivot rows do, and every row is done. Returns ``(lo, hi,
+    g_hi, target, phase, m, k_max, top_p)``."""
     sp = tl.arange(0, NS_P2)
-    if r == 0:
-        b = row // K1
-        m_sp = sp < n_splits
-        lo = tl.min(tl.load(kmin_ptr + row * n_splits + sp, mask=m_sp, other=2147483647), axis=0).to(tl.int64)
-        k_max = tl.max(tl.load(kmax_ptr + row * n_splits + sp, mask=m_sp, other=-2147483648), axis=0).to(tl.int64)
-        gk = tl.max(tl.load(gkey_ptr + row * n_splits + sp, mask=m_sp, other=-2147483648), axis=0)
-        m = tl.max(tl.load(zmax_ptr + row * n_splits + sp, mask=m_sp, other=float("-inf")), axis=0)
-        t = tl.load(temp_ptr + b)
-        k = tl.load(topk_ptr + b).to(tl.int64)
-        top_p = tl.load(topp_ptr + b).to(tl.float64)
-        regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
-        if PIVOT:  # pivot requests draw without the cut; small top-k requests find it from their lists
-            late = late_pivot_request(t, k, top_p)  # its top-k cut here, then draws from it
-            regular = regular & (~pivot_request(t, k, top_p) | late) & ~small_top_k_request(t, k)
-            top_p = tl.where(late, 1.0, top_p)
-        k_on = (k > 0) & (k < V)
-        phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
-        if PIVOT:  # no top-p search: every top-p row here is a pivot or small top-k row, or keeps nothing
-            lo = tl.where(regular & (top_p < 1.0), k_max + 1, lo)  # top_p <= 0: the reference keeps no entry
-            phase = tl.where(top_p < 1.0, DONE, phase)
-        hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)
-        target = k.to(tl.float64)
-        if PIVOT:  # noqa: SIM102 (a constexpr)
-            if late & (phase == TOPK):  # its first count is done: [lo, hi) narrows from every key's
-                bins = tl.arange(0, NBINS)
-                p = first_ptr + (row * n_splits + sp[:, None]) * NBINS + bins[None, :]
-                hist = tl.sum(tl.load(p, mask=m_sp[:, None], other=0), axis=0).to(tl.float64)
-                every = row * 0 + lowest_key(SHIFT)
-                lo, hi, g_hi = _narrow(every, -every, top_p * 0.0, hist, target)
-                hi, g_hi, phase = _settle(lo, tl.minimum(hi, k_max + 1), g_hi, phase, k_max, top_p)
-    else:
-        s = state_ptr + ((r - 1) * n_rows + row) * STATE
-        lo = tl.load(s).to(tl.int64)
-        hi = tl.load(s + 1).to(tl.int64)
-        g_hi = tl.load(s + 2)
-        target = tl.load(s + 3)
-        phase = tl.load(s + 4).to(tl.int32)
-        m = tl.load(s + 5).to(tl.float32)
-        k_max = tl.load(s + 6).to(tl.int64)
-        top_p = tl.load(s + 7)
-        if phase != DONE:
+    b = row // K1
+    m_sp = sp < n_splits
+    stats = row * n_splits + sp
+    lo = tl.min(tl.load(kmin_ptr + stats, mask=m_sp, other=2147483647, cache_modifier=".cg"), axis=0).to(tl.int64)
+    k_max = tl.max(tl.load(kmax_ptr + stats, mask=m_sp, other=-2147483648, cache_modifier=".cg"), axis=0).to(tl.int64)
+    gk = tl.max(tl.load(gkey_ptr + stats, mask=m_sp, other=-2147483648, cache_modifier=".cg"), axis=0)
+    m = tl.max(tl.load(zmax_ptr + stats, mask=m_sp, other=float("-inf"), cache_modifier=".cg"), axis=0)
+    t = tl.load(temp_ptr + b)
+    k = tl.load(topk_ptr + b).to(tl.int64)
+    top_p = tl.load(topp_ptr + b).to(tl.float64)
+    regular = (gk < INF_KEY_C) & (gk != NEG_INF_KEY_C) & (t > 0)
+    if PIVOT:  # pivot requests draw without the cut; small top-k requests find it from their lists
+        late = late_pivot_request(t, k, top_p) & LATE  # its top-k cut here, then draws from it
+        regular = regular & (~pivot_request(t, k, top_p) | late) & ~small_top_k_request(t, k)
+        top_p = tl.where(late, 1.0, top_p)
+    k_on = (k > 0) & (k < V)
+    phase = tl.where(regular, tl.where(k_on, TOPK, tl.where(top_p < 1.0, TOPP_START, DONE)), DONE)
+    if PIVOT:  # no top-p search: every top-p row here is a pivot or small top-k row, or keeps nothing
+        lo = tl.where(regular & (top_p < 1.0), k_max + 1, lo)  # top_p <= 0: the reference keeps no entry
+        phase = tl.where(top_p < 1.0, DONE, phase)
+    hi, g_hi, phase = _settle(lo, k_max + 1, top_p * 0.0, phase, k_max, top_p)
+    target = k.to(tl.float64)
+    if PIVOT:  # noqa: SIM102 (a constexpr)
+        if late & (phase == TOPK):  # its first count is done: [lo, hi) narrows from every key's
             bins = tl.arange(0, NBINS)
-            p = part_ptr + (((r - 1) * n_rows + row) * n_splits + sp[:, None]) * NBINS + bins[None, :]
-            hist = tl.sum(tl.load(p, mask=(sp < n_splits)[:, None], other=0.0), axis=0)
-            target = tl.where(phase == TOPP_START, top_p * (g_hi + tl.sum(hist, axis=0)), target)
-            phase = tl.where(phase == TOPP_START, TOPP, phase)
-            lo, hi, g_hi = _narrow(lo, hi, g_hi, hist, target)
-            hi, g_hi, phase = _settle(lo, hi, g_hi, phase, k_max, top_p)
+            p = first_ptr + (row * n_splits + sp[:, None]) * NBINS + bins[None, :]
+            hist = tl.sum(tl.load(p, mask=m_sp[:, None], other=0, cache_modifier=".cg"), axis=0).to(tl.float64)
+            every = row * 0 + lowest_key(SHIFT)
+            lo, hi, g_hi = _narrow(every, -every, top_p * 0.0, hist, target)
+            hi, g_hi, phase = _settle(lo, tl.minimum(hi, k_max + 1), g_hi, phase, k_max, top_p)
     return lo, hi, g_hi, target, phase, m, k_max, top_p
+
+
+@triton.jit
+def store_initial_state(
+    state_ptr, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, first_ptr,
+    NS_P2: tl.constexpr, SHIFT: tl.constexpr, PIVOT: tl.constexpr, LATE: tl.constexpr,
+):  # fmt: skip
+    """Stores :func:`initial_state` at ``state_ptr [rows, STATE]``: by the stats launch's last program of the row."""
+    lo, hi, g_hi, target, phase, m, k_max, top_p = initial_state(
+        row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr, first_ptr, NS_P2,
+        SHIFT, PIVOT, LATE,
+    )  # fmt: skip
+    store_state(state_ptr + row * STATE, lo, hi, g_hi, target, phase, m, k_max, top_p)
+
+
+@triton.jit
+def load_state(s):
+    """A row's search state as :func:`store_state` stored it at ``s``: ``(lo, hi, g_hi, target, phase, m, k_max,
+    top_p)``, :func:`initial_state`'s types."""
+    lo = tl.load(s).to(tl.int64)
+    hi = tl.load(s + 1).to(tl.int64)
+    g_hi = tl.load(s + 2)
+    target = tl.load(s + 3)
+    phase = tl.load(s + 4).to(tl.int32)
+    m = tl.load(s + 5).to(tl.float32)
+    k_max = tl.load(s + 6).to(tl.int64)
+    top_p = tl.load(s + 7)
+    return lo, hi, g_hi, target, phase, m, k_max, top_p
+
+
+@triton.jit
+def narrowed_state(lo, hi, g_hi, target, phase, k_max, top_p, part, n_splits, NS_P2: tl.constexpr):
+    """The state after a round of a row still searching, from the state before it and the round's bucket
+    sums of every split, ``part [n_splits, 16]`` float64, summed in split order (read from L2: the row's last
+    program to store its sums reads the others'). Returns ``(lo, hi, g_hi, target, phase)``."""
+    sp = tl.arange(0, NS_P2)
+    bins = tl.arange(0, NBINS)
+    p = part + sp[:, None] * NBINS + bins[None, :]
+    hist = tl.sum(tl.load(p, mask=(sp < n_splits)[:, None], other=0.0, cache_modifier=".cg"), axis=0)
+    target = tl.where(phase == TOPP_START, top_p * (g_hi + tl.sum(hist, axis=0)), target)
+    phase = tl.where(phase == TOPP_START, TOPP, phase)
+    lo, hi, g_hi = _narrow(lo, hi, g_hi, hist, target)
+    hi, g_hi, phase = _settle(lo, hi, g_hi, phase, k_max, top_p)
+    return lo, hi, g_hi, target, phase
+
+
+@triton.jit
+def store_state(s, lo, hi, g_hi, target, phase, m, k_max, top_p):
+    """Stores a row's search state (:func:`initial_state`'s tuple) at ``s``: ``STATE`` float64."""
+    tl.store(s, lo.to(tl.float64))
+    tl.store(s + 1, hi.to(tl.float64))
+    tl.store(s + 2, g_hi)
+    tl.store(s + 3, target)
+    tl.store(s + 4, phase.to(tl.float64))
+    tl.store(s + 5, m.to(tl.float64))
+    tl.store(s + 6, k_max.to(tl.float64))
+    tl.store(s + 7, top_p)

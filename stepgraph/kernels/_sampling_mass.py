@@ -28,14 +28,16 @@ from ._sampling_filter import (
     key_shift,
     late_pivot_request,
     load_ahead,
+    load_state,
+    narrowed_state,
     no_counts,
     num_rounds,
     pivot_request,
     regular_key,
     row_key,
-    row_state,
     small_top_k_request,
     split_softmax,
+    store_state,
 )
 from ._sampling_pivot import (
     SUB,
@@ -102,13 +104,11 @@ def _round_kernel(
     temp_ptr,
     topk_ptr,
     topp_ptr,
-    kmin_ptr,
-    kmax_ptr,
     gkey_ptr,
     zmax_ptr,
     state_ptr,
     part_ptr,
-    first_ptr,
+    done_ptr,
     minp_ptr,
     seed_ptr,
     offset_ptr,
@@ -174,10 +174,7 @@ def _round_kernel(
                 else:  # the entries above it
                     list_split(logits_ptr, stride_b, stride_j, bound_ptr, list_ptr, list_count_ptr, ninf_ptr, row, sp,
                                V, K1, n_splits, SPLIT, BLOCK, SHIFT, LIST_GCAP)  # fmt: skip
-    lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
-        r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
-        state_ptr, part_ptr, first_ptr, n_rows, NS_P2, SHIFT, PIVOT,
-    )  # fmt: skip
+    lo, hi, g_hi, target, phase, m, k_max, top_p = load_state(state_ptr + (r * n_rows + row) * STATE)
     if PIVOT:  # noqa: SIM102 (a constexpr)
         if LATE_LAUNCH < 0:  # noqa: SIM108 (a constexpr) which launch it is, known at run time alone
             starts = r == LATE_START
@@ -189,16 +186,6 @@ def _round_kernel(
                        gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
                        pivot_pool_ptr, row, sp, lo, before, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT,
                        PIVOT_STEPS, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE_START)  # fmt: skip
-    if sp == 0:
-        s = state_ptr + (r * n_rows + row) * STATE
-        tl.store(s, lo.to(tl.float64))
-        tl.store(s + 1, hi.to(tl.float64))
-        tl.store(s + 2, g_hi)
-        tl.store(s + 3, target)
-        tl.store(s + 4, phase.to(tl.float64))
-        tl.store(s + 5, m.to(tl.float64))
-        tl.store(s + 6, k_max.to(tl.float64))
-        tl.store(s + 7, top_p)
     listing = row < 0  # a tensor: the branches below assign one
     if PIVOT:  # noqa: SIM102 (a constexpr)
         if LATE_LAUNCH == 2:  # a late row's last count lists its entries from there
@@ -211,7 +198,10 @@ def _round_kernel(
                 counts = list_late_split(base, sp.to(tl.int64) * SPLIT, V, lo, hi, SPLIT, SHIFT, pool, PIVOT_POOL)
                 bins = tl.arange(0, NBINS)
                 tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, counts.to(tl.float64))
-    if (phase != DONE) & ~listing:
+    # A pivot class without late requests (the top_p class) searches no cut: its rows' states are final before
+    # round 0 (the kept mass reads them there), and its variants leave the search's code out.
+    searching = (phase != DONE) & (LATE or not PIVOT)
+    if searching & ~listing:
         b = row // K1
         t = tl.load(temp_ptr + b).to(tl.float32)
         inv_t = 1.0 / tl.where(t > 0, t, 1.0)
@@ -246,6 +236,17 @@ def _round_kernel(
                         mass += tl.where(bins[:, None] == bs, w, 0.0)
         total = tl.where(phase == TOPK, bucket_totals(c0, c1, c2, c3).to(tl.float64), tl.sum(mass, axis=1))
         tl.store(part_ptr + ((r * n_rows + row) * n_splits + sp) * NBINS + bins, total)
+    after = state_ptr + ((r + 1) * n_rows + row) * STATE
+    if searching:  # the row's last program to store its sums narrows its interval, once for the row
+        tl.debug_barrier()  # every thread's stores are issued before the count says so
+        if tl.atomic_add(done_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
+            tl.store(done_ptr + row, 0)
+            part = part_ptr + (r * n_rows + row) * n_splits * NBINS
+            lo, hi, g_hi, target, phase = narrowed_state(lo, hi, g_hi, target, phase, k_max, top_p, part, n_splits,
+                                                         NS_P2)  # fmt: skip
+            store_state(after, lo, hi, g_hi, target, phase, m, k_max, top_p)
+    elif (sp == 0) & (LATE or not PIVOT):
+        store_state(after, lo, hi, g_hi, target, phase, m, k_max, top_p)
 
 
 @jit_any_batch
@@ -257,18 +258,12 @@ def _kept_mass_kernel(
     stride_draft,
     temp_ptr,
     topk_ptr,
-    topp_ptr,
     minp_ptr,
-    kmin_ptr,
-    kmax_ptr,
-    gkey_ptr,
-    zmax_ptr,
     state_ptr,
-    part_ptr,
     m_ptr,
     s_ptr,
     cut_ptr,
-    r,
+    final,
     V,
     K,
     K1,
@@ -276,23 +271,20 @@ def _kept_mass_kernel(
     n_rows,
     SPLIT,
     BLOCK: tl.constexpr,
-    NS_P2: tl.constexpr,
     SHIFT: tl.constexpr,
     PIVOT: tl.constexpr,
     GDC: tl.constexpr,
 ):
-    """Filtered class, per (row, split): the final cut-off (``r`` = number of rounds), then the kept mass
-    ``sum exp(z - m)`` over the split without the row's draft token. Split 0 stores the cut. With ``PIVOT``,
-    the rows of small top-k requests (whose cut and masses the launch before stored) are left alone, and those
-    of pivot requests store no kept mass."""
+    """Filtered class, per (row, split): the final cut-off (the state before round ``final``: after the last one,
+    or before the first in a class that searches no cut), then the kept mass ``sum exp(z - m)`` over the split
+    without the row's draft token. Split 0 stores the cut. With ``PIVOT``, the rows of small top-k requests
+    (whose cut and masses the launch before stored) are left alone, and those of pivot requests store no kept
+    mass."""
     if GDC:  # a dependent launch: the kernel before it has ended first
         after_previous()
     row = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
-    lo, hi, g_hi, target, phase, m, k_max, top_p = row_state(
-        r, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr, zmax_ptr,
-        state_ptr, part_ptr, part_ptr, n_rows, NS_P2, SHIFT, PIVOT,  # no first counts past round 0
-    )  # fmt: skip
+    lo, hi, g_hi, target, phase, m, k_max, top_p = load_state(state_ptr + (final * n_rows + row) * STATE)
     b = row // K1
     j = row % K1
     t = tl.load(temp_ptr + b).to(tl.float32)
@@ -343,7 +335,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     assert rounds >= options["PIVOT_STEPS"], "the pivot draws take a step in each of the first launches of the rounds"
     kmin = torch.empty((rows, n_splits), dtype=torch.int32, device=dev)
     kmax = torch.empty_like(kmin)
-    state = torch.empty((rounds, rows, 8), dtype=torch.float64, device=dev)
+    state = torch.empty((rounds + 1, rows, STATE.value), dtype=torch.float64, device=dev)  # before each round
     part = torch.empty((rounds, rows, n_splits, 16), dtype=torch.float64, device=dev)
     first = torch.empty((rows, n_splits, 16), dtype=torch.int32, device=dev) if pivot is not None else kmin
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
@@ -354,20 +346,23 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     nb_p2 = next_pow2(triton.cdiv(split, SUB.value)) if pivot is not None else 1  # pivot sub-blocks a split
     stats = (gkey, gidx, m_part, kmin, kmax)
     if pivot is None:
-        _stats_kernel[grid](*head, temperature, *stats, V, K1, n_splits, SPLIT=split, BLOCK=BLOCK, SHIFT=shift,
-                            num_warps=NUM_WARPS, **EXACT_ROUNDING, **pdl)  # fmt: skip
+        done = torch.zeros(rows, dtype=torch.int32, device=dev)  # counts a launch's programs of a row that are done
+        _stats_kernel[grid](*head, temperature, top_k, top_p, *stats, state, done, V, K1, n_splits, SPLIT=split,
+                            BLOCK=BLOCK, NS_P2=ns_p2, SHIFT=shift, num_warps=NUM_WARPS, **EXACT_ROUNDING,
+                            **pdl)  # fmt: skip
         draws = (min_p, *(cut,) * 8)  # unused
         maxima, *listed = (cut,) * 6  # unused
     else:
         seed, offset, lo, y, total, masses, count, peak, pool = pivot
         requests = (temperature, top_k, top_p, min_p, seed, offset)
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
-        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, V, K1, n_splits,
-                                  SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
+        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, state, V, K1,
+                                  n_splits, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
                                   M=maxima_per_split(n_splits), LATE=late, num_warps=NUM_WARPS, **pdl,
                                   **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, seed, offset, lo, y, total, masses, count, pool)
-    search = (temperature, top_k, top_p, kmin, kmax, gkey, m_part, state, part, first)
+        done = count[1]  # the draws count with count[0]
+    search = (temperature, top_k, top_p, gkey, m_part, state, part, done)
     for r in range(rounds):
         if options["PIVOT_POOL"]:  # the late rows' last count and start are variants of their own
             late_launch = {late_list(32 - shift): 2, options["LATE_START"]: 1}.get(r, 0)
@@ -382,9 +377,10 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         sample = (seed, offset, pick) if pick is not None else None
         row_cuts(logits, drafts, temperature, top_k, top_p, min_p, layout, m_part, s_part, listed, cut, sample,
                  dependent)  # fmt: skip
+    final = rounds if pivot is None or late else 0  # the state before round 0 is final where none searches
     _kept_mass_kernel[grid](
-        *head, drafts, drafts.stride(0), temperature, top_k, top_p, min_p, kmin, kmax, gkey, m_part, state, part,
-        m_part, s_part, cut, rounds, V, K1 - 1, K1, n_splits, rows, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2,
-        SHIFT=shift, PIVOT=pivot is not None, num_warps=NUM_WARPS, **EXACT_ROUNDING, **pdl,
+        *head, drafts, drafts.stride(0), temperature, top_k, min_p, state, m_part, s_part, cut, final, V, K1 - 1, K1,
+        n_splits, rows, SPLIT=split, BLOCK=BLOCK, SHIFT=shift, PIVOT=pivot is not None, num_warps=NUM_WARPS,
+        **EXACT_ROUNDING, **pdl,
     )  # fmt: skip
     return cut

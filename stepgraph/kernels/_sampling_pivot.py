@@ -69,6 +69,7 @@ from ._sampling_filter import (
     small_top_k_request,
     split_counts,
     split_stats,
+    store_initial_state,
     store_stats,
     verify_stream,
 )
@@ -436,20 +437,21 @@ def _number(seed_ptr, offset_ptr, row, K1, draw_no):
 @jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
                   gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr,
-                  maxima_ptr, first_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
+                  maxima_ptr, first_ptr, state_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
                   NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr,
                   GDC: tl.constexpr):  # fmt: skip
     """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
-    requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the
-    row's last program to store them (an atomic count) makes the row's first draw: ``y`` holds it, and ``lo``
-    the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest
-    key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest
-    key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k
-    requests store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the
-    rounds find their bound from them. Those of late requests count their split's entries in the 16
-    :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first
-    count of their top-k search (:func:`._sampling_filter.row_state`). Without ``LATE`` (the batch promises
-    no late request) a late request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
+    requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the row's last
+    program to store them (an atomic count) stores every row's search state before the rounds
+    (:func:`._sampling_filter.initial_state`, ``state_ptr [rows, STATE]``) and makes a pivot row's first draw: ``y``
+    holds it, and ``lo`` the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one
+    above the lowest key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the
+    lowest key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k requests
+    store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their
+    bound from them. Those of late requests count their split's entries in the 16
+    :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first count of
+    their top-k search (:func:`._sampling_filter.initial_state`). Without ``LATE`` (the batch promises no late
+    request) a late request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
     if GDC:  # a dependent launch: the kernel before it has ended first
         after_previous()
     row = tl.program_id(0).to(tl.int64)
@@ -484,13 +486,16 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     else:
         gk, gi, z_max, k_min = split_stats(base, start, V, inv_t, SPLIT, BLOCK, SHIFT)
         store_stats(row * n_splits + sp, gk, gi, z_max, k_min, gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, SHIFT)
-    if pivot:
-        tl.debug_barrier()  # every thread's stores are issued before the count says so
-        if tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
-            tl.store(count_ptr + row, 0)
+    tl.debug_barrier()  # every thread's stores are issued before the count says so
+    if tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
+        tl.store(count_ptr + row, 0)
+        store_initial_state(state_ptr, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr,
+                            zmax_ptr, first_ptr, NS_P2, SHIFT, True, LATE)  # fmt: skip
+        token = row * 0 + NOT_PIVOT  # tensor first: a constexpr first would stay one (Triton 3.9's interpreter)
+        lo = row * 0 + LOWEST
+        if pivot:
             _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
-            token = row * 0 + ARGMAX  # tensor first: a constexpr first would stay one (Triton 3.9's interpreter)
-            lo = row * 0 + LOWEST
+            token = row * 0 + ARGMAX
             if active:
                 token = row * 0 + UNDRAWN
                 lo = row * 0 + (LOWEST + 1)
@@ -498,11 +503,8 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
                     u = _number(seed_ptr, offset_ptr, row, K1, 0)
                     token = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
                     lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
-            tl.store(y_ptr + row, token)
-            tl.store(lo_ptr + row, lo)
-    elif sp == 0:
-        tl.store(y_ptr + row, row * 0 + NOT_PIVOT)
-        tl.store(lo_ptr + row, row * 0 + LOWEST)
+        tl.store(y_ptr + row, token)
+        tl.store(lo_ptr + row, lo)
 
 
 @triton.jit
@@ -791,12 +793,13 @@ def _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, 
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
-    """The draws' workspace ``(lo, y, total, part, count, peak, pool)`` for ``n_splits`` splits of ``split``
-    entries a row: ``part [rows, n_splits, HEAD + sub-blocks]`` float64 holds each split's mass of what can
-    be drawn, of every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries
-    each); ``peak [rows, n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first
-    draw's); ``count [rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them
-    (the last one sets it back to 0); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
+    """The draws' workspace ``(lo, y, total, part, count, peak, pool)`` for ``n_splits`` splits of ``split`` entries
+    a row: ``part [rows, n_splits, HEAD + sub-blocks]`` float64 holds each split's mass of what can be drawn, of
+    every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries each); ``peak [rows,
+    n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first draw's); ``count [2, rows]`` int32,
+    zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to 0): their
+    masses (``count[0]``), their bucket sums in a search's rounds (``count[1]``,
+    :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
     (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS + WARPS *
     pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
     (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
@@ -805,7 +808,7 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     y = torch.empty(rows, dtype=torch.int64, device=device)
     total = torch.empty(rows, dtype=torch.float64, device=device)
     part = torch.empty((rows, n_splits, HEAD.value + n_sub), dtype=torch.float64, device=device)
-    count = torch.zeros(rows, dtype=torch.int32, device=device)
+    count = torch.zeros((2, rows), dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
     warps = WARPS.value
     entries = pool_entries(n_splits) if late else 0
