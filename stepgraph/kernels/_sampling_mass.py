@@ -337,7 +337,6 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
     kmax = torch.empty_like(kmin)
     state = torch.empty((rounds + 1, rows, STATE.value), dtype=torch.float64, device=dev)  # before each round
     part = torch.empty((rounds, rows, n_splits, 16), dtype=torch.float64, device=dev)
-    first = torch.empty((rows, n_splits, 16), dtype=torch.int32, device=dev) if pivot is not None else kmin
     cut = torch.empty(rows, dtype=torch.int64, device=dev)
     grid = (rows, n_splits)
     head = (logits, logits.stride(0), logits.stride(1))
@@ -356,6 +355,7 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         seed, offset, lo, y, total, masses, count, peak, pool = pivot
         requests = (temperature, top_k, top_p, min_p, seed, offset)
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
+        first = torch.empty((rows, n_splits, 16), dtype=torch.int32, device=dev)  # late rows' first counts
         _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, state, V, K1,
                                   n_splits, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
                                   M=maxima_per_split(n_splits), LATE=late, num_warps=NUM_WARPS, **pdl,

@@ -798,10 +798,10 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries each); ``peak [rows,
     n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first draw's); ``count [2, rows]`` int32,
     zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to 0): their
-    masses (``count[0]``), their bucket sums in a search's rounds (``count[1]``,
-    :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws once the cut-off rounds have run
-    (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS + WARPS *
-    pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
+    stats or masses (``count[0]``: the stats launch, the draws), their bucket sums in a search's rounds
+    (``count[1]``, :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws once the cut-off
+    rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS +
+    WARPS * pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
     (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
