@@ -140,8 +140,9 @@ def _stats_kernel(
     tl.debug_barrier()  # every thread's stores are issued before the count says so
     if tl.atomic_add(done_ptr + row, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
         tl.store(done_ptr + row, 0)
+        no_first = kmin_ptr  # PIVOT off: no first counts to read
         store_initial_state(state_ptr, row, K1, V, n_splits, temp_ptr, topk_ptr, topp_ptr, kmin_ptr, kmax_ptr, gkey_ptr,
-                            zmax_ptr, kmin_ptr, NS_P2, SHIFT, False, False)  # fmt: skip
+                            zmax_ptr, no_first, NS_P2, SHIFT, False, False)  # fmt: skip
 
 
 @triton.jit
