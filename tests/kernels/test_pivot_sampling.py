@@ -116,13 +116,13 @@ class _CountedLaunches:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
-def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtype, monkeypatch):
-    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' five launches, not the search's 8
-    (bfloat16) or 16, and every request gets the reference's tokens: top-p alone, with min-p (its first draw
-    in the rounds), a top-k above 1024 without top-p, small top-k rows (their cut in the same launches), min-p
-    alone, greedy, a NaN row; two offsets. Late requests break the promise: their rows draw by the pivot from
-    the whole row, with top-k and top-p each over the whole distribution (the reference's draws of requests
-    that are not late), not top-p within the top-k set."""
+def test_a_batch_without_late_requests_draws_in_seven_launches_of_the_rounds(dtype, monkeypatch):
+    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' seven launches, not the search's 8
+    (bfloat16) or 16, and every request gets the reference's tokens: top-p alone, with min-p (its first draw in the
+    rounds), a top-k above 1024 without top-p, small top-k rows (their cut in the same launches), min-p alone,
+    greedy, a NaN row; two offsets, and the rows that still draw after a third launch on alone. Late requests break
+    the promise: their rows draw by the pivot from the whole row, with top-k and top-p each over the whole
+    distribution (the reference's draws of requests that are not late), not top-p within the top-k set."""
     g = torch.Generator().manual_seed(3)
     B, K, V = 8, 2, 1500
     x = (torch.randn(B, K + 1, V, generator=g) * 2).round(decimals=1)
@@ -143,7 +143,11 @@ def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtyp
         got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
         ref = chain_verify_sampling_ref(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True)
         assert torch.equal(got.tokens, ref.tokens), (step, got.tokens.tolist(), ref.tokens.tolist())
-    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 10
+    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 14
+    monkeypatch.setattr(_sampling_pivot, "STEPS", 3)  # draws in three launches: rows still drawing go on alone
+    got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
+    assert torch.equal(got.tokens, ref.tokens), (got.tokens.tolist(), ref.tokens.tolist())
+    monkeypatch.undo()
     x[1, 1] = x[1, 0]  # no NaN row now
     k, p, T = torch.full_like(k, 1100), torch.full_like(p, 0.2), torch.ones_like(T)  # every request late
     monkeypatch.setattr(
@@ -158,8 +162,8 @@ def test_a_batch_without_late_requests_draws_in_five_launches_of_the_rounds(dtyp
 @pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
 def test_the_rounds_of_a_batch_with_late_requests_end_with_the_late_rows_steps(dtype, monkeypatch):
     """With late requests the rounds end after the late rows' steps (their start, where the top-k cut is known:
-    launch 3 over 16-bit keys, 7 over 32-bit ones, then ``LATE_STEPS`` launches; five at least, the draws'
-    launches without late requests), not at the end of the search's schedule (8 or 16 launches). Rows that
+    launch 3 over 16-bit keys, 7 over 32-bit ones, then ``LATE_STEPS`` launches; the draws' launches without
+    late requests at least, five here), not at the end of the search's schedule (8 or 16 launches). Rows that
     reject draw after draw (a small top-p over flat rows, half of them late) get the reference's tokens
     whether the late rows go on alone from their second step, their third or their fourth, beside rows of
     top-p alone (their four turns, then one or more that do both)."""
@@ -174,6 +178,7 @@ def test_the_rounds_of_a_batch_with_late_requests_end_with_the_late_rows_steps(d
     assert late_pivot_requests(T, k, p).tolist() == [True, False, True, False]
     seed, off = torch.arange(B, dtype=torch.int64, device=DEV), torch.zeros(B, dtype=torch.int64, device=DEV)
     start = 3 if dtype == torch.bfloat16 else 7
+    monkeypatch.setattr(_sampling_pivot, "DRAW_LAUNCHES", 5)  # below start + steps: the late rows' steps end it
     rounds = _CountedLaunches(_sampling_mass._round_kernel)
     monkeypatch.setattr(_sampling_mass, "_round_kernel", rounds)
     for steps in (2, 3, 4):
@@ -284,7 +289,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
     their entries): they make their first draw in the rounds. Half are late (a top-k of 1100 with the top-p):
     they draw from their top-k cut in the rounds' second half. The others, without them, also in the draws'
-    five launches (``late=False``): the fifth draw on alone."""
+    seven launches (``late=False``)."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
