@@ -107,7 +107,7 @@ STEPS = 8
 SEPARATE = 2
 #: The launches of the rounds where no request is late (no top-k search to wait for): two that take turns,
 #: then five that do both, the last one where a row still drawing goes on alone (a pass over its row a
-#: draw, many times a launch's: one program reads the row). Each launch costs 1-4 µs even with nothing to do
+#: draw by one program, far slower than a launch). Each launch costs 1-4 µs even with nothing to do
 #: (B = 1 to 64); a draw a launch from the third on reaches the rows that reject draw after draw (a small
 #: top-p, a large top-k alone over flat rows) before the last.
 DRAW_LAUNCHES = 7
