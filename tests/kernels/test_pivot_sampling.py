@@ -144,10 +144,10 @@ def test_a_batch_without_late_requests_draws_in_seven_launches_of_the_rounds(dty
         ref = chain_verify_sampling_ref(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True)
         assert torch.equal(got.tokens, ref.tokens), (step, got.tokens.tolist(), ref.tokens.tolist())
     assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 14
-    monkeypatch.setattr(_sampling_pivot, "STEPS", 3)  # draws in three launches: rows still drawing go on alone
-    got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
-    assert torch.equal(got.tokens, ref.tokens), (got.tokens.tolist(), ref.tokens.tolist())
-    monkeypatch.undo()
+    with monkeypatch.context() as scoped:
+        scoped.setattr(_sampling_pivot, "STEPS", 3)  # draws in three launches: rows still drawing go on alone
+        got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
+        assert torch.equal(got.tokens, ref.tokens), (got.tokens.tolist(), ref.tokens.tolist())
     x[1, 1] = x[1, 0]  # no NaN row now
     k, p, T = torch.full_like(k, 1100), torch.full_like(p, 0.2), torch.ones_like(T)  # every request late
     monkeypatch.setattr(
