@@ -51,7 +51,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._argmax import sortable_key, track_argmax
+from ._argmax import track_argmax
 from ._common import after_previous, jit_any_batch, triton_interprets
 from ._sampling_filter import (
     INF_KEY_C,
@@ -61,11 +61,13 @@ from ._sampling_filter import (
     bucket_log2,
     bucket_totals,
     key_floor,
+    key_value,
     late_pivot_request,
     load_ahead,
     num_rounds,
     pivot_request,
     regular_key,
+    row_key,
     small_top_k_request,
     split_counts,
     split_stats,
@@ -242,7 +244,7 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
             every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
         h = high.to(tl.int32)
         at = listed[:, None] + tl.cumsum(h, axis=1) - h
-        entry = (offs << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        entry = _entry(offs, x)
         _store_entries(pool + WARPS + warp[:, None] * POOL + at, entry, high & (at < POOL))
         listed += tl.sum(h, axis=1)
         offs += SUB
@@ -281,7 +283,7 @@ def list_late_split(base, start, V, lo, hi, SPLIT, SHIFT: tl.constexpr, pool, PO
         high = inb & (key >= lo32)
         h = high.to(tl.int32)
         at = listed[:, None] + tl.cumsum(h, axis=1) - h
-        entry = (offs << 32) | (x.to(tl.float32).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+        entry = _entry(offs, x.to(tl.float32))
         _store_entries(pool + WARPS + warp[:, None] * POOL + at, entry, high & (at < POOL))
         listed += tl.sum(h, axis=1)
         offs += SUB
@@ -334,16 +336,15 @@ def _pick(mass, goal, N_P2: tl.constexpr):
 
 
 @triton.jit
-def _draw(base, V, part, n_splits, u, lo, min_p, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
-          SHIFT: tl.constexpr):  # fmt: skip
-    """The entry that number ``u`` picks by inverse CDF among those that can be drawn (a key ``>= lo`` and
-    ``w >= min_p``), given ``part`` (the row's ``[n_splits, HEAD + sub-blocks]`` float64 masses of
-    :func:`_split_mass`): the split where the cumulative mass passes ``u`` times the total, the sub-block in
-    it, then the entry in the sub-block (the last one of positive weight wherever float sums leave none).
-    One sub-block is read, whatever the split's size."""
+def _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2: tl.constexpr, SHIFT: tl.constexpr):
+    """``(token, x)`` (:func:`_scan`): the entry that number ``u`` picks by inverse CDF among those that can be
+    drawn (a key ``>= lo`` and ``w >= min_p``), given ``part`` (the row's ``[n_splits, HEAD + sub-blocks]``
+    float64 masses of :func:`_split_mass`) and its splits' masses ``split_mass`` (``[NS_P2]``, 0 past the
+    last split, as the caller loaded them): the split where the cumulative mass passes ``u`` times the
+    total, the sub-block in it, then the entry in the sub-block (the last one of positive weight wherever
+    float sums leave none). One sub-block is read, whatever the split's size."""
     per_split = HEAD + tl.cdiv(SPLIT, SUB)
-    sp = tl.arange(0, NS_P2)
-    split_mass = tl.load(part + sp * per_split, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
+    NS_P2: tl.constexpr = split_mass.shape[0]
     chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
     bi = tl.arange(0, NB_P2)
     block_mass = tl.load(
@@ -355,22 +356,39 @@ def _draw(base, V, part, n_splits, u, lo, min_p, inv_t, m, SPLIT, NS_P2: tl.cons
 
 @triton.jit
 def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
-    """The entry of the sub-block at ``start`` where the cumulative weight (float64) of those that can be
-    drawn (a key ``>= lo`` and ``w >= min_p``) passes ``local``; the last one of positive weight where float
-    sums leave none; -1 if none has any."""
+    """``(token, x)``: the entry of the sub-block at ``start`` where the cumulative weight (float64) of those
+    that can be drawn (a key ``>= lo`` and ``w >= min_p``) passes ``local``, the last one of positive weight
+    where float sums leave none (token -1 if none has any), and its float32 value."""
     offs = start + tl.arange(0, SUB)
     inb = offs < V
     x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
     w = tl.exp(x * inv_t - m)
     w = tl.where(inb & (x >= key_floor(lo, SHIFT)) & (w >= min_p), w, 0.0).to(tl.float64)
-    hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), offs, V), axis=0)
-    return tl.where(hit < V, hit, tl.max(tl.where(w > 0, offs, -1), axis=0))
+    entry = _entry(offs, x)
+    hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), entry, 2**62), axis=0)
+    chosen = tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=0))
+    return chosen >> 32, _entry_value(chosen)
+
+
+@triton.jit
+def _entry(offs, x):
+    """int64 entries of a list (the pool's, :func:`_pool_mass_loop`) from the indices ``offs`` and their
+    float32 values ``x``: the index in the high word, ``x``'s bits in the low one. Non-negative, and in the
+    indices' order."""
+    return (offs.to(tl.int64) << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+
+
+@triton.jit
+def _entry_value(entry):
+    """The float32 value an :func:`_entry` holds."""
+    return (entry & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
                 SHIFT: tl.constexpr):  # fmt: skip
-    """A row's first draw (:func:`.chain_sampling_ref.first_pivot_draw`) by number ``u``, from what
+    """``(token, x)`` (:func:`_scan`): a row's first draw (:func:`.chain_sampling_ref.first_pivot_draw`) by
+    number ``u``, from what
     :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in ``part``
     (:func:`_split_mass`'s slots), ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is ``s * exp(p - m)``:
     the split, then the sub-block, where the cumulative mass passes ``u`` times the row's, then the entry.
@@ -428,11 +446,17 @@ def _sub_block_stats(base, start, V, inv_t, SPLIT, BLOCK: tl.constexpr, SHIFT: t
 
 
 @triton.jit
-def _number(seed_ptr, offset_ptr, row, K1, draw_no):
-    """The number of draw ``draw_no`` of ``row``: :func:`.philox.pivot_counter` in the request's stream."""
+def _stream(seed_ptr, offset_ptr, row, K1):
+    """``(seed, stream)`` of ``row``'s request, which :func:`_number` takes: loaded where the row's other loads
+    are, so that no draw waits for them."""
     b = row // K1
-    stream = verify_stream(tl.load(offset_ptr + b), K1)
-    return tl.rand(tl.load(seed_ptr + b), stream | (K1 + 1 + draw_no * K1 + row % K1))
+    return tl.load(seed_ptr + b), verify_stream(tl.load(offset_ptr + b), K1)
+
+
+@triton.jit
+def _number(seed, stream, row, K1, draw_no):
+    """The number of draw ``draw_no`` of ``row``: :func:`.philox.pivot_counter` in the request's ``stream``."""
+    return tl.rand(seed, stream | (K1 + 1 + draw_no * K1 + row % K1))
 
 
 @jit_any_batch
@@ -495,24 +519,25 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
         token = row * 0 + NOT_PIVOT  # tensor first: a constexpr first would stay one (Triton 3.9's interpreter)
         lo = row * 0 + LOWEST
         if pivot:
+            seed, stream = _stream(seed_ptr, offset_ptr, row, K1)
             _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
             token = row * 0 + ARGMAX
             if active:
                 token = row * 0 + UNDRAWN
                 lo = row * 0 + (LOWEST + 1)
                 if first:
-                    u = _number(seed_ptr, offset_ptr, row, K1, 0)
-                    token = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
-                    lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+                    u = _number(seed, stream, row, K1, 0)
+                    token, x = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
+                    lo = row_key(x, SHIFT) + 1
         tl.store(y_ptr + row, token)
         tl.store(lo_ptr + row, lo)
 
 
 @triton.jit
-def _kept(base, token, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
-    """Whether the drawn ``token`` is in the kept set: fewer than ``top_k`` strictly larger keys (top-k on),
-    their mass ``< top_p *`` the total (top-p on), and its weight ``>= min_p``."""
-    w = tl.exp(tl.load(base + token).to(tl.float32) * inv_t - m)
+def _kept(x, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
+    """Whether a drawn token of float32 value ``x`` is in the kept set: fewer than ``top_k`` strictly larger
+    keys (top-k on), their mass ``< top_p *`` the total (top-p on), and its weight ``>= min_p``."""
+    w = tl.exp(x * inv_t - m)
     in_top_p = (mass_above < top_p.to(tl.float64) * total) | (top_p >= 1.0)
     return in_top_p & ((count_above < top_k) | (top_k <= 0)) & ((w >= min_p) | (min_p <= 0))
 
@@ -536,7 +561,9 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     per_split = HEAD + tl.cdiv(SPLIT, SUB)
     part = part_ptr + row * n_splits * per_split
     splits = part + sp * per_split
-    mass = tl.sum(tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
+    seed, stream = _stream(seed_ptr, offset_ptr, row, K1)  # loaded beside the masses: the draw needs no more
+    split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
+    mass = tl.sum(split_mass, axis=0)
     count = tl.sum(tl.load(splits + 2, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
     if d == 1:
         total = tl.sum(tl.load(splits + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
@@ -544,29 +571,30 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     else:
         total = tl.load(total_ptr + row)
     token = tl.load(y_ptr + row)
-    drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
-    kept = drawn & _kept(base, tl.maximum(token, 0), mass, count, total, top_k, top_p, min_p, inv_t, m)
     lo = tl.load(lo_ptr + row)
+    drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
+    x = key_value(tl.where(drawn, lo - 1, 0).to(tl.int32), SHIFT)  # a drawn token's: lo is its key + 1
+    kept = drawn & _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
     draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each draw a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
     pending = drawing & ~last  # a draw that the next launch checks
     while drawing:
-        token = _draw(base, V, part, n_splits, _number(seed_ptr, offset_ptr, row, K1, draw_no), lo, min_p, inv_t, m,
-                      SPLIT, NS_P2, NB_P2, SHIFT)  # fmt: skip
-        lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+        u = _number(seed, stream, row, K1, draw_no)
+        token, x = _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2, SHIFT)
+        lo = row_key(x, SHIFT) + 1
         draw_no += 1
         if last:  # its check, here: the masses above it, split by split, which the next draw reads
             tl.debug_barrier()  # every thread has read the masses of the last draw
             mass = tl.zeros([], tl.float64)
             count = tl.zeros([], tl.int64)
             for s in range(0, n_splits):
-                split_mass, split_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                      part + s * per_split, False, pool_ptr, lists, 0,
-                                                      False)  # fmt: skip
-                mass += split_mass
-                count += split_count
+                s_mass, s_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                              part + s * per_split, False, pool_ptr, lists, 0, False)  # fmt: skip
+                mass += s_mass
+                count += s_count
             tl.debug_barrier()  # and they see the new ones
-            kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
+            split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
+            kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
@@ -576,37 +604,39 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             j = tl.arange(0, NS_P2 * WARPS)
             listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
             if tl.max(listed, axis=0) <= POOL:
-                token, kept = _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top_p, min_p,
-                                          inv_t, m, seed_ptr, offset_ptr, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
+                token, kept = _pool_draws(pool_row, j, listed, token, x, lo, draw_no, total, top_k, top_p, min_p,
+                                          inv_t, m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
                 pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
     tl.store(lo_ptr + row, tl.where(pending, lo, LOWEST))
 
 
 @triton.jit
-def _pool_draws(pool_row, j, listed, base, token, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed_ptr,
-                offset_ptr, row, K1, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+def _pool_draws(pool_row, j, listed, token, x, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed, stream, row,
+                K1, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1``
-    (``token``, ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
-    regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed``
-    entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would make them by
-    passes over the row: the check of the last draw by the mass above it, then, if it failed, the next draw
+    (``token``, of value ``x``; ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS *
+    POOL]`` whose regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its
+    cut (``listed`` entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would
+    make them by passes over the row: the check of the last draw by the mass above it, then, if it failed, the next draw
     from there (the region where the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS``
     draws."""
     masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
     mass = tl.sum(masses, axis=0)
-    kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
+    kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
     drawing = ~kept & (draw_no < ROUNDS)
     while drawing:
-        goal = _number(seed_ptr, offset_ptr, row, K1, draw_no).to(tl.float64) * mass
+        goal = _number(seed, stream, row, K1, draw_no).to(tl.float64) * mass
         region, local = _pick(masses, goal, j.shape[0])
-        token = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, lo, min_p,
+        entry = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, lo, min_p,
                            inv_t, m, SHIFT, POOL)  # fmt: skip
-        lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
+        token = entry >> 32
+        x = _entry_value(entry)
+        lo = row_key(x, SHIFT) + 1
         draw_no += 1
         masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
         mass = tl.sum(masses, axis=0)
-        kept = _kept(base, token, mass, count, total, top_k, top_p, min_p, inv_t, m)
+        kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
         drawing = ~kept & (draw_no < ROUNDS)
     return token, kept
 
@@ -623,7 +653,7 @@ def _region_counts(pool_row, j, regions, POOL: tl.constexpr):
 def _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
     """The float64 weights of pool entries where ``there`` that can be drawn (a key ``>= lo``, ``w >=
     min_p``), 0 elsewhere, and which those are."""
-    x = (entry & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    x = _entry_value(entry)
     w = tl.exp(x * inv_t - m)
     drawable = there & (x >= key_floor(lo, SHIFT)) & (w >= min_p)
     return tl.where(drawable, w, 0.0).to(tl.float64), drawable
@@ -650,7 +680,7 @@ def _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT: tl.constexpr, 
 
 @triton.jit
 def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
-    """The index of the entry of pool ``region`` (``listed`` entries, in vocabulary order) where the
+    """The entry (:func:`_entry`) of pool ``region`` (``listed`` entries, in vocabulary order) where the
     cumulative weight of those that can be drawn passes ``local``; its last one of positive weight where
     float sums leave none (:func:`_scan`)."""
     entries = pool_row + (region // WARPS) * (WARPS + WARPS * POOL) + WARPS + (region % WARPS) * POOL
@@ -662,9 +692,9 @@ def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.c
         entry = tl.load(entries + col, mask=col < listed, other=0, cache_modifier=".cg")
         w, _ = _pool_weights(entry, col < listed, lo, min_p, inv_t, m, SHIFT)
         passed = (w > 0) & (before + tl.cumsum(w, axis=0) > local)
-        first = tl.min(tl.where(passed, entry >> 32, 2**62), axis=0)
+        first = tl.min(tl.where(passed, entry, 2**62), axis=0)  # entries are in their indices' order
         hit = tl.where((hit < 0) & (first < 2**62), first, hit)
-        final = tl.maximum(final, tl.max(tl.where(w > 0, entry >> 32, -1), axis=0))
+        final = tl.maximum(final, tl.max(tl.where(w > 0, entry, -1), axis=0))
         before += tl.sum(w, axis=0)
     return tl.where(hit >= 0, hit, final)
 
@@ -753,9 +783,8 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
             pooled = active & listed_before & (tl.max(listed, axis=0) <= POOL)  # its pool holds the top-k set
             if pooled & (sp == 0):
-                base = logits_ptr + b * stride_b + (row % K1) * stride_j
-                token, kept = _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr,
-                                          seed_ptr, offset_ptr, inv_t, m, SHIFT, POOL, ROUNDS)  # fmt: skip
+                token, kept = _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr, seed_ptr,
+                                          offset_ptr, inv_t, m, SHIFT, POOL, ROUNDS)  # fmt: skip
                 tl.store(y_ptr + row, tl.where(kept, token, ARGMAX))
                 tl.store(lo_ptr + row, row * 0 + LOWEST)
         if ~pooled:
@@ -771,26 +800,27 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
 
 
 @triton.jit
-def _pool_start(pool_row, j, listed, base, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+def _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, inv_t, m,
+                SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """``(token, kept)``: a late row's draws, all of them, from its pool (regions ``j``, ``listed`` entries
     each, every entry with a key ``>= cut`` among them): the top-k set's mass (the total the checks compare
     with), the first draw from it as a pass over the row would make it (the region where the cumulative
     mass passes the goal, then the entry in it), then :func:`_pool_draws`."""
     min_p = tl.load(minp_ptr + b).to(tl.float32)
+    top_k = tl.load(topk_ptr + b).to(tl.int64)
+    top_p = tl.load(topp_ptr + b)
+    seed, stream = _stream(seed_ptr, offset_ptr, row, K1)
     every, _ = _pool_masses(pool_row, j, listed, cut, 0.0, inv_t, m, SHIFT, POOL)
     masses = every
     if min_p > 0:  # what can be drawn is the set's entries of weight >= min_p
         masses, _ = _pool_masses(pool_row, j, listed, cut, min_p, inv_t, m, SHIFT, POOL)
-    goal = _number(seed_ptr, offset_ptr, row, K1, 0).to(tl.float64) * tl.sum(masses, axis=0)
+    goal = _number(seed, stream, row, K1, 0).to(tl.float64) * tl.sum(masses, axis=0)
     region, local = _pick(masses, goal, j.shape[0])
-    token = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, cut, min_p, inv_t,
+    entry = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, cut, min_p, inv_t,
                        m, SHIFT, POOL)  # fmt: skip
-    lo = (sortable_key(tl.load(base + token).to(tl.float32)) >> SHIFT).to(tl.int64) + 1
-    top_k = tl.load(topk_ptr + b).to(tl.int64)
-    top_p = tl.load(topp_ptr + b)
-    return _pool_draws(pool_row, j, listed, base, token, lo, row * 0 + 1, tl.sum(every, axis=0), top_k, top_p,
-                       min_p, inv_t, m, seed_ptr, offset_ptr, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
+    x = _entry_value(entry)
+    return _pool_draws(pool_row, j, listed, entry >> 32, x, row_key(x, SHIFT) + 1, row * 0 + 1, tl.sum(every, axis=0),
+                       top_k, top_p, min_p, inv_t, m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
