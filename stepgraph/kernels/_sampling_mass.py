@@ -163,7 +163,7 @@ def _round_kernel(
     sp = tl.program_id(1)
     if PIVOT:
         pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                   gkey_ptr, zmax_ptr, pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
+                   pivot_lo_ptr, pivot_y_ptr, pivot_total_ptr, pivot_part_ptr, pivot_count_ptr,
                    pivot_pool_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK, NS_P2, PIVOT_NB_P2, SHIFT, PIVOT_STEPS,
                    PIVOT_SEPARATE, PIVOT_ROUNDS, PIVOT_POOL, LAUNCHES, LATE, LATE_START)  # fmt: skip
         if r < 2:  # noqa: SIM102 (the request's settings loaded in rounds 0 and 1 alone)
@@ -356,8 +356,8 @@ def filtered_mass(logits, drafts, temperature, top_k, top_p, min_p, layout, m_pa
         requests = (temperature, top_k, top_p, min_p, seed, offset)
         maxima, *listed = list_buffers(rows, n_splits, dev)  # bound, lists, counts, -inf counts, scratch
         first = torch.empty((rows, n_splits, 16), dtype=torch.int32, device=dev)  # late rows' first counts
-        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, masses, peak, count, maxima, first, state, V, K1,
-                                  n_splits, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
+        _pivot_stats_kernel[grid](*head, *requests, *stats, lo, y, total, masses, peak, count, maxima, first, state, V,
+                                  K1, n_splits, SPLIT=split, BLOCK=BLOCK, NS_P2=ns_p2, NB_P2=nb_p2, SHIFT=shift,
                                   M=maxima_per_split(n_splits), LATE=late, num_warps=NUM_WARPS, **pdl,
                                   **EXACT_ROUNDING)  # fmt: skip
         draws = (min_p, seed, offset, lo, y, total, masses, count, pool)

@@ -461,15 +461,16 @@ def _number(seed, stream, row, K1, draw_no):
 
 @jit_any_batch
 def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, part_ptr, peak_ptr, count_ptr,
-                  maxima_ptr, first_ptr, state_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr,
-                  NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr,
+                  gkey_ptr, gidx_ptr, zmax_ptr, kmin_ptr, kmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, peak_ptr,
+                  count_ptr, maxima_ptr, first_ptr, state_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
+                  NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr,
                   GDC: tl.constexpr):  # fmt: skip
     """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
     requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the row's last
     program to store them (an atomic count) stores every row's search state before the rounds
     (:func:`._sampling_filter.initial_state`, ``state_ptr [rows, STATE]``) and makes a pivot row's first draw: ``y``
-    holds it, and ``lo`` the key past it (the rounds check it). A row with min-p gets ``y = -3`` and ``lo`` one
+    holds it, ``lo`` the key past it (the rounds check it), and ``total [rows, 2]`` its ``m`` (:func:`pivot_buffers`).
+    A row with min-p gets ``y = -3`` and ``lo`` one
     above the lowest key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the
     lowest key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k requests
     store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their
@@ -521,6 +522,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
         if pivot:
             seed, stream = _stream(seed_ptr, offset_ptr, row, K1)
             _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
+            tl.store(total_ptr + 2 * row + 1, m)
             token = row * 0 + ARGMAX
             if active:
                 token = row * 0 + UNDRAWN
@@ -567,9 +569,9 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     count = tl.sum(tl.load(splits + 2, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
     if d == 1:
         total = tl.sum(tl.load(splits + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
-        tl.store(total_ptr + row, total)
+        tl.store(total_ptr + 2 * row, total)
     else:
-        total = tl.load(total_ptr + row)
+        total = tl.load(total_ptr + 2 * row)
     token = tl.load(y_ptr + row)
     lo = tl.load(lo_ptr + row)
     drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
@@ -700,11 +702,11 @@ def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.c
 
 
 @triton.jit
-def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-               gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, r, row, sp, V, K1,
-               n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
-               STEPS: tl.constexpr, SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr,
-               LAUNCHES: tl.constexpr, LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
+def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr,
+               y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, r, row, sp, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
+               NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, STEPS: tl.constexpr,
+               SEPARATE: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, LAUNCHES: tl.constexpr,
+               LATE: tl.constexpr, LATE_START: tl.constexpr):  # fmt: skip
     """Step ``q`` of the draws of a row (module docstring), run by program (row, split) of launch ``r`` of the
     ``LAUNCHES`` cut-off rounds while its last draw waits for its check (``lo`` above the lowest key). A row's
     steps are the first :data:`STEPS` launches (``q = r``), or for a late row (:func:`late_pivot_request`)
@@ -716,29 +718,30 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     to store them checks and draws. Without ``LATE`` no row is late."""
     b = row // K1
     lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
-    late = late_pivot_request(tl.load(temp_ptr + b), tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)) & LATE
+    m = tl.load(total_ptr + 2 * row + 1).to(tl.float32)  # a drawing row's (pivot_buffers); loaded beside lo
+    t = tl.load(temp_ptr + b).to(tl.float32)
+    late = late_pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)) & LATE
     if lo > LOWEST:
         q = tl.where(late, r - LATE_START, r)
         steps = tl.where(late, min(STEPS, LAUNCHES - LATE_START), STEPS)
         separate = tl.where(late, 0, SEPARATE)  # a late row has fewer launches left: each does both
         if (q >= late.to(tl.int32)) & (q < steps) & ((q >= separate) | (q % 2 == 0) | (sp == 0)):
-            _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                  gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, row < 0, row, sp, lo, q,
+            _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
+                  total_ptr, part_ptr, count_ptr, pool_ptr, row < 0, row, sp, lo, 1.0 / tl.where(t > 0, t, 1.0), m, q,
                   steps, separate, late, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2, SHIFT, ROUNDS, POOL,
                   False)  # fmt: skip
 
 
 @triton.jit
-def _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, gkey_ptr,
-          zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, lists, row, sp, lo, q, steps, separate,
-          late, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
-          SHIFT: tl.constexpr, ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+def _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr, total_ptr,
+          part_ptr, count_ptr, pool_ptr, lists, row, sp, lo, inv_t, m, q, steps, separate, late, V, K1, n_splits, SPLIT,
+          BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, ROUNDS: tl.constexpr,
+          POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """Step ``q`` of a row's draws by program (row, split) (:func:`pivot_step`); ``START``: a late row's step 0
     (:func:`start_late`), which weighs its top-k set and draws from it, and where ``lists`` lists it in the
-    pool."""
+    pool. ``inv_t = 1 / T`` and ``m = max x / T`` are the row's (:func:`_row_facts`)."""
     b = row // K1
     both = q >= separate
-    _, _, inv_t, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
     draws = q % 2 == 1  # split 0's program in a launch of draws
     if both | (q % 2 == 0):
         min_p = tl.load(minp_ptr + b).to(tl.float32)
@@ -792,11 +795,12 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
             if sp == 0:
                 tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
                 tl.store(lo_ptr + row, lo)
+                tl.store(total_ptr + 2 * row + 1, m)  # for its steps in the launches after this one
             if active:
-                _step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr,
-                      gkey_ptr, zmax_ptr, lo_ptr, y_ptr, total_ptr, part_ptr, count_ptr, pool_ptr, ~listed_before, row,
-                      sp, lo, row * 0, min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK,
-                      NS_P2, NB_P2, SHIFT, ROUNDS, POOL, True)  # fmt: skip
+                _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
+                      total_ptr, part_ptr, count_ptr, pool_ptr, ~listed_before, row, sp, lo, inv_t, m, row * 0,
+                      min(STEPS, LAUNCHES - LATE_START), 0, row >= 0, V, K1, n_splits, SPLIT, BLOCK, NS_P2, NB_P2,
+                      SHIFT, ROUNDS, POOL, True)  # fmt: skip
 
 
 @triton.jit
@@ -831,13 +835,15 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to 0): their
     stats or masses (``count[0]``: the stats launch, the draws), their bucket sums in a search's rounds
     (``count[1]``, :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws once the cut-off
-    rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``pool [rows, n_splits, WARPS +
+    rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``total [rows, 2]`` float64 a
+    drawing row's total (the mass its checks compare with) and its ``m = max x / T``, stored where its draws start
+    (the stats launch, a late row's start) so that its steps need not gather it; ``pool [rows, n_splits, WARPS +
     WARPS * pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
     (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty(rows, dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
-    total = torch.empty(rows, dtype=torch.float64, device=device)
+    total = torch.empty((rows, 2), dtype=torch.float64, device=device)
     part = torch.empty((rows, n_splits, HEAD.value + n_sub), dtype=torch.float64, device=device)
     count = torch.zeros((2, rows), dtype=torch.int32, device=device)
     peak = torch.empty((rows, n_splits, n_sub), dtype=torch.float32, device=device)
