@@ -387,12 +387,11 @@ def _entry_value(entry):
 @triton.jit
 def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
                 SHIFT: tl.constexpr):  # fmt: skip
-    """``(token, x)`` (:func:`_scan`): a row's first draw (:func:`.chain_sampling_ref.first_pivot_draw`) by
-    number ``u``, from what
-    :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in ``part``
-    (:func:`_split_mass`'s slots), ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is ``s * exp(p - m)``:
-    the split, then the sub-block, where the cumulative mass passes ``u`` times the row's, then the entry.
-    The split masses sum :data:`FIRST_CHUNK` sub-blocks of every split a step (few registers)."""
+    """``(token, x)`` (:func:`_scan`): a row's first draw (:func:`.chain_sampling_ref.first_pivot_draw`) by number
+    ``u``, from what :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in
+    ``part`` (:func:`_split_mass`'s slots), ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is
+    ``s * exp(p - m)``: the split, then the sub-block, where the cumulative mass passes ``u`` times the row's, then
+    the entry. The split masses sum :data:`FIRST_CHUNK` sub-blocks of every split a step (few registers)."""
     n_sub = tl.cdiv(SPLIT, SUB)
     sp = tl.arange(0, NS_P2)
     split_mass = tl.zeros([NS_P2], tl.float64)
@@ -469,15 +468,15 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
     requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the row's last
     program to store them (an atomic count) stores every row's search state before the rounds
     (:func:`._sampling_filter.initial_state`, ``state_ptr [rows, STATE]``) and makes a pivot row's first draw: ``y``
-    holds it, ``lo`` the key past it (the rounds check it), and ``total [rows, 2]`` its ``m`` (:func:`pivot_buffers`).
-    A row with min-p gets ``y = -3`` and ``lo`` one
-    above the lowest key (it draws first in the rounds), a row that does not draw ``y = -1`` (its argmax) and the
-    lowest key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k requests
-    store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their
-    bound from them. Those of late requests count their split's entries in the 16
-    :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first count of
-    their top-k search (:func:`._sampling_filter.initial_state`). Without ``LATE`` (the batch promises no late
-    request) a late request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
+    holds it, ``lo`` the key past it (the rounds check it), and ``total [rows, 2]`` its ``m``
+    (:func:`pivot_buffers`). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest key (it draws first in
+    the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest key, other requests' rows (late
+    ones' too, until they start) ``y = -2``. The rows of small top-k requests store their argmax and ``M`` subset
+    maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their bound from them. Those of late
+    requests count their split's entries in the 16 :func:`._sampling_filter.first_bucket` buckets too, at
+    ``first_ptr [rows, n_splits, 16]``: the first count of their top-k search
+    (:func:`._sampling_filter.initial_state`). Without ``LATE`` (the batch promises no late request) a late
+    request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
     if GDC:  # a dependent launch: the kernel before it has ended first
         after_previous()
     row = tl.program_id(0).to(tl.int64)
@@ -616,13 +615,12 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
 @triton.jit
 def _pool_draws(pool_row, j, listed, token, x, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed, stream, row,
                 K1, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
-    """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1``
-    (``token``, of value ``x``; ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS *
-    POOL]`` whose regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its
-    cut (``listed`` entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would
-    make them by passes over the row: the check of the last draw by the mass above it, then, if it failed, the next draw
-    from there (the region where the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS``
-    draws."""
+    """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1`` (``token``,
+    of value ``x``; ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
+    regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed``
+    entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would make them by passes
+    over the row: the check of the last draw by the mass above it, then, if it failed, the next draw from there (the
+    region where the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS`` draws."""
     masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
     mass = tl.sum(masses, axis=0)
     kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
