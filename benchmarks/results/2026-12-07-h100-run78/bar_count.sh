@@ -1,8 +1,13 @@
 #!/bin/bash
-# usage: bar_count.sh OUTDIR  (from the tree in cwd)
-D=$1; mkdir -p $D
-PYTHONPATH=. TRITON_INTERPRET=0 timeout 900 .venv/bin/python tests/kernels/gpu_compile_check.py sass /tmp/sb/one.json $D --kernel _round_kernel --set NS_P2=32 --set PIVOT_NB_P2=32 --set PIVOT_POOL=0 --set LATE_LAUNCH=-1 --set LIST_M=128 > $D/sass8.txt 2>&1
+# Barriers and instructions of the round kernel's sm_90 build at the B = 8 shape (V = 151,936: 19 splits of
+# 8192), no GPU needed. Run from the repository root:
+#   TRITON_INTERPRET=1 PYTHONPATH=. python tests/kernels/gpu_compile_check.py record REC.json
+#   (keep one _round_kernel entry with SHIFT 16, LAUNCHES 8, LATE_START 3 in ONE.json)
+#   bash bar_count.sh ONE.json OUT_DIR
+ONE=$1; D=$2; mkdir -p $D
+PYTHONPATH=. TRITON_INTERPRET=0 python tests/kernels/gpu_compile_check.py sass $ONE $D --kernel _round_kernel \
+  --set NS_P2=32 --set PIVOT_NB_P2=32 --set PIVOT_POOL=0 --set LATE_LAUNCH=-1 --set LIST_M=128 > $D/sass8.txt 2>&1
 head -1 $D/sass8.txt | cut -c1-60
-T=/work/main/.venv/lib/python3.11/site-packages/triton/backends/nvidia/bin
+T=$(python -c "import triton.backends.nvidia.compiler as c, pathlib; print(pathlib.Path(c.__file__).with_name('bin'))")
 $T/nvdisasm -g -c $D/_round_kernel-0.cubin > $D/nv.txt 2>&1
 echo "bars $(grep -c BAR.SYNC $D/nv.txt) instr $(grep -c '^        /\*[0-9a-f]*\*/' $D/nv.txt)"
