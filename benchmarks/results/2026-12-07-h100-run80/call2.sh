@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 P=stepgraph/kernels/_sampling_pivot.py
 R=stepgraph/kernels/chain_sampling_ref.py
 cp $P _probe/pivot_tree.py; cp $R _probe/ref_tree.py
-for v in main br br3; do
+for v in ${LAUNCH_VERSIONS:-main br br3}; do  # LAUNCH_VERSIONS="" skips the per-launch part
   cp _probe/pivot_$v.py $P; cp _probe/ref_$v.py $R
   timeout 45 python3 _probe/launches.py $v 2000 0.9 late 2>&1 | grep "B=\|Error" | cut -c1-700
 done | tee $OUT/launches_general.log
