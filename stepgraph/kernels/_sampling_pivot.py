@@ -76,7 +76,7 @@ from ._sampling_filter import (
     verify_stream,
 )
 from ._sampling_topk import split_maxima
-from .chain_sampling_ref import PIVOT_ROUNDS, PIVOT_SUB
+from .chain_sampling_ref import PIVOT_ROUNDS, PIVOT_SAMPLES, PIVOT_SUB
 
 NOT_PIVOT: tl.constexpr = tl.constexpr(-2)
 ARGMAX: tl.constexpr = tl.constexpr(-1)
@@ -84,9 +84,14 @@ UNDRAWN: tl.constexpr = tl.constexpr(-3)  # a row that makes its first draw in t
 LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
 #: Entries a sub-block: a warp's share of a ``BLOCK`` (four warps), summed without crossing warps.
 SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
-#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, and
-#: the number of what can be drawn (a float64 integer).
-HEAD: tl.constexpr = tl.constexpr(3)
+#: Candidates an attempt draws (:data:`.chain_sampling_ref.PIVOT_SAMPLES`).
+SAMPLES: tl.constexpr = tl.constexpr(PIVOT_SAMPLES)
+#: A row's words in ``lo`` (:func:`pivot_buffers`): the pivot, then its last attempt's candidates.
+LO_WORDS: tl.constexpr = tl.constexpr(1 + PIVOT_SAMPLES)
+#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, then for
+#: each candidate of the row's last attempt the mass of the entries that can be drawn above it, then their
+#: number (float64 integers).
+HEAD: tl.constexpr = tl.constexpr(2 + 2 * PIVOT_SAMPLES)
 #: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
 #: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
 #: whose regions all hold their entries draws to the end from them in its start; one with a fuller region
@@ -143,33 +148,40 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 
 @triton.jit
-def _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out, whole,
-                pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+def _split_mass(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
+                whole, pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
-    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at
-    ``out[2]``, and the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``; with
-    ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step 0, of those with a
-    key ``>= lo``, and where ``lists`` with a ``POOL`` too, listed in the split's ``pool``:
-    :func:`_pool_mass_loop`). Returns the first two."""
+    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, the mass of each of its
+    sub-blocks of ``SUB`` entries at ``out[HEAD + i]``, and for each candidate ``c`` the mass and number of the
+    entries with ``w >= min_p`` and ``x >= above[c]`` (``[SAMPLES]`` float32, the floors past the candidates'
+    keys) at ``out[2 + c]`` and ``out[2 + SAMPLES + c]``; with ``whole``, the mass of all its entries at
+    ``out[1]`` (with ``START``, a late row's step 0, which has no candidates yet, of those with a key ``>=
+    lo``, and where ``lists`` with a ``POOL`` too, listed in the split's ``pool``: :func:`_pool_mass_loop`).
+    Returns the split's mass and the candidates' masses and numbers."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
         if START & (POOL > 0):
             if lists & (min_p > 0):
-                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
-                                                      POOL, True)  # fmt: skip
+                total, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool, POOL, True)
             elif lists:  # what can be drawn is the whole set: one sum
-                total, count, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool,
-                                                      POOL, False)  # fmt: skip
+                total, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool, POOL,
+                                               False)  # fmt: skip
             else:
-                total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True,
-                                                 START)  # fmt: skip
+                total, every, _, _ = _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out,
+                                                True, START)  # fmt: skip
+            cand_mass = tl.zeros([SAMPLES], tl.float64)
+            cand_count = tl.zeros([SAMPLES], tl.int32)
         else:
-            total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START)
+            total, every, cand_mass, cand_count = _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK,
+                                                             SHIFT, out, True, START)  # fmt: skip
         tl.store(out + 1, every)
     else:
-        total, count, every = _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False)
+        total, _, cand_mass, cand_count = _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                                     out, False, False)  # fmt: skip
+    c = tl.arange(0, SAMPLES)
     tl.store(out, total)
-    tl.store(out + 2, count.to(tl.float64))
-    return total, count
+    tl.store(out + 2 + c, cand_mass)
+    tl.store(out + 2 + SAMPLES + c, cand_count.to(tl.float64))
+    return total, cand_mass, cand_count
 
 
 @triton.jit
@@ -179,18 +191,21 @@ def _tile(start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
+def _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
                WHOLE: tl.constexpr, ABOVE: tl.constexpr):  # fmt: skip
-    """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, the number of
-    entries in it, and with ``WHOLE`` the mass of all its entries (with ``ABOVE``, of those with a key ``>=
-    lo``; else 0). A tile ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no exchange between
-    warps."""
+    """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, with ``WHOLE`` the
+    mass of all its entries (with ``ABOVE``, of those with a key ``>= lo``; else 0), and the candidates' masses
+    and numbers (``[SAMPLES]``; none with ``ABOVE``, a late row's step 0). A tile ``[BLOCK / SUB, SUB]`` holds a
+    sub-block a warp: its sums need no exchange between warps."""
     N_SUB: tl.constexpr = BLOCK // SUB
     floor = key_floor(lo, SHIFT)  # the rows drawn from are regular
     sub = tl.arange(0, N_SUB)
+    cand = tl.arange(0, SAMPLES)
     per_warp = tl.zeros([N_SUB], tl.float64)
-    count = tl.zeros([N_SUB], tl.int32)
     every = tl.zeros([N_SUB], tl.float64)
+    LANES: tl.constexpr = 32  # a warp's: the candidates' sums stay in each thread's registers until the end
+    cand_mass = tl.zeros([N_SUB, LANES, SAMPLES], tl.float64)
+    cand_count = tl.zeros([N_SUB, LANES, SAMPLES], tl.int32)
     ahead = load_ahead(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
         offs = _tile(start + i, BLOCK)
@@ -199,23 +214,49 @@ def _mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, 
         ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
         high = inb & (x >= floor)
-        live = high & (w >= min_p)
-        sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
+        weighty = inb & (w >= min_p)
+        sums = tl.sum(tl.where(high & weighty, w, 0.0).to(tl.float64), axis=1)
         _store_sums(out + HEAD + i // SUB + sub, sums)
         per_warp += sums
-        count += tl.sum(live.to(tl.int32), axis=1)
         if ABOVE:
             every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
-        elif WHOLE:
-            every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
-    return tl.sum(per_warp, axis=0), tl.sum(count, axis=0), tl.sum(every, axis=0)
+        else:
+            if WHOLE:
+                every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
+            for c in tl.static_range(SAMPLES):
+                over = weighty & (x >= _at(above, c))
+                at = cand[None, None, :] == c
+                lane_mass = tl.sum(tl.reshape(tl.where(over, w, 0.0).to(tl.float64), [N_SUB, LANES, SUB // LANES]), 2)
+                lane_count = tl.sum(tl.reshape(over.to(tl.int32), [N_SUB, LANES, SUB // LANES]), 2)
+                cand_mass += tl.where(at, lane_mass[:, :, None], 0.0)
+                cand_count += tl.where(at, lane_count[:, :, None], 0)
+    cand_mass = tl.sum(tl.sum(cand_mass, axis=1), axis=0)
+    return tl.sum(per_warp, axis=0), tl.sum(every, axis=0), cand_mass, tl.sum(tl.sum(cand_count, axis=1), axis=0)
+
+
+@triton.jit
+def _at(v, c: tl.constexpr):
+    """``v[c]`` of a ``[SAMPLES]`` vector, as a scalar."""
+    return tl.sum(tl.where(tl.arange(0, SAMPLES) == c, v, 0), axis=0)
+
+
+@triton.jit
+def _floors(cands, SHIFT: tl.constexpr):
+    """``[SAMPLES]`` float32: the floors of the keys strictly above each candidate (:func:`key_floor`)."""
+    return key_floor(row_key(_entry_value(cands), SHIFT) + 1, SHIFT)
+
+
+@triton.jit
+def _past(cands, SHIFT: tl.constexpr):
+    """The pivot past an attempt that kept none of its candidates: the key past the largest."""
+    return tl.max(row_key(_entry_value(cands), SHIFT), axis=0) + 1
 
 
 @triton.jit
 def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.constexpr, out, pool,
                     POOL: tl.constexpr, MIN_P: tl.constexpr):  # fmt: skip
     """:func:`_mass_loop` with ``WHOLE`` over the entries with a key ``>= lo`` (a late row's top-k set):
-    returns the split's mass of what can be drawn, its number and the mass of the set, and lists the set in
+    returns the split's mass of what can be drawn and the mass of the set, and lists the set in
     ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its
     sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
     (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number
@@ -224,7 +265,6 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
     floor = key_floor(lo, SHIFT)
     warp = tl.arange(0, WARPS)
     per_warp = tl.zeros([WARPS], tl.float64)
-    count = tl.zeros([WARPS], tl.int32)
     every = tl.zeros([WARPS], tl.float64)
     listed = tl.zeros([WARPS], tl.int32)
     offs = start + warp[:, None] * Q + tl.arange(0, SUB)[None, :]
@@ -239,7 +279,6 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
         sums = tl.sum(tl.where(live, w, 0.0).to(tl.float64), axis=1)
         _store_sums(out + HEAD + (warp * Q + i) // SUB, sums)
         per_warp += sums
-        count += tl.sum(live.to(tl.int32), axis=1)
         if MIN_P:
             every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
         h = high.to(tl.int32)
@@ -250,7 +289,7 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
         offs += SUB
     tl.store(pool + warp, listed.to(tl.int64))
     total = tl.sum(per_warp, axis=0)
-    return total, tl.sum(count, axis=0), tl.sum(every, axis=0) if MIN_P else total
+    return total, tl.sum(every, axis=0) if MIN_P else total
 
 
 @triton.jit
@@ -337,28 +376,35 @@ def _pick(mass, goal, N_P2: tl.constexpr):
 
 @triton.jit
 def _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2: tl.constexpr, SHIFT: tl.constexpr):
-    """``(token, x)`` (:func:`_scan`): the entry that number ``u`` picks by inverse CDF among those that can be
-    drawn (a key ``>= lo`` and ``w >= min_p``), given ``part`` (the row's ``[n_splits, HEAD + sub-blocks]``
-    float64 masses of :func:`_split_mass`) and its splits' masses ``split_mass`` (``[NS_P2]``, 0 past the
-    last split, as the caller loaded them): the split where the cumulative mass passes ``u`` times the
-    total, the sub-block in it, then the entry in the sub-block (the last one of positive weight wherever
-    float sums leave none). One sub-block is read, whatever the split's size."""
+    """An attempt's candidates (:func:`_entry` ``[SAMPLES]``): the entries that numbers ``u [SAMPLES]`` pick by
+    inverse CDF among those that can be drawn (a key ``>= lo`` and ``w >= min_p``), given ``part`` (the row's
+    ``[n_splits, HEAD + sub-blocks]`` float64 masses of :func:`_split_mass`) and its splits' masses
+    ``split_mass`` (``[NS_P2]``, 0 past the last split, as the caller loaded them): the split where the
+    cumulative mass passes ``u`` times the total, the sub-block in it, then the entry in the sub-block
+    (:func:`_scan`). One sub-block is read a candidate, whatever the split's size; the candidates' chains of
+    loads are independent."""
     per_split = HEAD + tl.cdiv(SPLIT, SUB)
     NS_P2: tl.constexpr = split_mass.shape[0]
-    chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
+    goal = u.to(tl.float64) * tl.sum(split_mass, axis=0)
     bi = tl.arange(0, NB_P2)
-    block_mass = tl.load(
-        part + chosen * per_split + HEAD + bi, mask=bi < per_split - HEAD, other=0.0, cache_modifier=".cg"
-    )  # stored by other programs (L2)
-    block, local = _pick(block_mass, local, NB_P2)
-    return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, lo, min_p, inv_t, m, SHIFT)
+    c = tl.arange(0, SAMPLES)
+    cands = tl.zeros([SAMPLES], tl.int64)
+    for i in tl.static_range(SAMPLES):
+        chosen, local = _pick(split_mass, _at(goal, i), NS_P2)
+        block_mass = tl.load(
+            part + chosen * per_split + HEAD + bi, mask=bi < per_split - HEAD, other=0.0, cache_modifier=".cg"
+        )  # stored by other programs (L2)
+        block, local = _pick(block_mass, local, NB_P2)
+        entry = _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, lo, min_p, inv_t, m, SHIFT)
+        cands = tl.where(c == i, entry, cands)
+    return cands
 
 
 @triton.jit
 def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
-    """``(token, x)``: the entry of the sub-block at ``start`` where the cumulative weight (float64) of those
+    """The entry (:func:`_entry`) of the sub-block at ``start`` where the cumulative weight (float64) of those
     that can be drawn (a key ``>= lo`` and ``w >= min_p``) passes ``local``, the last one of positive weight
-    where float sums leave none (token -1 if none has any), and its float32 value."""
+    where float sums leave none (-1 if none has any)."""
     offs = start + tl.arange(0, SUB)
     inb = offs < V
     x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
@@ -366,8 +412,7 @@ def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
     w = tl.where(inb & (x >= key_floor(lo, SHIFT)) & (w >= min_p), w, 0.0).to(tl.float64)
     entry = _entry(offs, x)
     hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), entry, 2**62), axis=0)
-    chosen = tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=0))
-    return chosen >> 32, _entry_value(chosen)
+    return tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=0))
 
 
 @triton.jit
@@ -387,8 +432,8 @@ def _entry_value(entry):
 @triton.jit
 def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
                 SHIFT: tl.constexpr):  # fmt: skip
-    """``(token, x)`` (:func:`_scan`): a row's first draw (:func:`.chain_sampling_ref.first_pivot_draw`) by number
-    ``u``, from what :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in
+    """Candidates (:func:`_scan`): a row's first attempt (:func:`.chain_sampling_ref.first_pivot_draw`) by numbers
+    ``u [SAMPLES]``, from what :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in
     ``part`` (:func:`_split_mass`'s slots), ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is
     ``s * exp(p - m)``: the split, then the sub-block, where the cumulative mass passes ``u`` times the row's, then
     the entry. The split masses sum :data:`FIRST_CHUNK` sub-blocks of every split a step (few registers)."""
@@ -399,10 +444,16 @@ def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.con
         bi = c + tl.arange(0, FIRST_CHUNK)
         there = (sp[:, None] < n_splits) & (bi[None, :] < n_sub)
         split_mass += tl.sum(_sub_block_masses(part, peak, sp[:, None], bi[None, :], there, n_sub, m), axis=1)
-    chosen, local = _pick(split_mass, u.to(tl.float64) * tl.sum(split_mass, axis=0), NS_P2)
+    goal = u.to(tl.float64) * tl.sum(split_mass, axis=0)
     bi = tl.arange(0, NB_P2)
-    block, local = _pick(_sub_block_masses(part, peak, chosen, bi, bi < n_sub, n_sub, m), local, NB_P2)
-    return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, LOWEST, 0.0, inv_t, m, SHIFT)
+    cand = tl.arange(0, SAMPLES)
+    cands = tl.zeros([SAMPLES], tl.int64)
+    for i in tl.static_range(SAMPLES):
+        chosen, local = _pick(split_mass, _at(goal, i), NS_P2)
+        block, local = _pick(_sub_block_masses(part, peak, chosen, bi, bi < n_sub, n_sub, m), local, NB_P2)
+        entry = _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, LOWEST, 0.0, inv_t, m, SHIFT)
+        cands = tl.where(cand == i, entry, cands)
+    return cands
 
 
 @triton.jit
@@ -454,8 +505,9 @@ def _stream(seed_ptr, offset_ptr, row, K1):
 
 @triton.jit
 def _number(seed, stream, row, K1, draw_no):
-    """The number of draw ``draw_no`` of ``row``: :func:`.philox.pivot_counter` in the request's ``stream``."""
-    return tl.rand(seed, stream | (K1 + 1 + draw_no * K1 + row % K1))
+    """The numbers ``[SAMPLES]`` of attempt ``draw_no`` of ``row``'s candidates: :func:`.philox.pivot_counter` in
+    the request's ``stream``."""
+    return tl.rand(seed, stream | (K1 + 1 + (draw_no * SAMPLES + tl.arange(0, SAMPLES)) * K1 + row % K1))
 
 
 @jit_any_batch
@@ -518,6 +570,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
                             zmax_ptr, first_ptr, NS_P2, SHIFT, True, LATE)  # fmt: skip
         token = row * 0 + NOT_PIVOT  # tensor first: a constexpr first would stay one (Triton 3.9's interpreter)
         lo = row * 0 + LOWEST
+        cands = tl.zeros([SAMPLES], tl.int64)
         if pivot:
             seed, stream = _stream(seed_ptr, offset_ptr, row, K1)
             _, active, _, m = _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_ptr, NS_P2)
@@ -528,10 +581,11 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
                 lo = row * 0 + (LOWEST + 1)
                 if first:
                     u = _number(seed, stream, row, K1, 0)
-                    token, x = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
-                    lo = row_key(x, SHIFT) + 1
+                    cands = _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2, NB_P2, SHIFT)
+                    token = tl.max(cands, axis=0) >> 32  # drawn: checked in the rounds
+                    lo = _past(cands, SHIFT)
         tl.store(y_ptr + row, token)
-        tl.store(lo_ptr + row, lo)
+        _store_pivot(lo_ptr, row, lo, cands)
 
 
 @triton.jit
@@ -544,17 +598,39 @@ def _kept(x, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
 
 
 @triton.jit
+def _first_kept(cands, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
+    """``(token, kept)``: an attempt's first candidate (of ``cands [SAMPLES]``, :func:`_entry`) in the kept set
+    (:func:`_kept`, by the mass and number of the entries above each), or the first candidate's token and
+    false if none is."""
+    x = _entry_value(cands)
+    first = tl.full([], SAMPLES, tl.int32)
+    for i in tl.static_range(SAMPLES - 1, -1, -1):  # the first kept wins
+        kept = _kept(_at(x, i), _at(mass_above, i), _at(count_above, i), total, top_k, top_p, min_p, inv_t, m)
+        first = tl.where(kept, i, first)
+    return tl.sum(tl.where(tl.arange(0, SAMPLES) == first % SAMPLES, cands, 0), axis=0) >> 32, first < SAMPLES
+
+
+@triton.jit
+def _store_pivot(lo_ptr, row, lo, cands):
+    """Store a row's pivot ``lo`` and its last attempt's candidates ``[SAMPLES]`` (:data:`LO_WORDS`)."""
+    tl.store(lo_ptr + row * LO_WORDS, lo)
+    tl.store(lo_ptr + row * LO_WORDS + 1 + tl.arange(0, SAMPLES), cands)
+
+
+@triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
                total_ptr, part_ptr, pool_ptr, lists, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT,
                BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
                ROUNDS: tl.constexpr, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
-    """The check of draw ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above it; with
-    ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the total the
-    checks compare with), then, if it failed, draw ``d``; in the ``last`` launch then on alone, a pass over
-    the row and a check, then a draw, at a time. Past ``ROUNDS`` draws the row takes its argmax. A row done
-    (its draw kept, or its argmax) sets ``lo`` to the lowest key, which the launches after it skip."""
+    """The check of attempt ``d - 1`` of a row (``d >= 1``) by the masses just stored (those above each of its
+    candidates; with ``d == 1``, the first, beside the mass of every entry (of a ``late`` row's top-k set), the
+    total the checks compare with), then, if it kept none, attempt ``d``; in the ``last`` launch then on alone, a
+    pass over the row and a check, then an attempt, at a time. Past ``ROUNDS`` attempts the row takes its argmax.
+    A row done (a candidate kept, or its argmax) sets ``lo`` to the lowest key, which the launches after it
+    skip."""
     b = row // K1
     sp = tl.arange(0, NS_P2)
+    c = tl.arange(0, SAMPLES)
     base = logits_ptr + b * stride_b + (row % K1) * stride_j
     top_k = tl.load(topk_ptr + b).to(tl.int64)
     top_p = tl.load(topp_ptr + b)
@@ -564,81 +640,99 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     splits = part + sp * per_split
     seed, stream = _stream(seed_ptr, offset_ptr, row, K1)  # loaded beside the masses: the draw needs no more
     split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
-    mass = tl.sum(split_mass, axis=0)
-    count = tl.sum(tl.load(splits + 2, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
+    there = (sp < n_splits)[:, None]
+    cand_slots = splits[:, None] + 2 + c[None, :]
+    cand_mass = tl.sum(tl.load(cand_slots, mask=there, other=0.0, cache_modifier=".cg"), axis=0)
+    cand_count = tl.sum(tl.load(cand_slots + SAMPLES, mask=there, other=0.0, cache_modifier=".cg"), axis=0)
     if d == 1:
         total = tl.sum(tl.load(splits + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
         tl.store(total_ptr + 2 * row, total)
     else:
         total = tl.load(total_ptr + 2 * row)
-    token = tl.load(y_ptr + row)
-    lo = tl.load(lo_ptr + row)
-    drawn = token >= 0  # else UNDRAWN: a row with min-p makes its first draw now
-    x = key_value(tl.where(drawn, lo - 1, 0).to(tl.int32), SHIFT)  # a drawn token's: lo is its key + 1
-    kept = drawn & _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
-    draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each draw a step after the others
+    drawn = tl.load(y_ptr + row) >= 0  # else UNDRAWN: a row with min-p makes its first attempt now
+    lo = tl.load(lo_ptr + row * LO_WORDS)
+    cands = tl.load(lo_ptr + row * LO_WORDS + 1 + c)
+    token, kept = _first_kept(cands, cand_mass, cand_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m)
+    kept = kept & drawn
+    draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each attempt a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
-    pending = drawing & ~last  # a draw that the next launch checks
+    pending = drawing & ~last  # an attempt that the next launch checks
     while drawing:
         u = _number(seed, stream, row, K1, draw_no)
-        token, x = _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2, SHIFT)
-        lo = row_key(x, SHIFT) + 1
+        cands = _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2, SHIFT)
+        lo = _past(cands, SHIFT)
+        token = tl.max(cands, axis=0) >> 32  # drawn
         draw_no += 1
-        if last:  # its check, here: the masses above it, split by split, which the next draw reads
-            tl.debug_barrier()  # every thread has read the masses of the last draw
-            mass = tl.zeros([], tl.float64)
-            count = tl.zeros([], tl.int64)
+        if last:  # its check, here: the masses above its candidates, split by split, and those the next reads
+            tl.debug_barrier()  # every thread has read the masses of the last attempt
+            lone_mass = tl.zeros([SAMPLES], tl.float64)
+            lone_count = tl.zeros([SAMPLES], tl.int32)
+            above = _floors(cands, SHIFT)
             for s in range(0, n_splits):
-                s_mass, s_count = _split_mass(base, s * SPLIT, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                              part + s * per_split, False, pool_ptr, lists, 0, False)  # fmt: skip
-                mass += s_mass
-                count += s_count
+                _, s_mass, s_count = _split_mass(base, s * SPLIT, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                                 part + s * per_split, False, pool_ptr, lists, 0, False)  # fmt: skip
+                lone_mass += s_mass
+                lone_count += s_count
             tl.debug_barrier()  # and they see the new ones
             split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
-            kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
+            token, kept = _first_kept(cands, lone_mass, lone_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m)
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
-    if START & (POOL > 0):  # noqa: SIM102 (a constexpr) a late row's first draw: with its set listed, it ends here
+    if START & (POOL > 0):  # noqa: SIM102 (a constexpr) a late row's first attempt: with its set listed, it ends here
         if pending & lists:
             pool_row = pool_ptr + row * n_splits * (WARPS + WARPS * POOL)
             j = tl.arange(0, NS_P2 * WARPS)
             listed = _region_counts(pool_row, j, n_splits * WARPS, POOL)
             if tl.max(listed, axis=0) <= POOL:
-                token, kept = _pool_draws(pool_row, j, listed, token, x, lo, draw_no, total, top_k, top_p, min_p,
-                                          inv_t, m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
+                token, kept = _pool_draws(pool_row, j, listed, cands, lo, draw_no, total, top_k, top_p, min_p, inv_t,
+                                          m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
                 pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
-    tl.store(lo_ptr + row, tl.where(pending, lo, LOWEST))
+    _store_pivot(lo_ptr, row, tl.where(pending, lo, LOWEST), cands)
 
 
 @triton.jit
-def _pool_draws(pool_row, j, listed, token, x, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed, stream, row,
-                K1, SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
-    """``(token, kept)``: a late row's draws to the end, by its program that made draw ``draw_no - 1`` (``token``,
-    of value ``x``; ``lo`` the key past it), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
+def _pool_draws(pool_row, j, listed, cands, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed, stream, row, K1,
+                SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
+    """``(token, kept)``: a late row's attempts to the end, by its program that made attempt ``draw_no - 1``
+    (``cands``; ``lo`` the key past them), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
     regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed``
     entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would make them by passes
-    over the row: the check of the last draw by the mass above it, then, if it failed, the next draw from there (the
-    region where the cumulative mass passes the goal, then the entry in it), up to ``ROUNDS`` draws."""
-    masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
-    mass = tl.sum(masses, axis=0)
-    kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
+    over the row: the check of the last attempt by the masses above its candidates, then, if it kept none, the
+    next attempt from there (for each candidate the region where the cumulative mass passes its goal, then the
+    entry in it), up to ``ROUNDS`` attempts."""
+    masses, cand_mass, cand_count = _pool_masses(pool_row, j, listed, lo, _floors(cands, SHIFT), min_p, inv_t, m,
+                                                 SHIFT, POOL)  # fmt: skip
+    token, kept = _first_kept(cands, cand_mass, cand_count, total, top_k, top_p, min_p, inv_t, m)
     drawing = ~kept & (draw_no < ROUNDS)
     while drawing:
-        goal = _number(seed, stream, row, K1, draw_no).to(tl.float64) * mass
-        region, local = _pick(masses, goal, j.shape[0])
-        entry = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, lo, min_p,
-                           inv_t, m, SHIFT, POOL)  # fmt: skip
-        token = entry >> 32
-        x = _entry_value(entry)
-        lo = row_key(x, SHIFT) + 1
+        cands = _pool_attempt(pool_row, j, listed, masses, seed, stream, row, K1, draw_no, lo, min_p, inv_t, m, SHIFT,
+                              POOL)  # fmt: skip
+        lo = _past(cands, SHIFT)
         draw_no += 1
-        masses, count = _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT, POOL)
-        mass = tl.sum(masses, axis=0)
-        kept = _kept(x, mass, count, total, top_k, top_p, min_p, inv_t, m)
+        masses, cand_mass, cand_count = _pool_masses(pool_row, j, listed, lo, _floors(cands, SHIFT), min_p, inv_t, m,
+                                                     SHIFT, POOL)  # fmt: skip
+        token, kept = _first_kept(cands, cand_mass, cand_count, total, top_k, top_p, min_p, inv_t, m)
         drawing = ~kept & (draw_no < ROUNDS)
     return token, kept
+
+
+@triton.jit
+def _pool_attempt(pool_row, j, listed, masses, seed, stream, row, K1, draw_no, lo, min_p, inv_t, m,
+                  SHIFT: tl.constexpr, POOL: tl.constexpr):  # fmt: skip
+    """Attempt ``draw_no``'s candidates (:func:`_entry` ``[SAMPLES]``) from a pool whose regions ``j`` hold
+    ``masses`` of what can be drawn (a key ``>= lo``, ``w >= min_p``): for each, the region where the cumulative
+    mass passes its goal, then the entry in it (:func:`_pool_scan`)."""
+    c = tl.arange(0, SAMPLES)
+    goal = _number(seed, stream, row, K1, draw_no).to(tl.float64) * tl.sum(masses, axis=0)
+    cands = tl.zeros([SAMPLES], tl.int64)
+    for i in tl.static_range(SAMPLES):
+        region, local = _pick(masses, _at(goal, i), j.shape[0])
+        entry = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, lo, min_p, inv_t,
+                           m, SHIFT, POOL)  # fmt: skip
+        cands = tl.where(c == i, entry, cands)
+    return cands
 
 
 @triton.jit
@@ -660,22 +754,32 @@ def _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
 
 
 @triton.jit
-def _pool_masses(pool_row, j, listed, lo, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
-    """``(masses, count)``: the float64 mass of each region's entries that can be drawn (``[len(j)]``), and
-    their number, in a sweep of ``[len(j), POOL_TILE / len(j)]`` tiles over every region at once."""
+def _pool_masses(pool_row, j, listed, lo, above, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
+    """``(masses, cand_mass, cand_count)``: the float64 mass of each region's entries that can be drawn (a key
+    ``>= lo``, ``w >= min_p``; ``[len(j)]``), and for each candidate the mass and number (int64) of the entries
+    with ``w >= min_p`` and ``x >= above[c]`` (``[SAMPLES]``, :func:`_floors`), in a sweep of ``[len(j),
+    POOL_TILE / len(j)]`` tiles over every region at once."""
     R: tl.constexpr = j.shape[0]
     COLUMNS: tl.constexpr = POOL_TILE // R
     entries = pool_row + (j // WARPS)[:, None] * (WARPS + WARPS * POOL) + WARPS + (j % WARPS)[:, None] * POOL
+    cand = tl.arange(0, SAMPLES)
+    floor = key_floor(lo, SHIFT)
     masses = tl.zeros([R], tl.float64)
-    count = tl.zeros([R], tl.int32)
+    cand_mass = tl.zeros([SAMPLES], tl.float64)
+    cand_count = tl.zeros([SAMPLES], tl.int32)
     for c in range(0, tl.max(listed, axis=0), COLUMNS):
         col = c + tl.arange(0, COLUMNS)[None, :]
-        there = col < listed[:, None]
-        entry = tl.load(entries + col, mask=there, other=0, cache_modifier=".cg")
-        w, drawable = _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT)
-        masses += tl.sum(w, axis=1)
-        count += tl.sum(drawable.to(tl.int32), axis=1)
-    return masses, tl.sum(count, axis=0).to(tl.int64)
+        entry = tl.load(entries + col, mask=col < listed[:, None], other=0, cache_modifier=".cg")
+        x = _entry_value(entry)
+        w = tl.exp(x * inv_t - m)
+        weighty = (col < listed[:, None]) & (w >= min_p)
+        w64 = tl.where(weighty, w, 0.0).to(tl.float64)
+        masses += tl.sum(tl.where(x >= floor, w64, 0.0), axis=1)
+        for i in tl.static_range(SAMPLES):
+            over = weighty & (x >= _at(above, i))
+            cand_mass += tl.where(cand == i, tl.sum(tl.sum(tl.where(over, w64, 0.0), axis=1), axis=0), 0.0)
+            cand_count += tl.where(cand == i, tl.sum(tl.sum(over.to(tl.int32), axis=1), axis=0), 0)
+    return masses, cand_mass, cand_count.to(tl.int64)
 
 
 @triton.jit
@@ -715,7 +819,7 @@ def pivot_step(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
     min-p, which has not drawn yet). The later ones do both: the split's masses, then the row's last program
     to store them checks and draws. Without ``LATE`` no row is late."""
     b = row // K1
-    lo = tl.load(lo_ptr + row)  # the lowest key before a late row's start
+    lo = tl.load(lo_ptr + row * LO_WORDS)  # the lowest key before a late row's start
     m = tl.load(total_ptr + 2 * row + 1).to(tl.float32)  # a drawing row's (pivot_buffers); loaded beside lo
     t = tl.load(temp_ptr + b).to(tl.float32)
     late = late_pivot_request(t, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b)) & LATE
@@ -748,7 +852,9 @@ def _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
         pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 may list its set
-        _split_mass(base, start, V, lo, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, lists, POOL, START)
+        above = _floors(tl.load(lo_ptr + row * LO_WORDS + 1 + tl.arange(0, SAMPLES)), SHIFT)  # the candidates'
+        _split_mass(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, lists, POOL,
+                    START)  # fmt: skip
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
@@ -787,12 +893,12 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
                 token, kept = _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr, seed_ptr,
                                           offset_ptr, inv_t, m, SHIFT, POOL, ROUNDS)  # fmt: skip
                 tl.store(y_ptr + row, tl.where(kept, token, ARGMAX))
-                tl.store(lo_ptr + row, row * 0 + LOWEST)
+                tl.store(lo_ptr + row * LO_WORDS, row * 0 + LOWEST)
         if ~pooled:
             lo = tl.where(active, cut, LOWEST)
             if sp == 0:
                 tl.store(y_ptr + row, tl.where(active, UNDRAWN, ARGMAX))
-                tl.store(lo_ptr + row, lo)
+                tl.store(lo_ptr + row * LO_WORDS, lo)
                 tl.store(total_ptr + 2 * row + 1, m)  # for its steps in the launches after this one
             if active:
                 _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
@@ -804,25 +910,22 @@ def start_late(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, min
 @triton.jit
 def _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, inv_t, m,
                 SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
-    """``(token, kept)``: a late row's draws, all of them, from its pool (regions ``j``, ``listed`` entries
+    """``(token, kept)``: a late row's attempts, all of them, from its pool (regions ``j``, ``listed`` entries
     each, every entry with a key ``>= cut`` among them): the top-k set's mass (the total the checks compare
-    with), the first draw from it as a pass over the row would make it (the region where the cumulative
-    mass passes the goal, then the entry in it), then :func:`_pool_draws`."""
+    with), the first attempt from it as a pass over the row would make it (:func:`_pool_attempt`), then
+    :func:`_pool_draws`."""
     min_p = tl.load(minp_ptr + b).to(tl.float32)
     top_k = tl.load(topk_ptr + b).to(tl.int64)
     top_p = tl.load(topp_ptr + b)
     seed, stream = _stream(seed_ptr, offset_ptr, row, K1)
-    every, _ = _pool_masses(pool_row, j, listed, cut, 0.0, inv_t, m, SHIFT, POOL)
+    none = tl.full([SAMPLES], float("inf"), tl.float32)  # no candidates to weigh above
+    every, _, _ = _pool_masses(pool_row, j, listed, cut, none, 0.0, inv_t, m, SHIFT, POOL)
     masses = every
     if min_p > 0:  # what can be drawn is the set's entries of weight >= min_p
-        masses, _ = _pool_masses(pool_row, j, listed, cut, min_p, inv_t, m, SHIFT, POOL)
-    goal = _number(seed, stream, row, K1, 0).to(tl.float64) * tl.sum(masses, axis=0)
-    region, local = _pick(masses, goal, j.shape[0])
-    entry = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, cut, min_p, inv_t,
-                       m, SHIFT, POOL)  # fmt: skip
-    x = _entry_value(entry)
-    return _pool_draws(pool_row, j, listed, entry >> 32, x, row_key(x, SHIFT) + 1, row * 0 + 1, tl.sum(every, axis=0),
-                       top_k, top_p, min_p, inv_t, m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
+        masses, _, _ = _pool_masses(pool_row, j, listed, cut, none, min_p, inv_t, m, SHIFT, POOL)
+    cands = _pool_attempt(pool_row, j, listed, masses, seed, stream, row, K1, 0, cut, min_p, inv_t, m, SHIFT, POOL)
+    return _pool_draws(pool_row, j, listed, cands, _past(cands, SHIFT), row * 0 + 1, tl.sum(every, axis=0), top_k,
+                       top_p, min_p, inv_t, m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
 
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
@@ -839,7 +942,7 @@ def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = Tru
     WARPS * pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
     (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
-    lo = torch.empty(rows, dtype=torch.int64, device=device)
+    lo = torch.empty((rows, LO_WORDS.value), dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
     total = torch.empty((rows, 2), dtype=torch.float64, device=device)
     part = torch.empty((rows, n_splits, HEAD.value + n_sub), dtype=torch.float64, device=device)
