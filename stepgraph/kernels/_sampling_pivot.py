@@ -1,29 +1,35 @@
 """A draw from the top-p (or large top-k, with or without top-p) distribution of every pivot row
-(:func:`.chain_sampling_ref.pivot_draws`), without the cut-off: rejection by a rising pivot.
+(:func:`.chain_sampling_ref.pivot_draws`), without the cut-off: rejection by a rising pivot, in attempts of
+:data:`SAMPLES` candidates.
 
-Top-p and top-k keep an upper set of keys, so a draw from the weights of the keys ``>= lo`` that lands in
-the kept set is a draw from it; one that does not proves every key up to its own outside, and the next draw
-starts past it. A draw is checked by the float64 mass of strictly larger keys against ``top_p`` times the
-total, or by their number against ``top_k``.
-About nine rows in ten keep their first draw. Min-p keeps an upper set too, and it is known once ``max z``
-is: with it, only the entries of weight ``>= min_p`` are drawn from (the total stays that of every entry).
+Top-p and top-k keep an upper set of keys, so candidates drawn from the weights of the keys ``>= lo`` until
+one lands in the kept set give a draw from it; an attempt whose candidates all miss proves every key up to
+the largest of them outside, and the next attempt starts past it. A candidate is checked by the float64 mass
+of strictly larger keys against ``top_p`` times the total, or by their number against ``top_k``; the first
+kept one is the row's draw (the first kept candidate in drawing order, as one at a time would find it). An
+attempt moves the pivot past the largest of its candidates, about four times as far as one candidate would, so
+rows that reject draw after draw (a large top-k alone over flat logits, a small top-p) need two or three
+attempts where they took up to eight single draws, each a launch. Min-p keeps an upper set too, and it is
+known once ``max z`` is: with it, only the entries of weight ``>= min_p`` are drawn from (the total stays that
+of every entry).
 
-The draws launch nothing of their own. A row without min-p makes its first draw in the filtered class's
+The draws launch nothing of their own. A row without min-p makes its first attempt in the filtered class's
 stats launch (:func:`_stats_kernel`): each program stores its split's sub-block masses over their own
 peaks (no ``max z`` needed), and the row's last program to store them (an atomic count) draws
-(:func:`_first_draw`). The checks and later draws run inside the first :data:`STEPS` launches of the
+(:func:`_first_draw`). The checks and later attempts run inside the first :data:`STEPS` launches of the
 cut-off rounds (:func:`pivot_step`, over (row, vocabulary split)), whose programs for pivot rows have no
 round work. Each program of a row still drawing stores the float64 mass of its split's entries that can be
-drawn, and of each of its sub-blocks of ``SUB`` entries (the first time beside the total). A draw step
-checks the row's last draw by them (the mass above it) and, if the check fails, makes the next by inverse
-CDF: the split from the split masses, the sub-block from its sub-block masses, the entry from a scan of it
-(:func:`_draw_step`). A row with min-p makes its first draw there, a step after the others.
+drawn, of each of its sub-blocks of ``SUB`` entries (the first time beside the total), and the mass and number
+of its entries above each candidate. A draw step checks the row's last attempt by them and, if it kept none,
+makes the next by inverse CDF, for each candidate: the split from the split masses, the sub-block from its
+sub-block masses, the entry from a scan of it (:func:`_draw_step`). A row with min-p makes its first attempt
+there, a step after the others.
 
-The first :data:`SEPARATE` launches take turns: masses, then draws (split 0's programs). In the later ones
+The first :data:`SEPARATE` launches take turns: masses, then attempts (split 0's programs). In the later ones
 few rows still draw, and a launch does both: the row's last program to store its masses draws. Doing both
 is slower while most rows draw, as a row's draw waits for its last program under the others' loads. A row
-still drawing after the last launch goes on alone there, a pass over the row per draw, up to
-:data:`.chain_sampling_ref.PIVOT_ROUNDS` draws.
+still drawing after the last launch goes on alone there, a pass over the row per attempt, up to
+:data:`.chain_sampling_ref.PIVOT_ROUNDS` attempts.
 
 A late request (a top-k above ``SMALL_TOP_K_MAX`` with top-p) weighs top-p over its top-k set alone, so its
 rows first find their top-k cut: the stats launch counts their entries in 16 buckets of every key, and the
@@ -61,7 +67,6 @@ from ._sampling_filter import (
     bucket_log2,
     bucket_totals,
     key_floor,
-    key_value,
     late_pivot_request,
     load_ahead,
     num_rounds,
@@ -432,11 +437,12 @@ def _entry_value(entry):
 @triton.jit
 def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.constexpr, NB_P2: tl.constexpr,
                 SHIFT: tl.constexpr):  # fmt: skip
-    """Candidates (:func:`_scan`): a row's first attempt (:func:`.chain_sampling_ref.first_pivot_draw`) by numbers
-    ``u [SAMPLES]``, from what :func:`_sub_block_stats` stored for each split: a sub-block's mass ``s`` over its peak ``p`` in
-    ``part`` (:func:`_split_mass`'s slots), ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is
-    ``s * exp(p - m)``: the split, then the sub-block, where the cumulative mass passes ``u`` times the row's, then
-    the entry. The split masses sum :data:`FIRST_CHUNK` sub-blocks of every split a step (few registers)."""
+    """A row's first attempt's candidates (:func:`_entry` ``[SAMPLES]``,
+    :func:`.chain_sampling_ref.first_pivot_draw`) by numbers ``u [SAMPLES]``, from what :func:`_sub_block_stats`
+    stored for each split: a sub-block's mass ``s`` over its peak ``p`` in ``part`` (:func:`_split_mass`'s slots),
+    ``p`` in ``peak [n_splits, sub-blocks]``. Its mass is ``s * exp(p - m)``: the split, then the sub-block, where
+    the cumulative mass passes ``u`` times the row's, then the entry (:func:`_scan`). The split masses sum
+    :data:`FIRST_CHUNK` sub-blocks of every split a step (few registers)."""
     n_sub = tl.cdiv(SPLIT, SUB)
     sp = tl.arange(0, NS_P2)
     split_mass = tl.zeros([NS_P2], tl.float64)
@@ -516,18 +522,18 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
                   count_ptr, maxima_ptr, first_ptr, state_ptr, V, K1, n_splits, SPLIT, BLOCK: tl.constexpr,
                   NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr, M: tl.constexpr, LATE: tl.constexpr,
                   GDC: tl.constexpr):  # fmt: skip
-    """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot
-    requests draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the row's last
-    program to store them (an atomic count) stores every row's search state before the rounds
-    (:func:`._sampling_filter.initial_state`, ``state_ptr [rows, STATE]``) and makes a pivot row's first draw: ``y``
-    holds it, ``lo`` the key past it (the rounds check it), and ``total [rows, 2]`` its ``m``
-    (:func:`pivot_buffers`). A row with min-p gets ``y = -3`` and ``lo`` one above the lowest key (it draws first in
-    the rounds), a row that does not draw ``y = -1`` (its argmax) and the lowest key, other requests' rows (late
-    ones' too, until they start) ``y = -2``. The rows of small top-k requests store their argmax and ``M`` subset
-    maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find their bound from them. Those of late
-    requests count their split's entries in the 16 :func:`._sampling_filter.first_bucket` buckets too, at
-    ``first_ptr [rows, n_splits, 16]``: the first count of their top-k search
-    (:func:`._sampling_filter.initial_state`). Without ``LATE`` (the batch promises no late request) a late
+    """The filtered class's stats launch (:func:`._sampling_filter.split_stats` per (row, split)) when pivot requests
+    draw. Their programs store their sub-blocks' masses too (:func:`_sub_block_stats`), and the row's last program to
+    store them (an atomic count) stores every row's search state before the rounds
+    (:func:`._sampling_filter.initial_state`, ``state_ptr [rows, STATE]``) and makes a pivot row's first attempt: ``lo``
+    holds the key past its largest candidate and the candidates (the rounds check them), ``y`` a candidate's token
+    (drawn), and ``total [rows, 2]`` its ``m`` (:func:`pivot_buffers`). A row with min-p gets ``y = -3`` and ``lo`` one
+    above the lowest key (it makes its first attempt in the rounds), a row that does not draw ``y = -1`` (its argmax)
+    and the lowest key, other requests' rows (late ones' too, until they start) ``y = -2``. The rows of small top-k
+    requests store their argmax and ``M`` subset maxima instead (:func:`._sampling_topk.split_maxima`): the rounds find
+    their bound from them. Those of late requests count their split's entries in the 16
+    :func:`._sampling_filter.first_bucket` buckets too, at ``first_ptr [rows, n_splits, 16]``: the first count of their
+    top-k search (:func:`._sampling_filter.initial_state`). Without ``LATE`` (the batch promises no late request) a late
     request's rows draw here as the others do (see :func:`.chain_verify_sampling`)."""
     if GDC:  # a dependent launch: the kernel before it has ended first
         after_previous()
@@ -930,9 +936,11 @@ def _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_p
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
     """The draws' workspace ``(lo, y, total, part, count, peak, pool)`` for ``n_splits`` splits of ``split`` entries
-    a row: ``part [rows, n_splits, HEAD + sub-blocks]`` float64 holds each split's mass of what can be drawn, of
-    every entry, the number of what can be drawn, then its sub-blocks' masses (``SUB`` entries each); ``peak [rows,
-    n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first draw's); ``count [2, rows]`` int32,
+    a row: ``lo [rows, LO_WORDS]`` int64 holds a drawing row's pivot (the lowest key it draws from) and its last
+    attempt's candidates (:func:`_entry`); ``part [rows, n_splits, HEAD + sub-blocks]`` float64 each split's mass of
+    what can be drawn, of every entry, the mass and number of what can be drawn above each candidate, then its
+    sub-blocks' masses (``SUB`` entries each); ``peak [rows, n_splits, sub-blocks]`` float32 the sub-blocks' largest
+    ``x / T`` (the first attempt's); ``count [2, rows]`` int32,
     zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to 0): their
     stats or masses (``count[0]``: the stats launch, the draws), their bucket sums in a search's rounds
     (``count[1]``, :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws once the cut-off
