@@ -93,10 +93,10 @@ SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
 SAMPLES: tl.constexpr = tl.constexpr(PIVOT_SAMPLES)
 #: A row's words in ``lo`` (:func:`pivot_buffers`): the pivot, then its last attempt's candidates.
 LO_WORDS: tl.constexpr = tl.constexpr(1 + PIVOT_SAMPLES)
-#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, then for
-#: each candidate of the row's last attempt the mass of the entries that can be drawn above it, then their
-#: number (float64 integers).
-HEAD: tl.constexpr = tl.constexpr(2 + 2 * PIVOT_SAMPLES)
+#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, the number
+#: of what can be drawn, then the masses of the entries that can be drawn above each lower record of the row's
+#: last attempt (:func:`_lower_records`), then their numbers (numbers as float64).
+HEAD: tl.constexpr = tl.constexpr(3 + 2 * PIVOT_SAMPLES)
 #: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
 #: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
 #: whose regions all hold their entries draws to the end from them in its start; one with a fuller region
@@ -153,16 +153,16 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 
 @triton.jit
-def _split_mass(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
-                whole, pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
+def _split_mass(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
+                SHIFT: tl.constexpr, out, whole, pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
-    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, the mass of each of its
-    sub-blocks of ``SUB`` entries at ``out[HEAD + i]``, and for each candidate ``c`` the mass and number of the
-    entries with ``w >= min_p`` and ``x >= above[c]`` (``[SAMPLES]`` float32, the floors past the candidates'
-    keys) at ``out[2 + c]`` and ``out[2 + SAMPLES + c]``; with ``whole``, the mass of all its entries at
-    ``out[1]`` (with ``START``, a late row's step 0, which has no candidates yet, of those with a key ``>=
-    lo``, and where ``lists`` with a ``POOL`` too, listed in the split's ``pool``: :func:`_pool_mass_loop`).
-    Returns the split's mass and the candidates' masses and numbers."""
+    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at ``out[2]``,
+    the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``, and for the first ``n_mass`` and
+    ``n_count`` slots ``s`` the mass and number of the entries with ``w >= min_p`` and ``x >= below[s]`` (the
+    floors past the lower records of the row's last attempt, :func:`_lower_records`) at ``out[3 + s]`` and ``out[3
+    + SAMPLES + s]``; with ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step
+    0, which has no candidates yet, of those with a key ``>= lo``, and where ``lists`` with a ``POOL`` too, listed
+    in the split's ``pool``: :func:`_pool_mass_loop`). Returns the split's mass, its number and the slots'."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
         if START & (POOL > 0):
             if lists & (min_p > 0):
@@ -171,22 +171,25 @@ def _split_mass(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK: tl.con
                 total, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool, POOL,
                                                False)  # fmt: skip
             else:
-                total, every, _, _ = _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out,
-                                                True, START)  # fmt: skip
-            cand_mass = tl.zeros([SAMPLES], tl.float64)
-            cand_count = tl.zeros([SAMPLES], tl.int32)
+                total, every, _, _, _ = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t, m, SPLIT, BLOCK,
+                                                   SHIFT, out, True, START)  # fmt: skip
+            count = tl.zeros([], tl.int32)
+            slot_mass = tl.zeros([SAMPLES], tl.float64)
+            slot_count = tl.zeros([SAMPLES], tl.int32)
         else:
-            total, every, cand_mass, cand_count = _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK,
-                                                             SHIFT, out, True, START)  # fmt: skip
+            total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p,
+                                                                    inv_t, m, SPLIT, BLOCK, SHIFT, out, True,
+                                                                    START)  # fmt: skip
         tl.store(out + 1, every)
     else:
-        total, _, cand_mass, cand_count = _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                     out, False, False)  # fmt: skip
-    c = tl.arange(0, SAMPLES)
+        total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t,
+                                                            m, SPLIT, BLOCK, SHIFT, out, False, False)  # fmt: skip
+    slot = tl.arange(0, SAMPLES)
     tl.store(out, total)
-    tl.store(out + 2 + c, cand_mass)
-    tl.store(out + 2 + SAMPLES + c, cand_count.to(tl.float64))
-    return total, cand_mass, cand_count
+    tl.store(out + 2, count.to(tl.float64))
+    tl.store(out + 3 + slot, slot_mass)
+    tl.store(out + 3 + SAMPLES + slot, slot_count.to(tl.float64))
+    return total, count, slot_mass, slot_count
 
 
 @triton.jit
@@ -196,21 +199,23 @@ def _tile(start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr, SHIFT: tl.constexpr, out,
-               WHOLE: tl.constexpr, ABOVE: tl.constexpr):  # fmt: skip
+def _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
+               SHIFT: tl.constexpr, out, WHOLE: tl.constexpr, ABOVE: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, with ``WHOLE`` the
-    mass of all its entries (with ``ABOVE``, of those with a key ``>= lo``; else 0), and the candidates' masses
-    and numbers (``[SAMPLES]``; none with ``ABOVE``, a late row's step 0). A tile ``[BLOCK / SUB, SUB]`` holds a
-    sub-block a warp: its sums need no exchange between warps."""
+    mass of all its entries (with ``ABOVE``, of those with a key ``>= lo``; else 0), the number of what can be
+    drawn, and the slots' masses and numbers (``[SAMPLES]``; none with ``ABOVE``, a late row's step 0). A tile
+    ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no exchange between warps. The slots' sums and
+    the number stay in each thread until the end (a lane's share of a tile, summed where it holds it)."""
     N_SUB: tl.constexpr = BLOCK // SUB
+    LANES: tl.constexpr = 32
     floor = key_floor(lo, SHIFT)  # the rows drawn from are regular
     sub = tl.arange(0, N_SUB)
-    cand = tl.arange(0, SAMPLES)
+    slot = tl.arange(0, SAMPLES)[None, None, :]
     per_warp = tl.zeros([N_SUB], tl.float64)
     every = tl.zeros([N_SUB], tl.float64)
-    LANES: tl.constexpr = 32  # a warp's: the candidates' sums stay in each thread's registers until the end
-    cand_mass = tl.zeros([N_SUB, LANES, SAMPLES], tl.float64)
-    cand_count = tl.zeros([N_SUB, LANES, SAMPLES], tl.int32)
+    count = tl.zeros([N_SUB, LANES], tl.int32)
+    slot_mass = tl.zeros([N_SUB, LANES, SAMPLES], tl.float64)
+    slot_count = tl.zeros([N_SUB, LANES, SAMPLES], tl.int32)
     ahead = load_ahead(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
         offs = _tile(start + i, BLOCK)
@@ -223,24 +228,29 @@ def _mass_loop(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK: tl.cons
         sums = tl.sum(tl.where(high & weighty, w, 0.0).to(tl.float64), axis=1)
         _store_sums(out + HEAD + i // SUB + sub, sums)
         per_warp += sums
+        count += _lanes((high & weighty).to(tl.int32))
         if ABOVE:
             every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
-        else:
-            if WHOLE:
-                every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
-            for c in tl.static_range(SAMPLES):
-                over = weighty & (x >= _at(above, c))
-                at = cand[None, None, :] == c
-                lane_mass = tl.sum(tl.reshape(tl.where(over, w, 0.0).to(tl.float64), [N_SUB, LANES, SUB // LANES]), 2)
-                lane_count = tl.sum(tl.reshape(over.to(tl.int32), [N_SUB, LANES, SUB // LANES]), 2)
-                cand_mass += tl.where(at, lane_mass[:, :, None], 0.0)
-                cand_count += tl.where(at, lane_count[:, :, None], 0)
-    cand_mass = tl.sum(tl.sum(cand_mass, axis=1), axis=0)
-    return tl.sum(per_warp, axis=0), tl.sum(every, axis=0), cand_mass, tl.sum(tl.sum(cand_count, axis=1), axis=0)
+        elif WHOLE:
+            every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
+        for s in range(0, n_mass):
+            lane_mass = _lanes(tl.where(weighty & (x >= _at(below, s)), w, 0.0).to(tl.float64))
+            slot_mass += tl.where(slot == s, lane_mass[:, :, None], 0.0)
+        for s in range(0, n_count):
+            slot_count += tl.where(slot == s, _lanes((weighty & (x >= _at(below, s))).to(tl.int32))[:, :, None], 0)
+    return (tl.sum(per_warp, axis=0), tl.sum(every, axis=0), tl.sum(tl.sum(count, axis=1), axis=0),
+            tl.sum(tl.sum(slot_mass, axis=1), axis=0), tl.sum(tl.sum(slot_count, axis=1), axis=0))  # fmt: skip
 
 
 @triton.jit
-def _at(v, c: tl.constexpr):
+def _lanes(v):
+    """``[BLOCK / SUB, 32]``: each lane's sum of its share of a tile ``v [BLOCK / SUB, SUB]`` (the entries a thread
+    holds: no exchange between threads)."""
+    return tl.sum(tl.reshape(v, [v.shape[0], 32, v.shape[1] // 32]), axis=2)
+
+
+@triton.jit
+def _at(v, c):
     """``v[c]`` of a ``[SAMPLES]`` vector, as a scalar."""
     return tl.sum(tl.where(tl.arange(0, SAMPLES) == c, v, 0), axis=0)
 
@@ -249,6 +259,46 @@ def _at(v, c: tl.constexpr):
 def _floors(cands, SHIFT: tl.constexpr):
     """``[SAMPLES]`` float32: the floors of the keys strictly above each candidate (:func:`key_floor`)."""
     return key_floor(row_key(_entry_value(cands), SHIFT) + 1, SHIFT)
+
+
+@triton.jit
+def _lower_records(cands, SHIFT: tl.constexpr):
+    """``(lower, slot, below, n)`` of an attempt's candidates (``[SAMPLES]``, :func:`_entry`): which are records
+    below the largest (a key above every earlier candidate's and below the largest's), the slot of each among them
+    (in drawing order), the floors past them slot by slot (:func:`_floors`; +inf past the last), and their number.
+    The checks weigh them by their slots; the largest candidate by what can be drawn above it (the next attempt's
+    masses), and a candidate that is no record never comes first among the kept ones."""
+    key = row_key(_entry_value(cands), SHIFT)
+    c = tl.arange(0, SAMPLES)
+    before = tl.max(tl.where(c[None, :] < c[:, None], key[None, :], LOWEST), axis=1)
+    lower = (key > before) & (key < tl.max(key, axis=0))
+    slot = tl.cumsum(lower.to(tl.int32), axis=0) - lower.to(tl.int32)
+    n = tl.sum(lower.to(tl.int32), axis=0)
+    below = tl.sum(tl.where(lower[None, :] & (slot[None, :] == c[:, None]), _floors(cands, SHIFT)[None, :], 0.0), 1)
+    return lower, slot, tl.where(c < n, below, float("inf")), n
+
+
+@triton.jit
+def _weighed(n, top_k, top_p):
+    """``(n_mass, n_count)``: the lower records' slots a pass weighs, of ``n``: their masses where top-p is on,
+    their numbers where top-k is."""
+    return tl.where(top_p < 1.0, n, 0), tl.where(top_k > 0, n, 0)
+
+
+@triton.jit
+def _check(cands, slot_mass, slot_count, mass, count, total, top_k, top_p, min_p, inv_t, m, SHIFT: tl.constexpr):
+    """``(token, kept)`` (:func:`_first_kept`) of an attempt's candidates, given the masses and numbers above its
+    lower records (``[SAMPLES]`` slots, :func:`_lower_records`) and above its largest (``mass``, ``count``: what
+    can be drawn next)."""
+    lower, slot, _, _ = _lower_records(cands, SHIFT)
+    key = row_key(_entry_value(cands), SHIFT)
+    c = tl.arange(0, SAMPLES)
+    largest = c == tl.min(tl.where(key == tl.max(key, axis=0), c, SAMPLES), axis=0)
+    at = slot[:, None] == c[None, :]
+    above = tl.where(lower, tl.sum(tl.where(at, slot_mass[None, :], 0.0), axis=1), float("inf"))
+    larger = tl.where(lower, tl.sum(tl.where(at, slot_count[None, :], 0), axis=1).to(tl.int64), 2**62)
+    return _first_kept(cands, tl.where(largest, mass, above), tl.where(largest, count, larger), total, top_k, top_p,
+                       min_p, inv_t, m)  # fmt: skip
 
 
 @triton.jit
@@ -386,38 +436,55 @@ def _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2: tl.co
     ``[n_splits, HEAD + sub-blocks]`` float64 masses of :func:`_split_mass`) and its splits' masses
     ``split_mass`` (``[NS_P2]``, 0 past the last split, as the caller loaded them): the split where the
     cumulative mass passes ``u`` times the total, the sub-block in it, then the entry in the sub-block
-    (:func:`_scan`). One sub-block is read a candidate, whatever the split's size; the candidates' chains of
-    loads are independent."""
+    (:func:`_scan`). One sub-block is read a candidate, whatever the split's size, and the candidates' loads
+    are made together."""
     per_split = HEAD + tl.cdiv(SPLIT, SUB)
-    NS_P2: tl.constexpr = split_mass.shape[0]
+    chosen, local = _pick_splits(split_mass, u)
+    bi = tl.arange(0, NB_P2)[None, :]
+    block_mass = tl.load(
+        part + chosen[:, None] * per_split + HEAD + bi, mask=bi < per_split - HEAD, other=0.0, cache_modifier=".cg"
+    )  # stored by other programs (L2)
+    block, local = _pick_rows(block_mass, local)
+    return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, lo, min_p, inv_t, m, SHIFT)
+
+
+@triton.jit
+def _pick_splits(split_mass, u):
+    """``(split, goal left in it)`` ``[SAMPLES]`` each: :func:`_pick` of the goals ``u`` times the splits' total
+    mass, from the splits' masses ``[NS_P2]`` (one cumulative sum for every candidate)."""
+    N_P2: tl.constexpr = split_mass.shape[0]
     goal = u.to(tl.float64) * tl.sum(split_mass, axis=0)
-    bi = tl.arange(0, NB_P2)
-    c = tl.arange(0, SAMPLES)
-    cands = tl.zeros([SAMPLES], tl.int64)
-    for i in tl.static_range(SAMPLES):
-        chosen, local = _pick(split_mass, _at(goal, i), NS_P2)
-        block_mass = tl.load(
-            part + chosen * per_split + HEAD + bi, mask=bi < per_split - HEAD, other=0.0, cache_modifier=".cg"
-        )  # stored by other programs (L2)
-        block, local = _pick(block_mass, local, NB_P2)
-        entry = _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, lo, min_p, inv_t, m, SHIFT)
-        cands = tl.where(c == i, entry, cands)
-    return cands
+    i = tl.arange(0, N_P2)[None, :]
+    last = tl.max(tl.where(split_mass > 0, tl.arange(0, N_P2), 0), axis=0)
+    passed = tl.cumsum(split_mass, axis=0)[None, :] > goal[:, None]
+    chosen = tl.minimum(tl.min(tl.where(passed, i, N_P2), axis=1), last)
+    return chosen, goal - tl.sum(tl.where(i < chosen[:, None], split_mass[None, :], 0.0), axis=1)
+
+
+@triton.jit
+def _pick_rows(mass, goal):
+    """``(index, goal left in it)`` ``[S]`` each: :func:`_pick` of each row of ``mass [S, N_P2]`` (float64, >= 0)
+    and its ``goal [S]``."""
+    N_P2: tl.constexpr = mass.shape[1]
+    i = tl.arange(0, N_P2)[None, :]
+    last = tl.max(tl.where(mass > 0, i, 0), axis=1)
+    chosen = tl.minimum(tl.min(tl.where(tl.cumsum(mass, axis=1) > goal[:, None], i, N_P2), axis=1), last)
+    return chosen, goal - tl.sum(tl.where(i < chosen[:, None], mass, 0.0), axis=1)
 
 
 @triton.jit
 def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
-    """The entry (:func:`_entry`) of the sub-block at ``start`` where the cumulative weight (float64) of those
-    that can be drawn (a key ``>= lo`` and ``w >= min_p``) passes ``local``, the last one of positive weight
-    where float sums leave none (-1 if none has any)."""
-    offs = start + tl.arange(0, SUB)
+    """Entries (:func:`_entry`) ``[SAMPLES]``: for each candidate, the entry of the sub-block at ``start[c]`` where
+    the cumulative weight (float64) of those that can be drawn (a key ``>= lo`` and ``w >= min_p``) passes
+    ``local[c]``, the last one of positive weight where float sums leave none (-1 if none has any)."""
+    offs = start[:, None] + tl.arange(0, SUB)[None, :]
     inb = offs < V
     x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
     w = tl.exp(x * inv_t - m)
     w = tl.where(inb & (x >= key_floor(lo, SHIFT)) & (w >= min_p), w, 0.0).to(tl.float64)
     entry = _entry(offs, x)
-    hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > local), entry, 2**62), axis=0)
-    return tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=0))
+    hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=1) > local[:, None]), entry, 2**62), axis=1)
+    return tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=1))
 
 
 @triton.jit
@@ -450,16 +517,10 @@ def _first_draw(base, V, part, peak, n_splits, u, inv_t, m, SPLIT, NS_P2: tl.con
         bi = c + tl.arange(0, FIRST_CHUNK)
         there = (sp[:, None] < n_splits) & (bi[None, :] < n_sub)
         split_mass += tl.sum(_sub_block_masses(part, peak, sp[:, None], bi[None, :], there, n_sub, m), axis=1)
-    goal = u.to(tl.float64) * tl.sum(split_mass, axis=0)
-    bi = tl.arange(0, NB_P2)
-    cand = tl.arange(0, SAMPLES)
-    cands = tl.zeros([SAMPLES], tl.int64)
-    for i in tl.static_range(SAMPLES):
-        chosen, local = _pick(split_mass, _at(goal, i), NS_P2)
-        block, local = _pick(_sub_block_masses(part, peak, chosen, bi, bi < n_sub, n_sub, m), local, NB_P2)
-        entry = _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, LOWEST, 0.0, inv_t, m, SHIFT)
-        cands = tl.where(cand == i, entry, cands)
-    return cands
+    chosen, local = _pick_splits(split_mass, u)
+    bi = tl.arange(0, NB_P2)[None, :]
+    block, local = _pick_rows(_sub_block_masses(part, peak, chosen[:, None], bi, bi < n_sub, n_sub, m), local)
+    return _scan(base, V, chosen.to(tl.int64) * SPLIT + block * SUB, local, LOWEST, 0.0, inv_t, m, SHIFT)
 
 
 @triton.jit
@@ -646,10 +707,11 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     splits = part + sp * per_split
     seed, stream = _stream(seed_ptr, offset_ptr, row, K1)  # loaded beside the masses: the draw needs no more
     split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
+    count = tl.sum(tl.load(splits + 2, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
+    slots = splits[:, None] + 3 + c[None, :]
     there = (sp < n_splits)[:, None]
-    cand_slots = splits[:, None] + 2 + c[None, :]
-    cand_mass = tl.sum(tl.load(cand_slots, mask=there, other=0.0, cache_modifier=".cg"), axis=0)
-    cand_count = tl.sum(tl.load(cand_slots + SAMPLES, mask=there, other=0.0, cache_modifier=".cg"), axis=0)
+    slot_mass = tl.sum(tl.load(slots, mask=there, other=0.0, cache_modifier=".cg"), axis=0)
+    slot_count = tl.sum(tl.load(slots + SAMPLES, mask=there, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
     if d == 1:
         total = tl.sum(tl.load(splits + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
         tl.store(total_ptr + 2 * row, total)
@@ -658,7 +720,8 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     drawn = tl.load(y_ptr + row) >= 0  # else UNDRAWN: a row with min-p makes its first attempt now
     lo = tl.load(lo_ptr + row * LO_WORDS)
     cands = tl.load(lo_ptr + row * LO_WORDS + 1 + c)
-    token, kept = _first_kept(cands, cand_mass, cand_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m)
+    token, kept = _check(cands, slot_mass, slot_count, tl.sum(split_mass, axis=0), count, total, top_k, top_p, min_p,
+                         inv_t, m, SHIFT)  # fmt: skip
     kept = kept & drawn
     draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each attempt a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
@@ -671,17 +734,24 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
         draw_no += 1
         if last:  # its check, here: the masses above its candidates, split by split, and those the next reads
             tl.debug_barrier()  # every thread has read the masses of the last attempt
-            lone_mass = tl.zeros([SAMPLES], tl.float64)
-            lone_count = tl.zeros([SAMPLES], tl.int32)
-            above = _floors(cands, SHIFT)
+            lone_mass = tl.zeros([], tl.float64)
+            lone_count = tl.zeros([], tl.int32)
+            lone_slot_mass = tl.zeros([SAMPLES], tl.float64)
+            lone_slot_count = tl.zeros([SAMPLES], tl.int32)
+            _, _, below, n = _lower_records(cands, SHIFT)
+            n_mass, n_count = _weighed(n, top_k, top_p)
             for s in range(0, n_splits):
-                _, s_mass, s_count = _split_mass(base, s * SPLIT, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
-                                                 part + s * per_split, False, pool_ptr, lists, 0, False)  # fmt: skip
+                s_mass, s_count, s_slot_mass, s_slot_count = _split_mass(
+                    base, s * SPLIT, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                    part + s * per_split, False, pool_ptr, lists, 0, False)  # fmt: skip
                 lone_mass += s_mass
                 lone_count += s_count
+                lone_slot_mass += s_slot_mass
+                lone_slot_count += s_slot_count
             tl.debug_barrier()  # and they see the new ones
             split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
-            token, kept = _first_kept(cands, lone_mass, lone_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m)
+            token, kept = _check(cands, lone_slot_mass, lone_slot_count.to(tl.int64), lone_mass,
+                                 lone_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m, SHIFT)  # fmt: skip
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
@@ -858,9 +928,10 @@ def _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
         pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 may list its set
-        above = _floors(tl.load(lo_ptr + row * LO_WORDS + 1 + tl.arange(0, SAMPLES)), SHIFT)  # the candidates'
-        _split_mass(base, start, V, lo, above, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool, lists, POOL,
-                    START)  # fmt: skip
+        _, _, below, n = _lower_records(tl.load(lo_ptr + row * LO_WORDS + 1 + tl.arange(0, SAMPLES)), SHIFT)
+        n_mass, n_count = _weighed(n, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
+        _split_mass(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool,
+                    lists, POOL, START)  # fmt: skip
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
