@@ -118,11 +118,11 @@ STEPS = 8
 #: Two: once launch 1 has checked the first draws, few rows still draw (module docstring).
 SEPARATE = 2
 #: The launches of the rounds where no request is late (no top-k search to wait for): two that take turns,
-#: then five that do both, the last one where a row still drawing goes on alone (a pass over its row a
-#: draw by one program, far slower than a launch). Each launch costs 1-4 µs even with nothing to do
-#: (B = 1 to 64); a draw a launch from the third on reaches the rows that reject draw after draw (a small
-#: top-p, a large top-k alone over flat rows) before the last.
-DRAW_LAUNCHES = 7
+#: then two that do both, the last one where a row still drawing goes on alone (a pass over its row an
+#: attempt by one program, far slower than a launch). Each launch costs 1-4 µs even with nothing to do
+#: (B = 1 to 64); the rows that reject attempt after attempt (a small top-p, a large top-k alone over flat
+#: rows) need three at most, and so rarely a fourth that going alone costs less than the launches would.
+DRAW_LAUNCHES = 4
 #: A late row's steps, from the launch where its top-k cut is known (:func:`late_start`): its first draw from
 #: the top-k set, then checks (and draws where one fails), the last one going on alone. The rounds end there
 #: (:func:`pivot_launches`), not at the end of the search's schedule: over 32-bit keys that spares four

@@ -116,8 +116,8 @@ class _CountedLaunches:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
-def test_a_batch_without_late_requests_draws_in_seven_launches_of_the_rounds(dtype, monkeypatch):
-    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' seven launches, not the search's 8
+def test_a_batch_without_late_requests_draws_in_four_launches_of_the_rounds(dtype, monkeypatch):
+    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' four launches, not the search's 8
     (bfloat16) or 16, and every request gets the reference's tokens: top-p alone, with min-p (its first draw in the
     rounds), a top-k above 1024 without top-p, small top-k rows (their cut in the same launches), min-p alone,
     greedy, a NaN row; two offsets, and the rows that still draw after a second launch on alone. Late requests break
@@ -143,7 +143,7 @@ def test_a_batch_without_late_requests_draws_in_seven_launches_of_the_rounds(dty
         got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
         ref = chain_verify_sampling_ref(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True)
         assert torch.equal(got.tokens, ref.tokens), (step, got.tokens.tolist(), ref.tokens.tolist())
-    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 14
+    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 8
     with monkeypatch.context() as scoped:
         scoped.setattr(_sampling_pivot, "STEPS", 2)  # draws in two launches: rows needing a second attempt go alone
         got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
@@ -289,7 +289,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
     their entries): they make their first attempt in the rounds. Half are late (a top-k of 1100 with the
     top-p): they draw from their top-k cut in the rounds' second half. The others, without them, also in the
-    draws' seven launches (``late=False``)."""
+    draws' four launches (``late=False``)."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
