@@ -172,18 +172,28 @@ def _split_mass(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPL
                                                False)  # fmt: skip
             else:
                 total, every, _, _, _ = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t, m, SPLIT, BLOCK,
-                                                   SHIFT, out, True, START)  # fmt: skip
+                                                   SHIFT, out, True, START, False)  # fmt: skip
             count = tl.zeros([], tl.int32)
             slot_mass = tl.zeros([SAMPLES], tl.float64)
             slot_count = tl.zeros([SAMPLES], tl.int32)
         else:
-            total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p,
-                                                                    inv_t, m, SPLIT, BLOCK, SHIFT, out, True,
-                                                                    START)  # fmt: skip
+            if n_mass + n_count > 0:  # a loop of its own: a branch inside one keeps its loads from being pipelined
+                total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count,
+                                                                        min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True,
+                                                                        START, True)  # fmt: skip
+            else:
+                total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t,
+                                                                        m, SPLIT, BLOCK, SHIFT, out, True, START,
+                                                                        False)  # fmt: skip
         tl.store(out + 1, every)
     else:
-        total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t,
-                                                            m, SPLIT, BLOCK, SHIFT, out, False, False)  # fmt: skip
+        if n_mass + n_count > 0:
+            total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p,
+                                                                inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False,
+                                                                True)  # fmt: skip
+        else:
+            total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t, m, SPLIT,
+                                                                BLOCK, SHIFT, out, False, False, False)  # fmt: skip
     slot = tl.arange(0, SAMPLES)
     tl.store(out, total)
     tl.store(out + 2, count.to(tl.float64))
@@ -200,7 +210,7 @@ def _tile(start, BLOCK: tl.constexpr):
 
 @triton.jit
 def _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
-               SHIFT: tl.constexpr, out, WHOLE: tl.constexpr, ABOVE: tl.constexpr):  # fmt: skip
+               SHIFT: tl.constexpr, out, WHOLE: tl.constexpr, ABOVE: tl.constexpr, SLOTS: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, with ``WHOLE`` the
     mass of all its entries (with ``ABOVE``, of those with a key ``>= lo``; else 0), the number of what can be
     drawn, and the slots' masses and numbers (``[SAMPLES]``; none with ``ABOVE``, a late row's step 0). A tile
@@ -233,11 +243,12 @@ def _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLI
             every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
         elif WHOLE:
             every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
-        for s in range(0, n_mass):
-            lane_mass = _lanes(tl.where(weighty & (x >= _at(below, s)), w, 0.0).to(tl.float64))
-            slot_mass += tl.where(slot == s, lane_mass[:, :, None], 0.0)
-        for s in range(0, n_count):
-            slot_count += tl.where(slot == s, _lanes((weighty & (x >= _at(below, s))).to(tl.int32))[:, :, None], 0)
+        if SLOTS:  # weighs the slots (a loop of their own where none has any)
+            for s in range(0, n_mass):
+                lane_mass = _lanes(tl.where(weighty & (x >= _at(below, s)), w, 0.0).to(tl.float64))
+                slot_mass += tl.where(slot == s, lane_mass[:, :, None], 0.0)
+            for s in range(0, n_count):
+                slot_count += tl.where(slot == s, _lanes((weighty & (x >= _at(below, s))).to(tl.int32))[:, :, None], 0)
     return (tl.sum(per_warp, axis=0), tl.sum(every, axis=0), tl.sum(tl.sum(count, axis=1), axis=0),
             tl.sum(tl.sum(slot_mass, axis=1), axis=0), tl.sum(tl.sum(slot_count, axis=1), axis=0))  # fmt: skip
 
