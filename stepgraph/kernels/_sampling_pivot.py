@@ -91,11 +91,26 @@ LOWEST: tl.constexpr = tl.constexpr(-(2**62))  # below every key
 SUB: tl.constexpr = tl.constexpr(PIVOT_SUB)
 #: Candidates an attempt draws (:data:`.chain_sampling_ref.PIVOT_SAMPLES`).
 SAMPLES: tl.constexpr = tl.constexpr(PIVOT_SAMPLES)
-#: A row's words in ``lo`` (:func:`pivot_buffers`): the pivot, then its last attempt's candidates.
-LO_WORDS: tl.constexpr = tl.constexpr(1 + PIVOT_SAMPLES)
+#: A row's words in ``lo`` (:func:`pivot_buffers`, :func:`_store_pivot`): the pivot, its last attempt's candidates
+#: from :data:`CANDS`, their roles from :data:`ROLES`, the number of lower records at :data:`RECORDS`, then their
+#: floors (float32 bits) and their candidates' indices, slot by slot, from :data:`FLOORS` and :data:`INDICES`
+#: (:func:`_lower_records`). Stored once an attempt, by the program that makes it: the row's programs only load
+#: them (a reduction over the candidates is a round through shared memory).
+CANDS: tl.constexpr = tl.constexpr(1)
+ROLES: tl.constexpr = tl.constexpr(1 + PIVOT_SAMPLES)
+RECORDS: tl.constexpr = tl.constexpr(1 + 2 * PIVOT_SAMPLES)
+FLOORS: tl.constexpr = tl.constexpr(2 + 2 * PIVOT_SAMPLES)
+INDICES: tl.constexpr = tl.constexpr(2 + 3 * PIVOT_SAMPLES)
+LO_WORDS: tl.constexpr = tl.constexpr(2 + 4 * PIVOT_SAMPLES)
+#: A candidate's role in its attempt's check (:func:`_lower_records`): it never comes first among the kept ones
+#: (an earlier candidate's key is as large), it is a lower record (weighed by its slot), or it is the largest
+#: (weighed by what can be drawn above it: the next attempt's masses).
+NEVER: tl.constexpr = tl.constexpr(0)
+LOWER: tl.constexpr = tl.constexpr(1)
+LARGEST: tl.constexpr = tl.constexpr(2)
 #: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, the number
 #: of what can be drawn, then the masses of the entries that can be drawn above each lower record of the row's
-#: last attempt (:func:`_lower_records`), then their numbers (numbers as float64).
+#: last attempt, at its candidate's index (:func:`_lower_records`), then their numbers (numbers as float64).
 HEAD: tl.constexpr = tl.constexpr(3 + 2 * PIVOT_SAMPLES)
 #: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
 #: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
@@ -153,16 +168,17 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 
 
 @triton.jit
-def _split_mass(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
+def _split_mass(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
                 SHIFT: tl.constexpr, out, whole, pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
     be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at ``out[2]``,
     the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``, and for the first ``n_mass`` and
     ``n_count`` slots ``s`` the mass and number of the entries with ``w >= min_p`` and ``x >= below[s]`` (the
-    floors past the lower records of the row's last attempt, :func:`_lower_records`) at ``out[3 + s]`` and ``out[3
-    + SAMPLES + s]``; with ``whole``, the mass of all its entries at ``out[1]`` (with ``START``, a late row's step
-    0, which has no candidates yet, of those with a key ``>= lo``, and where ``lists`` with a ``POOL`` too, listed
-    in the split's ``pool``: :func:`_pool_mass_loop`). Returns the split's mass, its number and the slots'."""
+    floors past the lower records of the row's last attempt, :func:`_lower_records`) at ``out[3 + index[s]]`` and
+    ``out[3 + SAMPLES + index[s]]`` (its candidate's); with ``whole``, the mass of all its entries at ``out[1]``
+    (with ``START``, a late row's step 0, which has no candidates yet, of those with a key ``>= lo``, and where
+    ``lists`` with a ``POOL`` too, listed in the split's ``pool``: :func:`_pool_mass_loop`). Returns the split's
+    mass, its number and the slots'."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
         if START & (POOL > 0):
             if lists & (min_p > 0):
@@ -171,34 +187,35 @@ def _split_mass(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPL
                 total, every = _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT, out, pool, POOL,
                                                False)  # fmt: skip
             else:
-                total, every, _, _, _ = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t, m, SPLIT, BLOCK,
-                                                   SHIFT, out, True, START, False)  # fmt: skip
+                total, every, _, _, _ = _mass_loop(base, start, V, lo, below, index, 0, 0, min_p, inv_t, m, SPLIT,
+                                                   BLOCK, SHIFT, out, True, START, False)  # fmt: skip
             count = tl.zeros([], tl.int32)
             slot_mass = tl.zeros([SAMPLES], tl.float64)
             slot_count = tl.zeros([SAMPLES], tl.int32)
         else:
             if n_mass + n_count > 0:  # a loop of its own: a branch inside one keeps its loads from being pipelined
-                total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count,
-                                                                        min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, True,
-                                                                        START, True)  # fmt: skip
+                total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, n_mass,
+                                                                        n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                                                                        out, True, START, True)  # fmt: skip
             else:
-                total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t,
-                                                                        m, SPLIT, BLOCK, SHIFT, out, True, START,
+                total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, 0, 0, min_p,
+                                                                        inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START,
                                                                         False)  # fmt: skip
         tl.store(out + 1, every)
     else:
         if n_mass + n_count > 0:
-            total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p,
-                                                                inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False,
+            total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, n_mass, n_count,
+                                                                min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, False, False,
                                                                 True)  # fmt: skip
         else:
-            total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, 0, 0, min_p, inv_t, m, SPLIT,
-                                                                BLOCK, SHIFT, out, False, False, False)  # fmt: skip
+            total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, 0, 0, min_p, inv_t,
+                                                                m, SPLIT, BLOCK, SHIFT, out, False, False,
+                                                                False)  # fmt: skip
     slot = tl.arange(0, SAMPLES)
     tl.store(out, total)
     tl.store(out + 2, count.to(tl.float64))
-    tl.store(out + 3 + slot, slot_mass)
-    tl.store(out + 3 + SAMPLES + slot, slot_count.to(tl.float64))
+    _store_sums(out + 3 + slot, slot_mass)  # from the threads that hold them, as a tile's sums
+    _store_sums(out + 3 + SAMPLES + slot, slot_count.to(tl.float64))
     return total, count, slot_mass, slot_count
 
 
@@ -209,7 +226,7 @@ def _tile(start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
+def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
                SHIFT: tl.constexpr, out, WHOLE: tl.constexpr, ABOVE: tl.constexpr, SLOTS: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, with ``WHOLE`` the
     mass of all its entries (with ``ABOVE``, of those with a key ``>= lo``; else 0), the number of what can be
@@ -246,9 +263,10 @@ def _mass_loop(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLI
         if SLOTS:  # weighs the slots (a loop of their own where none has any)
             for s in range(0, n_mass):
                 lane_mass = _lanes(tl.where(weighty & (x >= _at(below, s)), w, 0.0).to(tl.float64))
-                slot_mass += tl.where(slot == s, lane_mass[:, :, None], 0.0)
+                slot_mass += tl.where(slot == _at(index, s), lane_mass[:, :, None], 0.0)
             for s in range(0, n_count):
-                slot_count += tl.where(slot == s, _lanes((weighty & (x >= _at(below, s))).to(tl.int32))[:, :, None], 0)
+                lane_count = _lanes((weighty & (x >= _at(below, s))).to(tl.int32))
+                slot_count += tl.where(slot == _at(index, s), lane_count[:, :, None], 0)
     return (tl.sum(per_warp, axis=0), tl.sum(every, axis=0), tl.sum(tl.sum(count, axis=1), axis=0),
             tl.sum(tl.sum(slot_mass, axis=1), axis=0), tl.sum(tl.sum(slot_count, axis=1), axis=0))  # fmt: skip
 
@@ -274,42 +292,43 @@ def _floors(cands, SHIFT: tl.constexpr):
 
 @triton.jit
 def _lower_records(cands, SHIFT: tl.constexpr):
-    """``(lower, slot, below, n)`` of an attempt's candidates (``[SAMPLES]``, :func:`_entry`): which are records
-    below the largest (a key above every earlier candidate's and below the largest's), the slot of each among them
-    (in drawing order), the floors past them slot by slot (:func:`_floors`; +inf past the last), and their number.
-    The checks weigh them by their slots; the largest candidate by what can be drawn above it (the next attempt's
-    masses), and a candidate that is no record never comes first among the kept ones."""
+    """``(role, below, index, n)`` of an attempt's candidates (``[SAMPLES]``, :func:`_entry`): each one's role in
+    the check (:data:`LOWER`: a record below the largest, a key above every earlier candidate's and below the
+    largest's; :data:`LARGEST`: the first with the largest key; :data:`NEVER`: one that never comes first among
+    the kept ones), then slot by slot (in drawing order) the lower records' floors (:func:`_floors`; +inf past the
+    last) and their candidates' indices, and their number. A pass weighs the lower records (:func:`_mass_loop`);
+    the largest candidate is weighed by what can be drawn above it (the next attempt's masses)."""
     key = row_key(_entry_value(cands), SHIFT)
     c = tl.arange(0, SAMPLES)
+    top = tl.max(key, axis=0)
     before = tl.max(tl.where(c[None, :] < c[:, None], key[None, :], LOWEST), axis=1)
-    lower = (key > before) & (key < tl.max(key, axis=0))
+    lower = (key > before) & (key < top)
+    largest = c == tl.min(tl.where(key == top, c, SAMPLES), axis=0)
     slot = tl.cumsum(lower.to(tl.int32), axis=0) - lower.to(tl.int32)
     n = tl.sum(lower.to(tl.int32), axis=0)
-    below = tl.sum(tl.where(lower[None, :] & (slot[None, :] == c[:, None]), _floors(cands, SHIFT)[None, :], 0.0), 1)
-    return lower, slot, tl.where(c < n, below, float("inf")), n
+    at = lower[None, :] & (slot[None, :] == c[:, None])  # [slot, candidate]
+    below = tl.sum(tl.where(at, _floors(cands, SHIFT)[None, :], 0.0), axis=1)
+    index = tl.sum(tl.where(at, c[None, :], 0), axis=1)
+    role = tl.where(lower, LOWER, tl.where(largest, LARGEST, NEVER))
+    return role, tl.where(c < n, below, float("inf")), index, n
 
 
 @triton.jit
-def _weighed(n, top_k, top_p):
+def _weighed(n, top_k, top_p, late):
     """``(n_mass, n_count)``: the lower records' slots a pass weighs, of ``n``: their masses where top-p is on,
-    their numbers where top-k is."""
-    return tl.where(top_p < 1.0, n, 0), tl.where(top_k > 0, n, 0)
+    their numbers where top-k is, unless the row is ``late``: it draws from its top-k set alone, whose every
+    entry has fewer than ``top_k`` larger keys."""
+    return tl.where(top_p < 1.0, n, 0), tl.where((top_k > 0) & ~late, n, 0)
 
 
 @triton.jit
-def _check(cands, slot_mass, slot_count, mass, count, total, top_k, top_p, min_p, inv_t, m, SHIFT: tl.constexpr):
-    """``(token, kept)`` (:func:`_first_kept`) of an attempt's candidates, given the masses and numbers above its
-    lower records (``[SAMPLES]`` slots, :func:`_lower_records`) and above its largest (``mass``, ``count``: what
-    can be drawn next)."""
-    lower, slot, _, _ = _lower_records(cands, SHIFT)
-    key = row_key(_entry_value(cands), SHIFT)
-    c = tl.arange(0, SAMPLES)
-    largest = c == tl.min(tl.where(key == tl.max(key, axis=0), c, SAMPLES), axis=0)
-    at = slot[:, None] == c[None, :]
-    above = tl.where(lower, tl.sum(tl.where(at, slot_mass[None, :], 0.0), axis=1), float("inf"))
-    larger = tl.where(lower, tl.sum(tl.where(at, slot_count[None, :], 0), axis=1).to(tl.int64), 2**62)
-    return _first_kept(cands, tl.where(largest, mass, above), tl.where(largest, count, larger), total, top_k, top_p,
-                       min_p, inv_t, m)  # fmt: skip
+def _check(cands, role, slot_mass, slot_count, mass, count, total, top_k, top_p, min_p, inv_t, m):
+    """``(token, kept)`` (:func:`_first_kept`) of an attempt's candidates, given their roles
+    (:func:`_lower_records`), the masses and numbers above its lower records (``[SAMPLES]``, at their candidates'
+    indices) and above its largest (``mass``, ``count``: what can be drawn next)."""
+    above = tl.where(role == LOWER, slot_mass, tl.where(role == LARGEST, mass, float("inf")))
+    larger = tl.where(role == LOWER, slot_count, tl.where(role == LARGEST, count, 2**62))
+    return _first_kept(cands, above, larger, total, top_k, top_p, min_p, inv_t, m)
 
 
 @triton.jit
@@ -663,36 +682,46 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
                     token = tl.max(cands, axis=0) >> 32  # drawn: checked in the rounds
                     lo = _past(cands, SHIFT)
         tl.store(y_ptr + row, token)
-        _store_pivot(lo_ptr, row, lo, cands)
+        _store_pivot(lo_ptr, row, lo, cands, SHIFT)
 
 
 @triton.jit
 def _kept(x, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
-    """Whether a drawn token of float32 value ``x`` is in the kept set: fewer than ``top_k`` strictly larger
-    keys (top-k on), their mass ``< top_p *`` the total (top-p on), and its weight ``>= min_p``."""
+    """``[SAMPLES]``: whether each candidate, of float32 value ``x``, is in the kept set: fewer than ``top_k``
+    strictly larger keys (top-k on), their mass ``< top_p *`` the total (top-p on), and its weight ``>= min_p``.
+    The row's settings are scalars: each condition is a ``where`` on its setting (no scalar ``|`` vector)."""
     w = tl.exp(x * inv_t - m)
-    in_top_p = (mass_above < top_p.to(tl.float64) * total) | (top_p >= 1.0)
-    return in_top_p & ((count_above < top_k) | (top_k <= 0)) & ((w >= min_p) | (min_p <= 0))
+    in_top_p = tl.where(top_p < 1.0, (mass_above < top_p.to(tl.float64) * total).to(tl.int32), 1)
+    in_top_k = tl.where(top_k > 0, (count_above < top_k).to(tl.int32), 1)
+    weighty = tl.where(min_p > 0, (w >= min_p).to(tl.int32), 1)
+    return (in_top_p & in_top_k & weighty) != 0
 
 
 @triton.jit
 def _first_kept(cands, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
     """``(token, kept)``: an attempt's first candidate (of ``cands [SAMPLES]``, :func:`_entry`) in the kept set
     (:func:`_kept`, by the mass and number of the entries above each), or the first candidate's token and
-    false if none is."""
-    x = _entry_value(cands)
-    first = tl.full([], SAMPLES, tl.int32)
-    for i in tl.static_range(SAMPLES - 1, -1, -1):  # the first kept wins
-        kept = _kept(_at(x, i), _at(mass_above, i), _at(count_above, i), total, top_k, top_p, min_p, inv_t, m)
-        first = tl.where(kept, i, first)
-    return tl.sum(tl.where(tl.arange(0, SAMPLES) == first % SAMPLES, cands, 0), axis=0) >> 32, first < SAMPLES
+    false if none is. Two reductions over the candidates: each one a round through shared memory."""
+    c = tl.arange(0, SAMPLES)
+    kept = _kept(_entry_value(cands), mass_above, count_above, total, top_k, top_p, min_p, inv_t, m)
+    first = tl.min(tl.where(kept, c, SAMPLES), axis=0)  # the first kept wins
+    return tl.sum(tl.where(c == first % SAMPLES, cands, 0), axis=0) >> 32, first < SAMPLES
 
 
 @triton.jit
-def _store_pivot(lo_ptr, row, lo, cands):
-    """Store a row's pivot ``lo`` and its last attempt's candidates ``[SAMPLES]`` (:data:`LO_WORDS`)."""
-    tl.store(lo_ptr + row * LO_WORDS, lo)
-    tl.store(lo_ptr + row * LO_WORDS + 1 + tl.arange(0, SAMPLES), cands)
+def _store_pivot(lo_ptr, row, lo, cands, SHIFT: tl.constexpr):
+    """Store a row's pivot ``lo``, its last attempt's candidates ``[SAMPLES]`` and their records
+    (:data:`LO_WORDS`), from the threads that hold them (:func:`_store_entries`)."""
+    words = lo_ptr + row * LO_WORDS
+    c = tl.arange(0, SAMPLES)
+    every = c >= 0
+    role, below, index, n = _lower_records(cands, SHIFT)
+    tl.store(words, lo)
+    tl.store(words + RECORDS, n.to(tl.int64))
+    _store_entries(words + CANDS + c, cands, every)
+    _store_entries(words + ROLES + c, role.to(tl.int64), every)
+    _store_entries(words + FLOORS + c, below.to(tl.int32, bitcast=True).to(tl.int64), every)
+    _store_entries(words + INDICES + c, index.to(tl.int64), every)
 
 
 @triton.jit
@@ -729,10 +758,11 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     else:
         total = tl.load(total_ptr + 2 * row)
     drawn = tl.load(y_ptr + row) >= 0  # else UNDRAWN: a row with min-p makes its first attempt now
-    lo = tl.load(lo_ptr + row * LO_WORDS)
-    cands = tl.load(lo_ptr + row * LO_WORDS + 1 + c)
-    token, kept = _check(cands, slot_mass, slot_count, tl.sum(split_mass, axis=0), count, total, top_k, top_p, min_p,
-                         inv_t, m, SHIFT)  # fmt: skip
+    words = lo_ptr + row * LO_WORDS
+    lo = tl.load(words)
+    cands = tl.load(words + CANDS + c)
+    token, kept = _check(cands, tl.load(words + ROLES + c), slot_mass, slot_count, tl.sum(split_mass, axis=0), count,
+                         total, top_k, top_p, min_p, inv_t, m)  # fmt: skip
     kept = kept & drawn
     draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each attempt a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
@@ -749,11 +779,11 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
             lone_count = tl.zeros([], tl.int32)
             lone_slot_mass = tl.zeros([SAMPLES], tl.float64)
             lone_slot_count = tl.zeros([SAMPLES], tl.int32)
-            _, _, below, n = _lower_records(cands, SHIFT)
-            n_mass, n_count = _weighed(n, top_k, top_p)
+            role, below, index, n = _lower_records(cands, SHIFT)
+            n_mass, n_count = _weighed(n, top_k, top_p, late)
             for s in range(0, n_splits):
                 s_mass, s_count, s_slot_mass, s_slot_count = _split_mass(
-                    base, s * SPLIT, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
+                    base, s * SPLIT, V, lo, below, index, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT,
                     part + s * per_split, False, pool_ptr, lists, 0, False)  # fmt: skip
                 lone_mass += s_mass
                 lone_count += s_count
@@ -761,8 +791,8 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
                 lone_slot_count += s_slot_count
             tl.debug_barrier()  # and they see the new ones
             split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
-            token, kept = _check(cands, lone_slot_mass, lone_slot_count.to(tl.int64), lone_mass,
-                                 lone_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m, SHIFT)  # fmt: skip
+            token, kept = _check(cands, role, lone_slot_mass, lone_slot_count.to(tl.int64), lone_mass,
+                                 lone_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m)  # fmt: skip
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
@@ -776,7 +806,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
                                           m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
                 pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
-    _store_pivot(lo_ptr, row, tl.where(pending, lo, LOWEST), cands)
+    _store_pivot(lo_ptr, row, tl.where(pending, lo, LOWEST), cands, SHIFT)
 
 
 @triton.jit
@@ -939,10 +969,14 @@ def _step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr
         # step 0 weighs every entry, or a late row's top-k set: lo is its cut then
         start = sp.to(tl.int64) * SPLIT
         pool = pool_ptr + (row * n_splits + sp) * (WARPS + WARPS * POOL)  # a late row's step 0 may list its set
-        _, _, below, n = _lower_records(tl.load(lo_ptr + row * LO_WORDS + 1 + tl.arange(0, SAMPLES)), SHIFT)
-        n_mass, n_count = _weighed(n, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b))
-        _split_mass(base, start, V, lo, below, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out, q == 0, pool,
-                    lists, POOL, START)  # fmt: skip
+        words = lo_ptr + row * LO_WORDS  # the last attempt's records (_store_pivot)
+        c = tl.arange(0, SAMPLES)
+        below = tl.load(words + FLOORS + c).to(tl.int32).to(tl.float32, bitcast=True)
+        n = tl.load(words + RECORDS).to(tl.int32)
+        n_mass, n_count = _weighed(n, tl.load(topk_ptr + b).to(tl.int64), tl.load(topp_ptr + b), late)
+        index = tl.load(words + INDICES + c).to(tl.int32)
+        _split_mass(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK, SHIFT, out,
+                    q == 0, pool, lists, POOL, START)  # fmt: skip
         draws = q < 0
         if both:
             tl.debug_barrier()  # every thread's stores are issued before the count says so
