@@ -682,7 +682,7 @@ def _stats_kernel(logits_ptr, stride_b, stride_j, temp_ptr, topk_ptr, topp_ptr, 
                     token = tl.max(cands, axis=0) >> 32  # drawn: checked in the rounds
                     lo = _past(cands, SHIFT)
         tl.store(y_ptr + row, token)
-        _store_pivot(lo_ptr, row, lo, cands, SHIFT)
+        _store_pivot(lo_ptr, row, lo, cands, row >= 0, SHIFT)  # every row's: a late row's start reads them
 
 
 @triton.jit
@@ -709,19 +709,21 @@ def _first_kept(cands, mass_above, count_above, total, top_k, top_p, min_p, inv_
 
 
 @triton.jit
-def _store_pivot(lo_ptr, row, lo, cands, SHIFT: tl.constexpr):
-    """Store a row's pivot ``lo``, its last attempt's candidates ``[SAMPLES]`` and their records
-    (:data:`LO_WORDS`), from the threads that hold them (:func:`_store_entries`)."""
+def _store_pivot(lo_ptr, row, lo, cands, records, SHIFT: tl.constexpr):
+    """Store a row's pivot ``lo``, its last attempt's candidates ``[SAMPLES]`` and, with ``records`` (the
+    launches after it check the attempt), their records (:data:`LO_WORDS`), from the threads that hold them
+    (:func:`_store_entries`)."""
     words = lo_ptr + row * LO_WORDS
     c = tl.arange(0, SAMPLES)
     every = c >= 0
-    role, below, index, n = _lower_records(cands, SHIFT)
     tl.store(words, lo)
-    tl.store(words + RECORDS, n.to(tl.int64))
     _store_entries(words + CANDS + c, cands, every)
-    _store_entries(words + ROLES + c, role.to(tl.int64), every)
-    _store_entries(words + FLOORS + c, below.to(tl.int32, bitcast=True).to(tl.int64), every)
-    _store_entries(words + INDICES + c, index.to(tl.int64), every)
+    if records:
+        role, below, index, n = _lower_records(cands, SHIFT)
+        tl.store(words + RECORDS, n.to(tl.int64))
+        _store_entries(words + ROLES + c, role.to(tl.int64), every)
+        _store_entries(words + FLOORS + c, below.to(tl.int32, bitcast=True).to(tl.int64), every)
+        _store_entries(words + INDICES + c, index.to(tl.int64), every)
 
 
 @triton.jit
@@ -806,7 +808,7 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
                                           m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
                 pending = row < 0
     tl.store(y_ptr + row, tl.where(kept | pending, token, ARGMAX))
-    _store_pivot(lo_ptr, row, tl.where(pending, lo, LOWEST), cands, SHIFT)
+    _store_pivot(lo_ptr, row, tl.where(pending, lo, LOWEST), cands, pending, SHIFT)
 
 
 @triton.jit
