@@ -108,10 +108,15 @@ LO_WORDS: tl.constexpr = tl.constexpr(2 + 4 * PIVOT_SAMPLES)
 NEVER: tl.constexpr = tl.constexpr(0)
 LOWER: tl.constexpr = tl.constexpr(1)
 LARGEST: tl.constexpr = tl.constexpr(2)
-#: A split's slots before its sub-blocks' masses: the mass of what can be drawn, that of every entry, the number
-#: of what can be drawn, then the masses of the entries that can be drawn above each lower record of the row's
-#: last attempt, at its candidate's index (:func:`_lower_records`), then their numbers (numbers as float64).
-HEAD: tl.constexpr = tl.constexpr(3 + 2 * PIVOT_SAMPLES)
+#: Warps of a program: each sums a sub-block of a tile, or a quarter of the split in a listing pass (its region of
+#: the pool).
+WARPS: tl.constexpr = tl.constexpr(4)
+#: A split's sums before its sub-blocks' masses, each as :data:`WARPS` words (a warp's share, stored where the
+#: warp holds it; its readers add them up): the mass of what can be drawn, that of every entry, the number of
+#: what can be drawn, then the masses of the entries that can be drawn above each lower record of the row's last
+#: attempt, at its candidate's index (:func:`_lower_records`), then their numbers (numbers as float64).
+SUMS: tl.constexpr = tl.constexpr(3 + 2 * PIVOT_SAMPLES)
+HEAD: tl.constexpr = tl.constexpr(SUMS.value * WARPS.value)
 #: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
 #: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
 #: whose regions all hold their entries draws to the end from them in its start; one with a fuller region
@@ -121,8 +126,6 @@ POOL = 256
 #: launches after the start are worth sparing; with more, a row's program would draw alone for longer than the
 #: passes take (:func:`pool_entries`).
 POOL_SPLITS = 8
-#: Warps of a program, each with a quarter of the split (its region of the pool) in a listing pass.
-WARPS: tl.constexpr = tl.constexpr(4)
 #: Entries of the pool a step of :func:`_pool_masses` reads: a tile of every region.
 POOL_TILE: tl.constexpr = tl.constexpr(1024)
 #: Sub-blocks of every split the first draw sums a step: a [splits, FIRST_CHUNK] tile in registers.
@@ -171,14 +174,15 @@ def _row_facts(row, K1, n_splits, temp_ptr, topk_ptr, topp_ptr, gkey_ptr, zmax_p
 def _split_mass(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, m, SPLIT, BLOCK: tl.constexpr,
                 SHIFT: tl.constexpr, out, whole, pool, lists, POOL: tl.constexpr, START: tl.constexpr):  # fmt: skip
     """The float64 mass ``w = exp(x / T - m)`` of the entries of ``[start, start + SPLIT) ∩ [0, V)`` that can
-    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at ``out[0]``, their number at ``out[2]``,
-    the mass of each of its sub-blocks of ``SUB`` entries at ``out[HEAD + i]``, and for the first ``n_mass`` and
-    ``n_count`` slots ``s`` the mass and number of the entries with ``w >= min_p`` and ``x >= below[s]`` (the
-    floors past the lower records of the row's last attempt, :func:`_lower_records`) at ``out[3 + index[s]]`` and
-    ``out[3 + SAMPLES + index[s]]`` (its candidate's); with ``whole``, the mass of all its entries at ``out[1]``
-    (with ``START``, a late row's step 0, which has no candidates yet, of those with a key ``>= lo``, and where
-    ``lists`` with a ``POOL`` too, listed in the split's ``pool``: :func:`_pool_mass_loop`). Returns the split's
-    mass, its number and the slots'."""
+    be drawn, those with a key ``>= lo`` and ``w >= min_p``, stored at sum 0 (:data:`HEAD`: ``out[q * WARPS +
+    warp]`` holds a warp's share of sum ``q``), their number at sum 2, the mass of each of its sub-blocks of ``SUB``
+    entries at ``out[HEAD + i]``, and for the first ``n_mass`` and ``n_count`` slots ``s`` the mass and number of
+    the entries with ``w >= min_p`` and ``x >= below[s]`` (the floors past the lower records of the row's last
+    attempt, :func:`_lower_records`) at sums ``3 + index[s]`` and ``3 + SAMPLES + index[s]`` (its candidate's);
+    with ``whole``, the mass of all its entries at sum 1 (with ``START``, a late row's step 0, which has no
+    candidates yet, of those with a key ``>= lo``, and where ``lists`` with a ``POOL`` too, listed in the split's
+    ``pool``: :func:`_pool_mass_loop`). Returns the warps' shares (``[WARPS]``) of the split's mass and number and
+    of the slots' (``[WARPS, SAMPLES]``): no exchange between warps."""
     if whole:  # separate loops: a branch inside one would keep its loads from being pipelined
         if START & (POOL > 0):
             if lists & (min_p > 0):
@@ -189,9 +193,9 @@ def _split_mass(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t,
             else:
                 total, every, _, _, _ = _mass_loop(base, start, V, lo, below, index, 0, 0, min_p, inv_t, m, SPLIT,
                                                    BLOCK, SHIFT, out, True, START, False)  # fmt: skip
-            count = tl.zeros([], tl.int32)
-            slot_mass = tl.zeros([SAMPLES], tl.float64)
-            slot_count = tl.zeros([SAMPLES], tl.int32)
+            count = tl.zeros([WARPS], tl.int32)
+            slot_mass = tl.zeros([WARPS, SAMPLES], tl.float64)
+            slot_count = tl.zeros([WARPS, SAMPLES], tl.int32)
         else:
             if n_mass + n_count > 0:  # a loop of its own: a branch inside one keeps its loads from being pipelined
                 total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, n_mass,
@@ -201,7 +205,7 @@ def _split_mass(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t,
                 total, every, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, 0, 0, min_p,
                                                                         inv_t, m, SPLIT, BLOCK, SHIFT, out, True, START,
                                                                         False)  # fmt: skip
-        tl.store(out + 1, every)
+        _store_sums(out + WARPS + tl.arange(0, WARPS), every)
     else:
         if n_mass + n_count > 0:
             total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, n_mass, n_count,
@@ -211,11 +215,12 @@ def _split_mass(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t,
             total, _, count, slot_mass, slot_count = _mass_loop(base, start, V, lo, below, index, 0, 0, min_p, inv_t,
                                                                 m, SPLIT, BLOCK, SHIFT, out, False, False,
                                                                 False)  # fmt: skip
-    slot = tl.arange(0, SAMPLES)
-    tl.store(out, total)
-    tl.store(out + 2, count.to(tl.float64))
-    _store_sums(out + 3 + slot, slot_mass)  # from the threads that hold them, as a tile's sums
-    _store_sums(out + 3 + SAMPLES + slot, slot_count.to(tl.float64))
+    warp = tl.arange(0, WARPS)
+    at = (3 + tl.arange(0, SAMPLES)[None, :]) * WARPS + warp[:, None]
+    _store_sums(out + warp, total)
+    _store_sums(out + 2 * WARPS + warp, count.to(tl.float64))
+    _store_sums(out + at, slot_mass)
+    _store_sums(out + SAMPLES * WARPS + at, slot_count.to(tl.float64))
     return total, count, slot_mass, slot_count
 
 
@@ -230,11 +235,13 @@ def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, 
                SHIFT: tl.constexpr, out, WHOLE: tl.constexpr, ABOVE: tl.constexpr, SLOTS: tl.constexpr):  # fmt: skip
     """:func:`_split_mass`'s pass: stores the sub-blocks' masses and returns the split's, with ``WHOLE`` the
     mass of all its entries (with ``ABOVE``, of those with a key ``>= lo``; else 0), the number of what can be
-    drawn, and the slots' masses and numbers (``[SAMPLES]``; none with ``ABOVE``, a late row's step 0). A tile
+    drawn, and the slots' masses and numbers (none with ``ABOVE``, a late row's step 0), each as its warps' shares
+    (``[WARPS]``, the slots' ``[WARPS, SAMPLES]``). A tile
     ``[BLOCK / SUB, SUB]`` holds a sub-block a warp: its sums need no exchange between warps. The slots' sums and
     the number stay in each thread until the end (a lane's share of a tile, summed where it holds it)."""
     N_SUB: tl.constexpr = BLOCK // SUB
     LANES: tl.constexpr = 32
+    tl.static_assert(N_SUB == WARPS, "a sub-block a warp")
     floor = key_floor(lo, SHIFT)  # the rows drawn from are regular
     sub = tl.arange(0, N_SUB)
     slot = tl.arange(0, SAMPLES)[None, None, :]
@@ -267,8 +274,7 @@ def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, 
             for s in range(0, n_count):
                 lane_count = _lanes((weighty & (x >= _at(below, s))).to(tl.int32))
                 slot_count += tl.where(slot == _at(index, s), lane_count[:, :, None], 0)
-    return (tl.sum(per_warp, axis=0), tl.sum(every, axis=0), tl.sum(tl.sum(count, axis=1), axis=0),
-            tl.sum(tl.sum(slot_mass, axis=1), axis=0), tl.sum(tl.sum(slot_count, axis=1), axis=0))  # fmt: skip
+    return per_warp, every, tl.sum(count, axis=1), tl.sum(slot_mass, axis=1), tl.sum(slot_count, axis=1)
 
 
 @triton.jit
@@ -341,11 +347,11 @@ def _past(cands, SHIFT: tl.constexpr):
 def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.constexpr, out, pool,
                     POOL: tl.constexpr, MIN_P: tl.constexpr):  # fmt: skip
     """:func:`_mass_loop` with ``WHOLE`` over the entries with a key ``>= lo`` (a late row's top-k set):
-    returns the split's mass of what can be drawn and the mass of the set, and lists the set in
-    ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split (its
-    sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
-    (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number
-    at ``pool[i]``. Without ``MIN_P`` (the row has none), what can be drawn is the set: one sum is both."""
+    returns the warps' shares (``[WARPS]``) of the split's mass of what can be drawn and of the set's, and lists
+    the set in ``pool`` (int64 ``[WARPS + WARPS * POOL]``): warp ``i`` takes the ``i``-th quarter of the split
+    (its sub-blocks in turn) and lists its entries of the set in vocabulary order at ``pool[WARPS + i * POOL]``
+    (``x`` as float32 bits in the low word, the index in the high word), as many as fit, and their number at
+    ``pool[i]``. Without ``MIN_P`` (the row has none), what can be drawn is the set: one sum is both."""
     Q = tl.multiple_of(SPLIT // WARPS, SUB)  # a split is a multiple of WARPS * SUB entries
     floor = key_floor(lo, SHIFT)
     warp = tl.arange(0, WARPS)
@@ -373,8 +379,7 @@ def _pool_mass_loop(base, start, V, lo, min_p, inv_t, m, SPLIT, SHIFT: tl.conste
         listed += tl.sum(h, axis=1)
         offs += SUB
     tl.store(pool + warp, listed.to(tl.int64))
-    total = tl.sum(per_warp, axis=0)
-    return total, tl.sum(every, axis=0) if MIN_P else total
+    return per_warp, every if MIN_P else per_warp
 
 
 @triton.jit
@@ -727,6 +732,16 @@ def _store_pivot(lo_ptr, row, lo, cands, records, SHIFT: tl.constexpr):
 
 
 @triton.jit
+def _split_sums(splits, q, n_splits):
+    """``[NS_P2]`` float64: sum ``q`` of each split at ``splits`` (:data:`HEAD`), its warps' shares added up (0
+    past ``n_splits``), stored by the row's other programs (read from L2)."""
+    sp = tl.arange(0, splits.shape[0])[:, None]
+    shares = tl.load(splits[:, None] + q * WARPS + tl.arange(0, WARPS)[None, :], mask=sp < n_splits, other=0.0,
+                     cache_modifier=".cg")  # fmt: skip
+    return tl.sum(shares, axis=1)
+
+
+@triton.jit
 def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, seed_ptr, offset_ptr, lo_ptr, y_ptr,
                total_ptr, part_ptr, pool_ptr, lists, d, last, late, row, inv_t, m, V, K1, n_splits, SPLIT,
                BLOCK: tl.constexpr, NS_P2: tl.constexpr, NB_P2: tl.constexpr, SHIFT: tl.constexpr,
@@ -748,14 +763,15 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     part = part_ptr + row * n_splits * per_split
     splits = part + sp * per_split
     seed, stream = _stream(seed_ptr, offset_ptr, row, K1)  # loaded beside the masses: the draw needs no more
-    split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
-    count = tl.sum(tl.load(splits + 2, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
-    slots = splits[:, None] + 3 + c[None, :]
-    there = (sp < n_splits)[:, None]
-    slot_mass = tl.sum(tl.load(slots, mask=there, other=0.0, cache_modifier=".cg"), axis=0)
-    slot_count = tl.sum(tl.load(slots + SAMPLES, mask=there, other=0.0, cache_modifier=".cg"), axis=0).to(tl.int64)
+    split_mass = _split_sums(splits, 0, n_splits)
+    count = tl.sum(_split_sums(splits, 2, n_splits), axis=0).to(tl.int64)
+    slots = splits[:, None, None] + (3 + c)[None, :, None] * WARPS + tl.arange(0, WARPS)[None, None, :]
+    there = (sp < n_splits)[:, None, None]
+    slot_mass = tl.sum(tl.sum(tl.load(slots, mask=there, other=0.0, cache_modifier=".cg"), axis=2), axis=0)
+    slot_count = tl.sum(tl.sum(tl.load(slots + SAMPLES * WARPS, mask=there, other=0.0, cache_modifier=".cg"), axis=2),
+                        axis=0).to(tl.int64)  # fmt: skip
     if d == 1:
-        total = tl.sum(tl.load(splits + 1, mask=sp < n_splits, other=0.0, cache_modifier=".cg"), axis=0)
+        total = tl.sum(_split_sums(splits, 1, n_splits), axis=0)
         tl.store(total_ptr + 2 * row, total)
     else:
         total = tl.load(total_ptr + 2 * row)
@@ -777,10 +793,10 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
         draw_no += 1
         if last:  # its check, here: the masses above its candidates, split by split, and those the next reads
             tl.debug_barrier()  # every thread has read the masses of the last attempt
-            lone_mass = tl.zeros([], tl.float64)
-            lone_count = tl.zeros([], tl.int32)
-            lone_slot_mass = tl.zeros([SAMPLES], tl.float64)
-            lone_slot_count = tl.zeros([SAMPLES], tl.int32)
+            lone_mass = tl.zeros([WARPS], tl.float64)  # the warps' shares, added up once
+            lone_count = tl.zeros([WARPS], tl.int32)
+            lone_slot_mass = tl.zeros([WARPS, SAMPLES], tl.float64)
+            lone_slot_count = tl.zeros([WARPS, SAMPLES], tl.int32)
             role, below, index, n = _lower_records(cands, SHIFT)
             n_mass, n_count = _weighed(n, top_k, top_p, late)
             for s in range(0, n_splits):
@@ -792,9 +808,11 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
                 lone_slot_mass += s_slot_mass
                 lone_slot_count += s_slot_count
             tl.debug_barrier()  # and they see the new ones
-            split_mass = tl.load(splits, mask=sp < n_splits, other=0.0, cache_modifier=".cg")
-            token, kept = _check(cands, role, lone_slot_mass, lone_slot_count.to(tl.int64), lone_mass,
-                                 lone_count.to(tl.int64), total, top_k, top_p, min_p, inv_t, m)  # fmt: skip
+            split_mass = _split_sums(splits, 0, n_splits)
+            slot_count = tl.sum(lone_slot_count, axis=0).to(tl.int64)
+            token, kept = _check(cands, role, tl.sum(lone_slot_mass, axis=0), slot_count, tl.sum(lone_mass, axis=0),
+                                 tl.sum(lone_count, axis=0).to(tl.int64), total, top_k, top_p, min_p, inv_t,
+                                 m)  # fmt: skip
             drawing = ~kept & (draw_no < ROUNDS)
         else:
             drawing = draw_no < 0
@@ -1054,19 +1072,19 @@ def _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_p
 
 def pivot_buffers(rows: int, n_splits: int, split: int, device, late: bool = True) -> tuple[torch.Tensor, ...]:
     """The draws' workspace ``(lo, y, total, part, count, peak, pool)`` for ``n_splits`` splits of ``split`` entries
-    a row: ``lo [rows, LO_WORDS]`` int64 holds a drawing row's pivot (the lowest key it draws from) and its last
-    attempt's candidates (:func:`_entry`); ``part [rows, n_splits, HEAD + sub-blocks]`` float64 each split's mass of
-    what can be drawn, of every entry, the mass and number of what can be drawn above each candidate, then its
-    sub-blocks' masses (``SUB`` entries each); ``peak [rows, n_splits, sub-blocks]`` float32 the sub-blocks' largest
-    ``x / T`` (the first attempt's); ``count [2, rows]`` int32,
-    zeroed here, counts a launch's programs of a row that have stored them (the last one sets it back to 0): their
-    stats or masses (``count[0]``: the stats launch, the draws), their bucket sums in a search's rounds
-    (``count[1]``, :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws once the cut-off
-    rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``total [rows, 2]`` float64 a
-    drawing row's total (the mass its checks compare with) and its ``m = max x / T``, stored where its draws start
-    (the stats launch, a late row's start) so that its steps need not gather it; ``pool [rows, n_splits, WARPS +
-    WARPS * pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k search's last interval
-    (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
+    a row: ``lo [rows, LO_WORDS]`` int64 holds a drawing row's pivot (the lowest key it draws from), its last
+    attempt's candidates (:func:`_entry`) and their records; ``part [rows, n_splits, HEAD + sub-blocks]`` float64
+    each split's sums (:data:`HEAD`: the masses of what can be drawn and of every entry, the number of what can be
+    drawn, the mass and number above each lower record, a word a warp), then its sub-blocks' masses (``SUB`` entries
+    each); ``peak [rows, n_splits, sub-blocks]`` float32 the sub-blocks' largest ``x / T`` (the first attempt's);
+    ``count [2, rows]`` int32, zeroed here, counts a launch's programs of a row that have stored them (the last one
+    sets it back to 0): their stats or masses (``count[0]``: the stats launch, the draws), their bucket sums in a
+    search's rounds (``count[1]``, :func:`._sampling_filter.narrowed_state`); ``y [rows]`` int64 holds the draws
+    once the cut-off rounds have run (token, ``-1``: the row's argmax, ``-2``: not a pivot request); ``total [rows,
+    2]`` float64 a drawing row's total (the mass its checks compare with) and its ``m = max x / T``, stored where
+    its draws start (the stats launch, a late row's start) so that its steps need not gather it; ``pool [rows,
+    n_splits, WARPS + WARPS * pool_entries(n_splits)]`` int64 lists a late row's entries at or above its top-k
+    search's last interval (:func:`list_late_split`; none without ``late``, the promise of no late request)."""
     n_sub = triton.cdiv(split, SUB.value)
     lo = torch.empty((rows, LO_WORDS.value), dtype=torch.int64, device=device)
     y = torch.empty(rows, dtype=torch.int64, device=device)
