@@ -307,8 +307,8 @@ def pivot_draws(
         if rnd == 0:
             pick = torch.where(inverse_first, pick, first_pivot_draw(logits, temperature, u))
         k_c = key.gather(-1, pick)
-        above = torch.stack([torch.where(key > k_c[..., c, None], w, 0.0).sum(-1) for c in cands.tolist()], -1)
-        larger = torch.stack([(key > k_c[..., c, None]).sum(-1) for c in cands.tolist()], -1)
+        above = torch.stack([torch.where(key > k_c[..., c, None], w, 0.0).sum(-1) for c in range(PIVOT_SAMPLES)], -1)
+        larger = torch.stack([(key > k_c[..., c, None]).sum(-1) for c in range(PIVOT_SAMPLES)], -1)
         kept = ((above < goal_p) | (top_p.view(B, 1, 1) >= 1)) & ((larger < k) | (k <= 0))
         kept = kept & ((w32.gather(-1, pick) >= mp) | (mp <= 0))
         first = torch.where(kept, cands, PIVOT_SAMPLES).amin(-1, keepdim=True)  # its first kept candidate
