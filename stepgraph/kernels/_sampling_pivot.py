@@ -485,8 +485,9 @@ def _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2: tl.co
 
 @triton.jit
 def _pick_splits(split_mass, u):
-    """``(split, goal left in it)`` ``[SAMPLES]`` each: :func:`_pick` of the goals ``u`` times the splits' total
-    mass, from the splits' masses ``[NS_P2]`` (one cumulative sum for every candidate)."""
+    """``(split, goal left in it)`` ``[SAMPLES]`` each: for each goal ``u`` times the splits' total mass, the split
+    of ``split_mass [NS_P2]`` (float64, >= 0) where the cumulative mass passes it, or the last one of positive mass
+    if float sums leave none (one cumulative sum for every candidate)."""
     N_P2: tl.constexpr = split_mass.shape[0]
     goal = u.to(tl.float64) * tl.sum(split_mass, axis=0)
     i = tl.arange(0, N_P2)[None, :]
@@ -498,8 +499,8 @@ def _pick_splits(split_mass, u):
 
 @triton.jit
 def _pick_rows(mass, goal):
-    """``(index, goal left in it)`` ``[S]`` each: :func:`_pick` of each row of ``mass [S, N_P2]`` (float64, >= 0)
-    and its ``goal [S]``."""
+    """``(index, goal left in it)`` ``[S]`` each: the entry of each row of ``mass [S, N_P2]`` (float64, >= 0) where
+    its cumulative mass passes the row's ``goal [S]``, or its last one of positive mass if float sums leave none."""
     N_P2: tl.constexpr = mass.shape[1]
     i = tl.arange(0, N_P2)[None, :]
     last = tl.max(tl.where(mass > 0, i, 0), axis=1)
@@ -860,16 +861,10 @@ def _pool_attempt(pool_row, j, listed, masses, seed, stream, row, K1, draw_no, l
                   SHIFT: tl.constexpr, POOL: tl.constexpr):  # fmt: skip
     """Attempt ``draw_no``'s candidates (:func:`_entry` ``[SAMPLES]``) from a pool whose regions ``j`` hold
     ``masses`` of what can be drawn (a key ``>= lo``, ``w >= min_p``): for each, the region where the cumulative
-    mass passes its goal, then the entry in it (:func:`_pool_scan`)."""
-    c = tl.arange(0, SAMPLES)
-    goal = _number(seed, stream, row, K1, draw_no).to(tl.float64) * tl.sum(masses, axis=0)
-    cands = tl.zeros([SAMPLES], tl.int64)
-    for i in tl.static_range(SAMPLES):
-        region, local = _pick(masses, _at(goal, i), j.shape[0])
-        entry = _pool_scan(pool_row, region, tl.sum(tl.where(j == region, listed, 0), axis=0), local, lo, min_p, inv_t,
-                           m, SHIFT, POOL)  # fmt: skip
-        cands = tl.where(c == i, entry, cands)
-    return cands
+    mass passes its goal, then the entry in it (:func:`_pool_scan`), the four regions scanned together."""
+    region, local = _pick_splits(masses, _number(seed, stream, row, K1, draw_no))
+    counts = tl.sum(tl.where(j[None, :] == region[:, None], listed[None, :], 0), axis=1)
+    return _pool_scan(pool_row, region, counts, local, lo, min_p, inv_t, m, SHIFT, POOL)
 
 
 @triton.jit
@@ -895,17 +890,19 @@ def _pool_masses(pool_row, j, listed, lo, above, min_p, inv_t, m, SHIFT: tl.cons
     """``(masses, cand_mass, cand_count)``: the float64 mass of each region's entries that can be drawn (a key
     ``>= lo``, ``w >= min_p``; ``[len(j)]``), and for each candidate the mass and number (int64) of the entries
     with ``w >= min_p`` and ``x >= above[c]`` (``[SAMPLES]``, :func:`_floors`), in a sweep of ``[len(j),
-    POOL_TILE / len(j)]`` tiles over every region at once."""
+    POOL_TILE / len(j)]`` tiles over every region at once. A tile's sums for candidate ``c`` stay in column
+    ``c`` of a tile-shaped sum, a region a row, until the end: sums across warps once, not a tile."""
     R: tl.constexpr = j.shape[0]
     COLUMNS: tl.constexpr = POOL_TILE // R
+    tl.static_assert(COLUMNS >= SAMPLES, "a column a candidate")
     entries = pool_row + (j // WARPS)[:, None] * (WARPS + WARPS * POOL) + WARPS + (j % WARPS)[:, None] * POOL
-    cand = tl.arange(0, SAMPLES)
+    column = tl.arange(0, COLUMNS)[None, :]
     floor = key_floor(lo, SHIFT)
     masses = tl.zeros([R], tl.float64)
-    cand_mass = tl.zeros([SAMPLES], tl.float64)
-    cand_count = tl.zeros([SAMPLES], tl.int32)
+    region_mass = tl.zeros([R, COLUMNS], tl.float64)  # column c < SAMPLES: each region's mass above candidate c
+    region_count = tl.zeros([R, COLUMNS], tl.int32)
     for c in range(0, tl.max(listed, axis=0), COLUMNS):
-        col = c + tl.arange(0, COLUMNS)[None, :]
+        col = c + column
         entry = tl.load(entries + col, mask=col < listed[:, None], other=0, cache_modifier=".cg")
         x = _entry_value(entry)
         w = tl.exp(x * inv_t - m)
@@ -914,29 +911,34 @@ def _pool_masses(pool_row, j, listed, lo, above, min_p, inv_t, m, SHIFT: tl.cons
         masses += tl.sum(tl.where(x >= floor, w64, 0.0), axis=1)
         for i in tl.static_range(SAMPLES):
             over = weighty & (x >= _at(above, i))
-            cand_mass += tl.where(cand == i, tl.sum(tl.sum(tl.where(over, w64, 0.0), axis=1), axis=0), 0.0)
-            cand_count += tl.where(cand == i, tl.sum(tl.sum(over.to(tl.int32), axis=1), axis=0), 0)
+            region_mass += tl.where(column == i, tl.sum(tl.where(over, w64, 0.0), axis=1)[:, None], 0.0)
+            region_count += tl.where(column == i, tl.sum(over.to(tl.int32), axis=1)[:, None], 0)
+    at = tl.arange(0, SAMPLES)[:, None] == column
+    cand_mass = tl.sum(tl.where(at, tl.sum(region_mass, axis=0)[None, :], 0.0), axis=1)
+    cand_count = tl.sum(tl.where(at, tl.sum(region_count, axis=0)[None, :], 0), axis=1)
     return masses, cand_mass, cand_count.to(tl.int64)
 
 
 @triton.jit
 def _pool_scan(pool_row, region, listed, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
-    """The entry (:func:`_entry`) of pool ``region`` (``listed`` entries, in vocabulary order) where the
-    cumulative weight of those that can be drawn passes ``local``; its last one of positive weight where
-    float sums leave none (:func:`_scan`)."""
+    """Entries (:func:`_entry`) ``[SAMPLES]``: for each candidate, the entry of pool ``region[c]`` (``listed[c]``
+    entries, in vocabulary order) where the cumulative weight of those that can be drawn passes ``local[c]``;
+    its last one of positive weight where float sums leave none (:func:`_scan`). A ``[SAMPLES, SUB]`` tile a
+    step, a candidate a warp."""
     entries = pool_row + (region // WARPS) * (WARPS + WARPS * POOL) + WARPS + (region % WARPS) * POOL
-    hit = tl.full([], -1, tl.int64)
-    final = tl.full([], -1, tl.int64)
-    before = tl.zeros([], tl.float64)
-    for c in range(0, listed, SUB):
-        col = c + tl.arange(0, SUB)
-        entry = tl.load(entries + col, mask=col < listed, other=0, cache_modifier=".cg")
-        w, _ = _pool_weights(entry, col < listed, lo, min_p, inv_t, m, SHIFT)
-        passed = (w > 0) & (before + tl.cumsum(w, axis=0) > local)
-        first = tl.min(tl.where(passed, entry, 2**62), axis=0)  # entries are in their indices' order
+    hit = tl.full([SAMPLES], -1, tl.int64)
+    final = tl.full([SAMPLES], -1, tl.int64)
+    before = tl.zeros([SAMPLES], tl.float64)
+    for c in range(0, tl.max(listed, axis=0), SUB):
+        col = c + tl.arange(0, SUB)[None, :]
+        there = col < listed[:, None]
+        entry = tl.load(entries[:, None] + col, mask=there, other=0, cache_modifier=".cg")
+        w, _ = _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT)
+        passed = (w > 0) & (before[:, None] + tl.cumsum(w, axis=1) > local[:, None])
+        first = tl.min(tl.where(passed, entry, 2**62), axis=1)  # entries are in their indices' order
         hit = tl.where((hit < 0) & (first < 2**62), first, hit)
-        final = tl.maximum(final, tl.max(tl.where(w > 0, entry, -1), axis=0))
-        before += tl.sum(w, axis=0)
+        final = tl.maximum(final, tl.max(tl.where(w > 0, entry, -1), axis=1))
+        before += tl.sum(w, axis=1)
     return tl.where(hit >= 0, hit, final)
 
 
