@@ -117,6 +117,7 @@ WARPS: tl.constexpr = tl.constexpr(4)
 #: attempt, at its candidate's index (:func:`_lower_records`), then their numbers (numbers as float64).
 SUMS: tl.constexpr = tl.constexpr(3 + 2 * PIVOT_SAMPLES)
 HEAD: tl.constexpr = tl.constexpr(SUMS.value * WARPS.value)
+SUMS_P2: tl.constexpr = tl.constexpr(triton.next_power_of_2(SUMS.value))
 #: Entries of a late row that one warp of a split's program lists, in the last count of its top-k search
 #: (:func:`list_late_split`) or in its start's pass (:func:`_pool_mass_loop`): its region of the pool. A row
 #: whose regions all hold their entries draws to the end from them in its start; one with a fuller region
@@ -291,6 +292,26 @@ def _at(v, c):
 
 
 @triton.jit
+def _four(v):
+    """The four (:data:`SAMPLES`) entries of ``v [SAMPLES]`` as scalars: one exchange between threads where ``v``
+    is spread over the warps (a candidate a warp, as a draw leaves them), none after it."""
+    tl.static_assert(SAMPLES == 4, "an attempt of four candidates")
+    even, odd = tl.split(tl.reshape(v, [2, 2]))
+    v0, v2 = tl.split(even)
+    v1, v3 = tl.split(odd)
+    return v0, v1, v2, v3
+
+
+@triton.jit
+def _in_warp(v):
+    """``v [SAMPLES]`` laid out anew in the lanes of every warp, through scalars (:func:`_four`): reductions
+    over it then stay in a warp (no barrier), where Triton would keep a draw's layout, a candidate a warp."""
+    v0, v1, v2, v3 = _four(v)
+    c = tl.arange(0, SAMPLES)
+    return tl.where(c == 0, v0, tl.where(c == 1, v1, tl.where(c == 2, v2, v3)))
+
+
+@triton.jit
 def _floors(cands, SHIFT: tl.constexpr):
     """``[SAMPLES]`` float32: the floors of the keys strictly above each candidate (:func:`key_floor`)."""
     return key_floor(row_key(_entry_value(cands), SHIFT) + 1, SHIFT)
@@ -304,6 +325,7 @@ def _lower_records(cands, SHIFT: tl.constexpr):
     the kept ones), then slot by slot (in drawing order) the lower records' floors (:func:`_floors`; +inf past the
     last) and their candidates' indices, and their number. A pass weighs the lower records (:func:`_mass_loop`);
     the largest candidate is weighed by what can be drawn above it (the next attempt's masses)."""
+    cands = _in_warp(cands)
     key = row_key(_entry_value(cands), SHIFT)
     c = tl.arange(0, SAMPLES)
     top = tl.max(key, axis=0)
@@ -707,7 +729,8 @@ def _kept(x, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
 def _first_kept(cands, mass_above, count_above, total, top_k, top_p, min_p, inv_t, m):
     """``(token, kept)``: an attempt's first candidate (of ``cands [SAMPLES]``, :func:`_entry`) in the kept set
     (:func:`_kept`, by the mass and number of the entries above each), or the first candidate's token and
-    false if none is. Two reductions over the candidates: each one a round through shared memory."""
+    false if none is. Two reductions over the candidates: in a warp where they lie in its lanes (:func:`_in_warp`),
+    else each one a round through shared memory."""
     c = tl.arange(0, SAMPLES)
     kept = _kept(_entry_value(cands), mass_above, count_above, total, top_k, top_p, min_p, inv_t, m)
     first = tl.min(tl.where(kept, c, SAMPLES), axis=0)  # the first kept wins
@@ -736,10 +759,38 @@ def _store_pivot(lo_ptr, row, lo, cands, records, SHIFT: tl.constexpr):
 def _split_sums(splits, q, n_splits):
     """``[NS_P2]`` float64: sum ``q`` of each split at ``splits`` (:data:`HEAD`), its warps' shares added up (0
     past ``n_splits``), stored by the row's other programs (read from L2)."""
-    sp = tl.arange(0, splits.shape[0])[:, None]
-    shares = tl.load(splits[:, None] + q * WARPS + tl.arange(0, WARPS)[None, :], mask=sp < n_splits, other=0.0,
-                     cache_modifier=".cg")  # fmt: skip
+    there = tl.arange(0, splits.shape[0]) < n_splits
+    sums = tl.load(splits + q * WARPS, mask=there, other=0.0, cache_modifier=".cg")
+    for w in tl.static_range(1, WARPS):  # a load a warp's share: no exchange between warps
+        sums += tl.load(splits + q * WARPS + w, mask=there, other=0.0, cache_modifier=".cg")
+    return sums
+
+
+@triton.jit
+def _head_sums(part, per_split, n_splits, NS_P2: tl.constexpr):
+    """``[SUMS_P2]`` float64: each of a row's :data:`SUMS`, its splits' and warps' shares (:data:`HEAD`, stored by
+    the row's other programs in ``part``: read from L2) added up, from one load and one exchange between warps
+    (a thread holds every sum of its share)."""
+    j = tl.arange(0, NS_P2 * WARPS)[None, :]  # a split's warp
+    q = tl.arange(0, SUMS_P2)[:, None]
+    shares = tl.load(part + (j // WARPS) * per_split + q * WARPS + j % WARPS, mask=(j < n_splits * WARPS) & (q < SUMS),
+                     other=0.0, cache_modifier=".cg")  # fmt: skip
     return tl.sum(shares, axis=1)
+
+
+@triton.jit
+def _sum_at(sums, q):
+    """Sum ``q`` of :func:`_head_sums`, as a scalar (a thread holds them all: no exchange)."""
+    return tl.sum(tl.where(tl.arange(0, SUMS_P2) == q, sums, 0.0), axis=0)
+
+
+@triton.jit
+def _slot_sums(sums, first):
+    """``[SAMPLES]``: sums ``first + c`` of :func:`_head_sums` (the slots' masses or numbers, at their candidates'
+    indices), laid out in the lanes of every warp (:func:`_in_warp`) without an exchange."""
+    c = tl.arange(0, SAMPLES)
+    return tl.where(c == 0, _sum_at(sums, first), tl.where(c == 1, _sum_at(sums, first + 1),
+                    tl.where(c == 2, _sum_at(sums, first + 2), _sum_at(sums, first + 3))))  # fmt: skip
 
 
 @triton.jit
@@ -765,30 +816,30 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
     splits = part + sp * per_split
     seed, stream = _stream(seed_ptr, offset_ptr, row, K1)  # loaded beside the masses: the draw needs no more
     split_mass = _split_sums(splits, 0, n_splits)
-    count = tl.sum(_split_sums(splits, 2, n_splits), axis=0).to(tl.int64)
-    slots = splits[:, None, None] + (3 + c)[None, :, None] * WARPS + tl.arange(0, WARPS)[None, None, :]
-    there = (sp < n_splits)[:, None, None]
-    slot_mass = tl.sum(tl.sum(tl.load(slots, mask=there, other=0.0, cache_modifier=".cg"), axis=2), axis=0)
-    slot_count = tl.sum(tl.sum(tl.load(slots + SAMPLES * WARPS, mask=there, other=0.0, cache_modifier=".cg"), axis=2),
-                        axis=0).to(tl.int64)  # fmt: skip
+    sums = _head_sums(part, per_split, n_splits, NS_P2)
     if d == 1:
-        total = tl.sum(_split_sums(splits, 1, n_splits), axis=0)
+        total = _sum_at(sums, 1)
         tl.store(total_ptr + 2 * row, total)
     else:
         total = tl.load(total_ptr + 2 * row)
-    drawn = tl.load(y_ptr + row) >= 0  # else UNDRAWN: a row with min-p makes its first attempt now
     words = lo_ptr + row * LO_WORDS
     lo = tl.load(words)
     cands = tl.load(words + CANDS + c)
-    token, kept = _check(cands, tl.load(words + ROLES + c), slot_mass, slot_count, tl.sum(split_mass, axis=0), count,
-                         total, top_k, top_p, min_p, inv_t, m)  # fmt: skip
-    kept = kept & drawn
+    if START:  # a late row's start: no attempt to check yet
+        token = tl.max(cands, axis=0) >> 32
+        kept = row < 0
+    else:
+        slot_mass = _slot_sums(sums, 3)
+        slot_count = _slot_sums(sums, 3 + SAMPLES).to(tl.int64)
+        token, kept = _check(cands, tl.load(words + ROLES + c), slot_mass, slot_count, _sum_at(sums, 0),
+                             _sum_at(sums, 2).to(tl.int64), total, top_k, top_p, min_p, inv_t, m)  # fmt: skip
+        kept = kept & (tl.load(y_ptr + row) >= 0)  # else UNDRAWN: a row with min-p makes its first attempt now
     draw_no = d - ((min_p > 0) | late).to(tl.int64)  # with min-p or late, each attempt a step after the others
     drawing = ~kept & (draw_no < ROUNDS)
     pending = drawing & ~last  # an attempt that the next launch checks
     while drawing:
         u = _number(seed, stream, row, K1, draw_no)
-        cands = _draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2, SHIFT)
+        cands = _in_warp(_draw(base, V, part, split_mass, u, lo, min_p, inv_t, m, SPLIT, NB_P2, SHIFT))
         lo = _past(cands, SHIFT)
         token = tl.max(cands, axis=0) >> 32  # drawn
         draw_no += 1
