@@ -770,8 +770,9 @@ def _split_sums(splits, q, n_splits):
 def _head_sums(part, per_split, n_splits, NS_P2: tl.constexpr):
     """``[SUMS_P2]`` float64: each of a row's :data:`SUMS`, its splits' and warps' shares (:data:`HEAD`, stored by
     the row's other programs in ``part``: read from L2) added up, from one load and one exchange between warps
-    (a thread holds every sum of its share)."""
-    j = tl.arange(0, NS_P2 * WARPS)[None, :]  # a split's warp
+    (a thread holds every sum of its share: the warps' shares lie along the threads, 128 at least)."""
+    J: tl.constexpr = max(NS_P2 * WARPS, 32 * WARPS)
+    j = tl.arange(0, J)[None, :]  # a split's warp
     q = tl.arange(0, SUMS_P2)[:, None]
     shares = tl.load(part + (j // WARPS) * per_split + q * WARPS + j % WARPS, mask=(j < n_splits * WARPS) & (q < SUMS),
                      other=0.0, cache_modifier=".cg")  # fmt: skip
@@ -949,6 +950,7 @@ def _pool_masses(pool_row, j, listed, lo, above, min_p, inv_t, m, SHIFT: tl.cons
     entries = pool_row + (j // WARPS)[:, None] * (WARPS + WARPS * POOL) + WARPS + (j % WARPS)[:, None] * POOL
     column = tl.arange(0, COLUMNS)[None, :]
     floor = key_floor(lo, SHIFT)
+    above = _in_warp(above)  # each _at below then stays in a warp
     masses = tl.zeros([R], tl.float64)
     region_mass = tl.zeros([R, COLUMNS], tl.float64)  # column c < SAMPLES: each region's mass above candidate c
     region_count = tl.zeros([R, COLUMNS], tl.int32)
