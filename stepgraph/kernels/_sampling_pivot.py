@@ -245,12 +245,17 @@ def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, 
     tl.static_assert(N_SUB == WARPS, "a sub-block a warp")
     floor = key_floor(lo, SHIFT)  # the rows drawn from are regular
     sub = tl.arange(0, N_SUB)
-    slot = tl.arange(0, SAMPLES)[None, None, :]
+    tl.static_assert(SAMPLES - 1 == 3, "three slots: the largest candidate is never a lower record")
+    b0, b1, b2 = _at(below, 0), _at(below, 1), _at(below, 2)  # once a pass
     per_warp = tl.zeros([N_SUB], tl.float64)
     every = tl.zeros([N_SUB], tl.float64)
     count = tl.zeros([N_SUB, LANES], tl.int32)
-    slot_mass = tl.zeros([N_SUB, LANES, SAMPLES], tl.float64)
-    slot_count = tl.zeros([N_SUB, LANES, SAMPLES], tl.int32)
+    mass0 = tl.zeros([N_SUB, LANES], tl.float64)  # each slot's, in each thread until the end
+    mass1 = tl.zeros([N_SUB, LANES], tl.float64)
+    mass2 = tl.zeros([N_SUB, LANES], tl.float64)
+    count0 = tl.zeros([N_SUB, LANES], tl.int32)
+    count1 = tl.zeros([N_SUB, LANES], tl.int32)
+    count2 = tl.zeros([N_SUB, LANES], tl.int32)
     ahead = load_ahead(base, _tile(start, BLOCK), V, start + SPLIT)
     for i in range(0, SPLIT, BLOCK):
         offs = _tile(start + i, BLOCK)
@@ -258,24 +263,42 @@ def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, 
         x = ahead.to(tl.float32)
         ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
+        w64 = tl.where(inb, w, 0.0).to(tl.float64)  # converted once (a slow instruction): every sum selects from it
         high = inb & (x >= floor)
         weighty = inb & (w >= min_p)
-        sums = tl.sum(tl.where(high & weighty, w, 0.0).to(tl.float64), axis=1)
+        sums = tl.sum(tl.where(high & weighty, w64, 0.0), axis=1)
         _store_sums(out + HEAD + i // SUB + sub, sums)
         per_warp += sums
         count += _lanes((high & weighty).to(tl.int32))
         if ABOVE:
-            every += tl.sum(tl.where(high, w, 0.0).to(tl.float64), axis=1)
+            every += tl.sum(tl.where(high, w64, 0.0), axis=1)
         elif WHOLE:
-            every += tl.sum(tl.where(inb, w, 0.0).to(tl.float64), axis=1)
+            every += tl.sum(w64, axis=1)
         if SLOTS:  # weighs the slots (a loop of their own where none has any)
-            for s in range(0, n_mass):
-                lane_mass = _lanes(tl.where(weighty & (x >= _at(below, s)), w, 0.0).to(tl.float64))
-                slot_mass += tl.where(slot == _at(index, s), lane_mass[:, :, None], 0.0)
-            for s in range(0, n_count):
-                lane_count = _lanes((weighty & (x >= _at(below, s))).to(tl.int32))
-                slot_count += tl.where(slot == _at(index, s), lane_count[:, :, None], 0)
-    return per_warp, every, tl.sum(count, axis=1), tl.sum(slot_mass, axis=1), tl.sum(slot_count, axis=1)
+            if n_mass > 0:
+                mass0 += _lanes(tl.where(weighty & (x >= b0), w64, 0.0))
+            if n_mass > 1:
+                mass1 += _lanes(tl.where(weighty & (x >= b1), w64, 0.0))
+            if n_mass > 2:
+                mass2 += _lanes(tl.where(weighty & (x >= b2), w64, 0.0))
+            if n_count > 0:
+                count0 += _lanes((weighty & (x >= b0)).to(tl.int32))
+            if n_count > 1:
+                count1 += _lanes((weighty & (x >= b1)).to(tl.int32))
+            if n_count > 2:
+                count2 += _lanes((weighty & (x >= b2)).to(tl.int32))
+    i0, i1, i2 = _at(index, 0), _at(index, 1), _at(index, 2)
+    return (per_warp, every, tl.sum(count, axis=1), _at_candidates(mass0, mass1, mass2, i0, i1, i2),
+            _at_candidates(count0, count1, count2, i0, i1, i2))  # fmt: skip
+
+
+@triton.jit
+def _at_candidates(slot0, slot1, slot2, i0, i1, i2):
+    """``[WARPS, SAMPLES]``: the warps' shares of the slots' sums (``[WARPS, 32]`` lane shares each) at their
+    candidates' indices ``i0, i1, i2`` (a slot past the last lower record has none: its sums are 0)."""
+    c = tl.arange(0, SAMPLES)[None, :]
+    return (tl.where(c == i0, tl.sum(slot0, axis=1)[:, None], 0) + tl.where(c == i1, tl.sum(slot1, axis=1)[:, None], 0)
+            + tl.where(c == i2, tl.sum(slot2, axis=1)[:, None], 0))  # fmt: skip
 
 
 @triton.jit
