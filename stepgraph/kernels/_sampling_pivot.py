@@ -288,17 +288,23 @@ def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, 
             if n_count > 2:
                 count2 += _lanes((weighty & (x >= b2)).to(tl.int32))
     i0, i1, i2 = _at(index, 0), _at(index, 1), _at(index, 2)
-    return (per_warp, every, tl.sum(count, axis=1), _at_candidates(mass0, mass1, mass2, i0, i1, i2),
-            _at_candidates(count0, count1, count2, i0, i1, i2))  # fmt: skip
+    c = tl.arange(0, SAMPLES)[None, :]
+    slot_mass = _at_candidates(c, _warps(mass0), _warps(mass1), _warps(mass2), i0, i1, i2)
+    slot_count = _at_candidates(c, _warps(count0), _warps(count1), _warps(count2), i0, i1, i2)
+    return per_warp, every, tl.sum(count, axis=1), slot_mass, slot_count
 
 
 @triton.jit
-def _at_candidates(slot0, slot1, slot2, i0, i1, i2):
-    """``[WARPS, SAMPLES]``: the warps' shares of the slots' sums (``[WARPS, 32]`` lane shares each) at their
-    candidates' indices ``i0, i1, i2`` (a slot past the last lower record has none: its sums are 0)."""
-    c = tl.arange(0, SAMPLES)[None, :]
-    return (tl.where(c == i0, tl.sum(slot0, axis=1)[:, None], 0) + tl.where(c == i1, tl.sum(slot1, axis=1)[:, None], 0)
-            + tl.where(c == i2, tl.sum(slot2, axis=1)[:, None], 0))  # fmt: skip
+def _warps(lanes):
+    """``[WARPS, 1]``: each warp's share of a sum from its lanes' (``[WARPS, 32]``)."""
+    return tl.sum(lanes, axis=1)[:, None]
+
+
+@triton.jit
+def _at_candidates(c, slot0, slot1, slot2, i0, i1, i2):
+    """The sums of slots 0, 1 and 2 put at their candidates' indices ``i0, i1, i2`` among candidates ``c`` (a
+    slot past the last lower record has none: its sums are 0, its index 0)."""
+    return tl.where(c == i0, slot0, 0) + tl.where(c == i1, slot1, 0) + tl.where(c == i2, slot2, 0)
 
 
 @triton.jit
@@ -915,18 +921,16 @@ def _pool_draws(pool_row, j, listed, cands, lo, draw_no, total, top_k, top_p, mi
     over the row: the check of the last attempt by the masses above its candidates, then, if it kept none, the
     next attempt from there (for each candidate the region where the cumulative mass passes its goal, then the
     entry in it), up to ``ROUNDS`` attempts."""
-    masses, cand_mass, cand_count = _pool_masses(pool_row, j, listed, lo, _floors(cands, SHIFT), min_p, inv_t, m,
-                                                 SHIFT, POOL)  # fmt: skip
-    token, kept = _first_kept(cands, cand_mass, cand_count, total, top_k, top_p, min_p, inv_t, m)
+    masses, token, kept = _pool_check(pool_row, j, listed, cands, lo, total, top_k, top_p, min_p, inv_t, m, SHIFT,
+                                      POOL)  # fmt: skip
     drawing = ~kept & (draw_no < ROUNDS)
     while drawing:
         cands = _pool_attempt(pool_row, j, listed, masses, seed, stream, row, K1, draw_no, lo, min_p, inv_t, m, SHIFT,
                               POOL)  # fmt: skip
         lo = _past(cands, SHIFT)
         draw_no += 1
-        masses, cand_mass, cand_count = _pool_masses(pool_row, j, listed, lo, _floors(cands, SHIFT), min_p, inv_t, m,
-                                                     SHIFT, POOL)  # fmt: skip
-        token, kept = _first_kept(cands, cand_mass, cand_count, total, top_k, top_p, min_p, inv_t, m)
+        masses, token, kept = _pool_check(pool_row, j, listed, cands, lo, total, top_k, top_p, min_p, inv_t, m, SHIFT,
+                                          POOL)  # fmt: skip
         drawing = ~kept & (draw_no < ROUNDS)
     return token, kept
 
@@ -961,38 +965,53 @@ def _pool_weights(entry, there, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
 
 
 @triton.jit
-def _pool_masses(pool_row, j, listed, lo, above, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
-    """``(masses, cand_mass, cand_count)``: the float64 mass of each region's entries that can be drawn (a key
-    ``>= lo``, ``w >= min_p``; ``[len(j)]``), and for each candidate the mass and number (int64) of the entries
-    with ``w >= min_p`` and ``x >= above[c]`` (``[SAMPLES]``, :func:`_floors`), in a sweep of ``[len(j),
-    POOL_TILE / len(j)]`` tiles over every region at once. A tile's sums for candidate ``c`` stay in column
-    ``c`` of a tile-shaped sum, a region a row, until the end: sums across warps once, not a tile."""
+def _pool_masses(pool_row, j, listed, lo, below, n_mass, min_p, inv_t, m, SHIFT: tl.constexpr, POOL: tl.constexpr):
+    """``(masses, mass0, mass1, mass2)``: the float64 mass of each region's entries that can be drawn (a key ``>=
+    lo``, ``w >= min_p``; ``[len(j)]``), and for the first ``n_mass`` slots ``s`` the mass of the entries with ``w
+    >= min_p`` and ``x >= below[s]`` (the floors past an attempt's lower records, :func:`_lower_records`; 0 past
+    them), in a sweep of ``[len(j), POOL_TILE / len(j)]`` tiles over every region at once. A late row's pool
+    needs no numbers: every entry of its top-k set has fewer than ``top_k`` larger keys (:func:`_weighed`)."""
     R: tl.constexpr = j.shape[0]
     COLUMNS: tl.constexpr = POOL_TILE // R
-    tl.static_assert(COLUMNS >= SAMPLES, "a column a candidate")
     entries = pool_row + (j // WARPS)[:, None] * (WARPS + WARPS * POOL) + WARPS + (j % WARPS)[:, None] * POOL
     column = tl.arange(0, COLUMNS)[None, :]
     floor = key_floor(lo, SHIFT)
-    above = _in_warp(above)  # each _at below then stays in a warp
+    b0, b1, b2 = _at(below, 0), _at(below, 1), _at(below, 2)  # once a sweep
     masses = tl.zeros([R], tl.float64)
-    region_mass = tl.zeros([R, COLUMNS], tl.float64)  # column c < SAMPLES: each region's mass above candidate c
-    region_count = tl.zeros([R, COLUMNS], tl.int32)
+    mass0 = tl.zeros([R], tl.float64)
+    mass1 = tl.zeros([R], tl.float64)
+    mass2 = tl.zeros([R], tl.float64)
     for c in range(0, tl.max(listed, axis=0), COLUMNS):
         col = c + column
         entry = tl.load(entries + col, mask=col < listed[:, None], other=0, cache_modifier=".cg")
         x = _entry_value(entry)
         w = tl.exp(x * inv_t - m)
-        weighty = (col < listed[:, None]) & (w >= min_p)
-        w64 = tl.where(weighty, w, 0.0).to(tl.float64)
+        w64 = tl.where((col < listed[:, None]) & (w >= min_p), w, 0.0).to(tl.float64)
         masses += tl.sum(tl.where(x >= floor, w64, 0.0), axis=1)
-        for i in tl.static_range(SAMPLES):
-            over = weighty & (x >= _at(above, i))
-            region_mass += tl.where(column == i, tl.sum(tl.where(over, w64, 0.0), axis=1)[:, None], 0.0)
-            region_count += tl.where(column == i, tl.sum(over.to(tl.int32), axis=1)[:, None], 0)
-    at = tl.arange(0, SAMPLES)[:, None] == column
-    cand_mass = tl.sum(tl.where(at, tl.sum(region_mass, axis=0)[None, :], 0.0), axis=1)
-    cand_count = tl.sum(tl.where(at, tl.sum(region_count, axis=0)[None, :], 0), axis=1)
-    return masses, cand_mass, cand_count.to(tl.int64)
+        if n_mass > 0:
+            mass0 += tl.sum(tl.where(x >= b0, w64, 0.0), axis=1)
+        if n_mass > 1:
+            mass1 += tl.sum(tl.where(x >= b1, w64, 0.0), axis=1)
+        if n_mass > 2:
+            mass2 += tl.sum(tl.where(x >= b2, w64, 0.0), axis=1)
+    return masses, tl.sum(mass0, axis=0), tl.sum(mass1, axis=0), tl.sum(mass2, axis=0)
+
+
+@triton.jit
+def _pool_check(pool_row, j, listed, cands, lo, total, top_k, top_p, min_p, inv_t, m, SHIFT: tl.constexpr,
+                POOL: tl.constexpr):  # fmt: skip
+    """``(masses, token, kept)``: the masses of what the next attempt can draw from a pool (:func:`_pool_masses`,
+    ``lo`` past ``cands``) and the check of attempt ``cands`` (:func:`_check`) by the masses above its lower
+    records and above its largest (the total of ``masses``)."""
+    cands = _in_warp(cands)
+    role, below, index, n = _lower_records(cands, SHIFT)
+    n_mass = tl.where(top_p < 1.0, n, 0)
+    masses, mass0, mass1, mass2 = _pool_masses(pool_row, j, listed, lo, below, n_mass, min_p, inv_t, m, SHIFT, POOL)
+    slot_mass = _at_candidates(tl.arange(0, SAMPLES), mass0, mass1, mass2, _at(index, 0), _at(index, 1), _at(index, 2))
+    none = tl.zeros([SAMPLES], tl.int64)  # numbers above: a late row's top-k always holds
+    token, kept = _check(cands, role, slot_mass, none, tl.sum(masses, axis=0), top_k * 0, total, top_k, top_p, min_p,
+                         inv_t, m)  # fmt: skip
+    return masses, token, kept
 
 
 @triton.jit
@@ -1139,10 +1158,10 @@ def _pool_start(pool_row, j, listed, cut, b, row, K1, topk_ptr, topp_ptr, minp_p
     top_p = tl.load(topp_ptr + b)
     seed, stream = _stream(seed_ptr, offset_ptr, row, K1)
     none = tl.full([SAMPLES], float("inf"), tl.float32)  # no candidates to weigh above
-    every, _, _ = _pool_masses(pool_row, j, listed, cut, none, 0.0, inv_t, m, SHIFT, POOL)
+    every, _, _, _ = _pool_masses(pool_row, j, listed, cut, none, 0, 0.0, inv_t, m, SHIFT, POOL)
     masses = every
     if min_p > 0:  # what can be drawn is the set's entries of weight >= min_p
-        masses, _, _ = _pool_masses(pool_row, j, listed, cut, none, min_p, inv_t, m, SHIFT, POOL)
+        masses, _, _, _ = _pool_masses(pool_row, j, listed, cut, none, 0, min_p, inv_t, m, SHIFT, POOL)
     cands = _pool_attempt(pool_row, j, listed, masses, seed, stream, row, K1, 0, cut, min_p, inv_t, m, SHIFT, POOL)
     return _pool_draws(pool_row, j, listed, cands, _past(cands, SHIFT), row * 0 + 1, tl.sum(every, axis=0), top_k,
                        top_p, min_p, inv_t, m, seed, stream, row, K1, SHIFT, POOL, ROUNDS)  # fmt: skip
