@@ -915,12 +915,12 @@ def _draw_step(logits_ptr, stride_b, stride_j, topk_ptr, topp_ptr, minp_ptr, see
 def _pool_draws(pool_row, j, listed, cands, lo, draw_no, total, top_k, top_p, min_p, inv_t, m, seed, stream, row, K1,
                 SHIFT: tl.constexpr, POOL: tl.constexpr, ROUNDS: tl.constexpr):  # fmt: skip
     """``(token, kept)``: a late row's attempts to the end, by its program that made attempt ``draw_no - 1``
-    (``cands``; ``lo`` the key past them), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose
-    regions ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed``
-    entries each; :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would make them by passes
-    over the row: the check of the last attempt by the masses above its candidates, then, if it kept none, the
-    next attempt from there (for each candidate the region where the cumulative mass passes its goal, then the
-    entry in it), up to ``ROUNDS`` attempts."""
+    (``cands``; ``lo`` the key past them), from the pool ``pool_row [n_splits, WARPS + WARPS * POOL]`` whose regions
+    ``j`` (``[NS_P2 * WARPS]``, in vocabulary order) list every entry at or above its cut (``listed`` entries each;
+    :func:`list_late_split` or :func:`_pool_mass_loop`), as the launches would make them by passes over the row: the
+    check of the last attempt (:func:`_pool_check`), then, if it kept none, the next attempt from there (for each
+    candidate the region where the cumulative mass passes its goal, then the entry in it), up to ``ROUNDS``
+    attempts."""
     masses, token, kept = _pool_check(pool_row, j, listed, cands, lo, total, top_k, top_p, min_p, inv_t, m, SHIFT,
                                       POOL)  # fmt: skip
     drawing = ~kept & (draw_no < ROUNDS)
