@@ -263,7 +263,7 @@ def _mass_loop(base, start, V, lo, below, index, n_mass, n_count, min_p, inv_t, 
         x = ahead.to(tl.float32)
         ahead = load_ahead(base, offs + BLOCK, V, start + SPLIT)
         w = tl.exp(x * inv_t - m)
-        w64 = tl.where(inb, w, 0.0).to(tl.float64)  # converted once (a slow instruction): every sum selects from it
+        w64 = tl.where(inb, w, 0.0).to(tl.float64)  # every sum of the tile selects from one conversion
         high = inb & (x >= floor)
         weighty = inb & (w >= min_p)
         sums = tl.sum(tl.where(high & weighty, w64, 0.0), axis=1)
