@@ -563,40 +563,15 @@ def _pick_rows(mass, goal):
 def _scan(base, V, start, local, lo, min_p, inv_t, m, SHIFT: tl.constexpr):
     """Entries (:func:`_entry`) ``[SAMPLES]``: for each candidate, the entry of the sub-block at ``start[c]`` where
     the cumulative weight (float64) of those that can be drawn (a key ``>= lo`` and ``w >= min_p``) passes
-    ``local[c]``, the last one of positive weight where float sums leave none (-1 if none has any). The four
-    sub-blocks are loaded together, then scanned one at a time: a ``[SAMPLES, SUB]`` tile would take its
-    pointers through shared memory (8 KB) to reach the loads' layout."""
-    s0, s1, s2, s3 = _four(start)
-    g0, g1, g2, g3 = _four(local)
-    x0 = _sub_block(base, V, s0)
-    x1 = _sub_block(base, V, s1)
-    x2 = _sub_block(base, V, s2)
-    x3 = _sub_block(base, V, s3)
-    floor = key_floor(lo, SHIFT)
-    c = tl.arange(0, SAMPLES)
-    hits = tl.where(c == 0, _scan_one(x0, s0, V, g0, floor, min_p, inv_t, m), 0)
-    hits = tl.where(c == 1, _scan_one(x1, s1, V, g1, floor, min_p, inv_t, m), hits)
-    hits = tl.where(c == 2, _scan_one(x2, s2, V, g2, floor, min_p, inv_t, m), hits)
-    return tl.where(c == 3, _scan_one(x3, s3, V, g3, floor, min_p, inv_t, m), hits)
-
-
-@triton.jit
-def _sub_block(base, V, start):
-    """float32 ``[SUB]``: the entries from ``start`` (-inf past ``V``)."""
-    offs = start + tl.arange(0, SUB)
-    return tl.load(base + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-
-
-@triton.jit
-def _scan_one(x, start, V, goal, floor, min_p, inv_t, m):
-    """:func:`_scan` of one sub-block ``x`` (from ``start``): the entry where the cumulative weight passes
-    ``goal``."""
-    offs = start + tl.arange(0, SUB)
+    ``local[c]``, the last one of positive weight where float sums leave none (-1 if none has any)."""
+    offs = start[:, None] + tl.arange(0, SUB)[None, :]
+    inb = offs < V
+    x = tl.load(base + offs, mask=inb, other=float("-inf")).to(tl.float32)
     w = tl.exp(x * inv_t - m)
-    w = tl.where((offs < V) & (x >= floor) & (w >= min_p), w, 0.0).to(tl.float64)
+    w = tl.where(inb & (x >= key_floor(lo, SHIFT)) & (w >= min_p), w, 0.0).to(tl.float64)
     entry = _entry(offs, x)
-    hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=0) > goal), entry, 2**62), axis=0)
-    return tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=0))
+    hit = tl.min(tl.where((w > 0) & (tl.cumsum(w, axis=1) > local[:, None]), entry, 2**62), axis=1)
+    return tl.where(hit < 2**62, hit, tl.max(tl.where(w > 0, entry, -1), axis=1))
 
 
 @triton.jit
