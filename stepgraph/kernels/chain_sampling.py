@@ -392,7 +392,7 @@ def chain_verify_sampling(
     late:
         With ``pivot``: ``False`` promises no *late* request (a top-k above ``TOP_K_MAX`` with top-p, which
         finds its top-k cut in the rounds before it draws; the ``general`` class), and the rounds stop once
-        the draws are done: 7 launches instead of 8 (bfloat16) or 16. A late request breaks this promise
+        the draws are done: 4 launches instead of 8 (bfloat16) or 16. A late request breaks this promise
         and is drawn with its top-k and its top-p each over the whole distribution (the smaller of the two
         sets) instead of top-p within its top-k.
     dependent:

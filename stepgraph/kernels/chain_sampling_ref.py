@@ -27,9 +27,13 @@ import torch
 from ._common import written_into
 from .philox import philox_uniform, pivot_counter, verify_stream, verify_uniforms
 
-#: Draws a pivot row takes at most; past them (never seen: each draw raises the pivot past a rejected key,
-#: and about one row in ten needs a second) it takes its argmax, which every top-p set keeps.
+#: Attempts a pivot row makes at most; past them (never seen: each attempt raises the pivot past its rejected
+#: candidates, and rows that need a third are rare) it takes its argmax, which every top-p set keeps.
 PIVOT_ROUNDS = 64
+#: Candidates an attempt draws from one set: the first that is kept is the row's draw. Rows rejecting draw
+#: after draw (a large top-k alone over flat logits, a small top-p) need a few attempts where one candidate
+#: each took up to eight.
+PIVOT_SAMPLES = 4
 #: The largest top-k that the small top-k path lists (the ``top_k`` class); a larger one alone (no top-p) is a
 #: pivot request's.
 SMALL_TOP_K_MAX = 1024
@@ -262,56 +266,64 @@ def pivot_draws(
     offset: torch.Tensor,
 ) -> torch.Tensor:
     """One draw from ``q_j`` for every row of ``logits [B, K+1, V]`` whose kept set is top-p or top-k (with
-    min-p): ``[B, K+1]`` int64. Draw ``r`` of a row takes the number at :func:`~.philox.pivot_counter`. Without
-    min-p the first is by :func:`first_pivot_draw`, from every entry; every other by inverse CDF (float64,
-    vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` and a weight
-    ``>= min_p``. ``lo`` starts below every key, or at the top-k cut (the k-th largest key) for
-    :func:`late_pivot_requests`, whose first draw is then by inverse CDF too. A draw is kept when fewer than
-    ``top_k`` keys are strictly larger (``top_k > 0``), the float64 mass of the strictly larger keys that
-    can be drawn is ``< top_p *`` the total of every entry ``>=`` the starting ``lo`` (``top_p < 1``) and its
-    weight is ``>= min_p``; else no key ``<=`` its key is kept, ``lo`` rises past it and the row draws again
-    (:data:`PIVOT_ROUNDS` at most). Graph-safe: on a GPU it runs every round (no host sync); on the CPU it
-    stops once every row has kept its draw."""
+    min-p): ``[B, K+1]`` int64, by attempts of :data:`PIVOT_SAMPLES` candidates each. Candidate ``c`` of attempt
+    ``r`` takes the number at :func:`~.philox.pivot_counter` ``(K1, r * PIVOT_SAMPLES + c, row)``. Without min-p
+    the first attempt's are by :func:`first_pivot_draw`, from every entry; every other by inverse CDF (float64,
+    vocabulary order) from the weights of the entries that can be drawn: a key ``>= lo`` and a weight ``>=
+    min_p``. ``lo`` starts below every key, or at the top-k cut (the k-th largest key) for
+    :func:`late_pivot_requests`, whose first attempt is then by inverse CDF too. A candidate is kept when fewer
+    than ``top_k`` keys are strictly larger (``top_k > 0``), the float64 mass of the strictly larger keys that can
+    be drawn is ``< top_p *`` the total of every entry ``>=`` the starting ``lo`` (``top_p < 1``) and its weight is
+    ``>= min_p``. The row's draw is the attempt's first kept candidate; if none is, no key ``<=`` the largest
+    candidate's is kept, ``lo`` rises past it and the row tries again (:data:`PIVOT_ROUNDS` attempts at most).
+    Candidates from one set until one is kept are a draw from the kept set, which is an upper set of keys:
+    rejection sampling, exact. Graph-safe: on a GPU it runs every attempt (no host sync); on the CPU it stops
+    once every row has kept a candidate."""
     B, K1, V = logits.shape
     w32 = _weights(logits, temperature)
     mp = min_p.float().view(B, 1, 1)
     w = w32.double()
-    k = top_k.long().view(B, 1)
+    k = top_k.long().view(B, 1, 1)
     key = sortable_keys(logits)
     lo = torch.full((B, K1, 1), -(2**62), dtype=torch.long, device=logits.device)  # below every key
     late = late_pivot_requests(temperature, top_k, top_p).view(B, 1, 1)
     if V > SMALL_TOP_K_MAX:  # else a late request's top-k is V or more: no cut (and no sort)
-        kth = torch.sort(key, dim=-1, descending=True).values.gather(-1, (k.clamp(1, V) - 1)[..., None].expand_as(lo))
-        lo = torch.where(late & (k[..., None] < V), kth, lo)  # the top-k cut of late requests
-    goal_p = top_p.double().view(B, 1) * torch.where(key >= lo, w, 0.0).sum(-1)
+        kth = torch.sort(key, dim=-1, descending=True).values.gather(
+            -1, (k.view(B, 1).clamp(1, V) - 1)[..., None].expand_as(lo)
+        )
+        lo = torch.where(late & (k < V), kth, lo)  # the top-k cut of late requests
+    goal_p = top_p.double().view(B, 1, 1) * torch.where(key >= lo, w, 0.0).sum(-1, keepdim=True)
     w = torch.where((w32 >= mp) | (mp <= 0), w, 0.0)  # min-p's cut, known from the start
-    stream = verify_stream(offset, K1)[:, None]
-    rows = torch.arange(K1, device=logits.device)[None, :]
-    inverse_first = (mp > 0) | late  # their first draw by inverse CDF, from what they can draw
+    stream = verify_stream(offset, K1).view(B, 1, 1)
+    rows = torch.arange(K1, device=logits.device).view(1, K1, 1)
+    cands = torch.arange(PIVOT_SAMPLES, device=logits.device)
+    inverse_first = (mp > 0) | late  # their first attempt by inverse CDF, from what they can draw
     y = torch.zeros((B, K1), dtype=torch.long, device=logits.device)
     done = torch.zeros((B, K1), dtype=torch.bool, device=logits.device)
     for rnd in range(PIVOT_ROUNDS):
-        u = philox_uniform(seed.long()[:, None], stream | pivot_counter(K1, rnd, rows))
+        u = philox_uniform(seed.long().view(B, 1, 1), stream | pivot_counter(K1, rnd * PIVOT_SAMPLES + cands, rows))
         cdf = torch.cumsum(torch.where(key >= lo, w, 0.0), -1)
-        pick = torch.searchsorted(cdf, (u.double() * cdf[..., -1])[..., None], right=True).clamp(max=V - 1)
+        pick = torch.searchsorted(cdf, u.double() * cdf[..., -1:], right=True).clamp(max=V - 1)  # [B, K1, SAMPLES]
         if rnd == 0:
-            pick = torch.where(inverse_first, pick, first_pivot_draw(logits, temperature, u)[..., None])
-        y = torch.where(done, y, pick.squeeze(-1))
-        k_y = key.gather(-1, pick)
-        above = torch.where(key > k_y, w, 0.0).sum(-1)
-        larger = (key > k_y).sum(-1)
-        kept = ((above < goal_p) | (top_p.view(B, 1) >= 1)) & ((larger < k) | (k <= 0))
-        kept = kept & ((w32.gather(-1, pick) >= mp) | (mp <= 0)).squeeze(-1)
-        lo = torch.where((done | kept)[..., None], lo, k_y + 1)
-        done = done | kept
+            pick = torch.where(inverse_first, pick, first_pivot_draw(logits, temperature, u))
+        k_c = key.gather(-1, pick)
+        above = torch.stack([torch.where(key > k_c[..., c, None], w, 0.0).sum(-1) for c in range(PIVOT_SAMPLES)], -1)
+        larger = torch.stack([(key > k_c[..., c, None]).sum(-1) for c in range(PIVOT_SAMPLES)], -1)
+        kept = ((above < goal_p) | (top_p.view(B, 1, 1) >= 1)) & ((larger < k) | (k <= 0))
+        kept = kept & ((w32.gather(-1, pick) >= mp) | (mp <= 0))
+        first = torch.where(kept, cands, PIVOT_SAMPLES).amin(-1, keepdim=True)  # its first kept candidate
+        hit = (first < PIVOT_SAMPLES).squeeze(-1)
+        y = torch.where(done | ~hit, y, pick.gather(-1, first.clamp(max=PIVOT_SAMPLES - 1)).squeeze(-1))
+        lo = torch.where((done | hit)[..., None], lo, k_c.amax(-1, keepdim=True) + 1)
+        done = done | hit
         if not logits.is_cuda and bool(done.all()):
             break
     return torch.where(done, y, torch.argmax(logits, -1))
 
 
 def first_pivot_draw(logits: torch.Tensor, temperature: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """A pivot row's first draw, ``[B, K+1]`` int64, by number ``u [B, K+1]``, from every entry of ``logits
-    [B, K+1, V]`` (no min-p yet), in two steps that need no ``max z`` before a pass over the row:
+    """A pivot row's first candidates, ``[B, K+1, N]`` int64, by numbers ``u [B, K+1, N]``, from every entry of
+    ``logits [B, K+1, V]`` (no min-p yet), in two steps that need no ``max z`` before a pass over the row:
 
     * the sub-block (:data:`PIVOT_SUB` entries) where the cumulative mass passes ``u`` times the row's, a
       sub-block's mass being ``s * exp(p - m)`` (float32 ``exp``, then float64): ``p`` is its largest ``z``,
@@ -323,23 +335,25 @@ def first_pivot_draw(logits: torch.Tensor, temperature: torch.Tensor, u: torch.T
     as closely as a float32 ``u`` resolves it. Rows without a positive weight (degenerate rows, which do
     not draw) give an arbitrary entry."""
     B, K1, V = logits.shape
+    N = u.shape[-1]
     t = temperature.float().view(B, 1, 1)
     z = logits.float() * (1.0 / torch.where(t > 0, t, torch.ones_like(t)))
+    z_max = z.amax(-1, keepdim=True)
     n_sub = -(-V // PIVOT_SUB)
     zb = torch.nn.functional.pad(z, (0, n_sub * PIVOT_SUB - V), value=float("-inf")).view(B, K1, n_sub, PIVOT_SUB)
     peak = zb.amax(-1)
     some = peak > float("-inf")
     s = torch.where(some[..., None], torch.exp(zb - peak[..., None]), 0.0).double().sum(-1)
-    mass = torch.where(some, s * torch.exp(peak - z.amax(-1, keepdim=True)).double(), 0.0)  # [B, K1, n_sub]
-    goal = u.double() * mass.sum(-1)
+    mass = torch.where(some, s * torch.exp(peak - z_max).double(), 0.0)  # [B, K1, n_sub]
+    goal = u.double() * mass.sum(-1, keepdim=True)  # [B, K1, N]
     cum = torch.cumsum(mass, -1)
-    sub = torch.searchsorted(cum, goal[..., None], right=True).squeeze(-1)
-    last = torch.where(mass > 0, torch.arange(n_sub, device=z.device), 0).amax(-1)
+    sub = torch.searchsorted(cum, goal, right=True)
+    last = torch.where(mass > 0, torch.arange(n_sub, device=z.device), 0).amax(-1, keepdim=True)
     sub = torch.minimum(sub, last)
     before = torch.nn.functional.pad(cum[..., :-1], (1, 0))  # the mass of the sub-blocks before each
-    local = goal - before.gather(-1, sub[..., None]).squeeze(-1)
-    z_sub = zb.gather(2, sub[..., None, None].expand(B, K1, 1, PIVOT_SUB)).squeeze(2)  # [B, K1, SUB]
-    w = torch.exp(z_sub - z.amax(-1, keepdim=True)).double()
+    local = goal - before.gather(-1, sub)
+    z_sub = zb.gather(2, sub[..., None].expand(B, K1, N, PIVOT_SUB))  # [B, K1, N, SUB]
+    w = torch.exp(z_sub - z_max[..., None]).double()
     lanes = torch.arange(PIVOT_SUB, device=z.device)
     hit = torch.where((w > 0) & (torch.cumsum(w, -1) > local[..., None]), lanes, PIVOT_SUB).amin(-1)
     hit = torch.where(hit < PIVOT_SUB, hit, torch.where(w > 0, lanes, 0).amax(-1))

@@ -116,11 +116,11 @@ class _CountedLaunches:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float32, marks=pytest.mark.slow)])
-def test_a_batch_without_late_requests_draws_in_seven_launches_of_the_rounds(dtype, monkeypatch):
-    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' seven launches, not the search's 8
+def test_a_batch_without_late_requests_draws_in_four_launches_of_the_rounds(dtype, monkeypatch):
+    """With ``late=False`` (the ``top_p`` class) the rounds are the draws' four launches, not the search's 8
     (bfloat16) or 16, and every request gets the reference's tokens: top-p alone, with min-p (its first draw in the
     rounds), a top-k above 1024 without top-p, small top-k rows (their cut in the same launches), min-p alone,
-    greedy, a NaN row; two offsets, and the rows that still draw after a third launch on alone. Late requests break
+    greedy, a NaN row; two offsets, and the rows that still draw after a second launch on alone. Late requests break
     the promise: their rows draw by the pivot from the whole row, with top-k and top-p each over the whole
     distribution (the reference's draws of requests that are not late), not top-p within the top-k set."""
     g = torch.Generator().manual_seed(3)
@@ -143,9 +143,9 @@ def test_a_batch_without_late_requests_draws_in_seven_launches_of_the_rounds(dty
         got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
         ref = chain_verify_sampling_ref(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True)
         assert torch.equal(got.tokens, ref.tokens), (step, got.tokens.tolist(), ref.tokens.tolist())
-    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 14
+    assert rounds.launches == 2 * _sampling_pivot.DRAW_LAUNCHES == 8
     with monkeypatch.context() as scoped:
-        scoped.setattr(_sampling_pivot, "STEPS", 3)  # draws in three launches: rows still drawing go on alone
+        scoped.setattr(_sampling_pivot, "STEPS", 2)  # draws in two launches: rows needing a second attempt go alone
         got = chain_verify_sampling(x, drafts, T, k, p, seed, off.clone(), min_p=mp, pivot=True, late=False)
         assert torch.equal(got.tokens, ref.tokens), (got.tokens.tolist(), ref.tokens.tolist())
     x[1, 1] = x[1, 0]  # no NaN row now
@@ -234,7 +234,7 @@ def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, sp
     """The last count of a late row's top-k search, over 16 keys, lists every entry at or above them (every
     warp of a split its quarter, in vocabulary order): the top-k set and a few more. A row whose regions
     hold all of them checks and redraws from there to the end in the next launch: a small top-p over flat
-    rows rejects draw after draw, and the rows run out at a bound of 3 draws. With regions of 130 entries
+    rows rejects attempt after attempt (up to three), and the rows run out at a bound of 2 attempts. With regions of 130 entries
     some rows have a fuller one, with regions of one entry none fits, and with more splits than the pool
     serves (three here) no row has a pool: they check their draws by passes in the launches after. The last
     request's top entries lie between 2 and 6, 256 bfloat16 keys above a bucket of the first count: its
@@ -249,7 +249,7 @@ def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, sp
     x = x.bfloat16().to(DEV)
     T = torch.ones(B, device=DEV)
     k = torch.tensor([1100, 1300, 1050, 2000], device=DEV)
-    p = torch.tensor([0.1, 0.3, 0.2, 0.05], device=DEV)
+    p = torch.tensor([0.02, 0.05, 0.03, 0.01], device=DEV)
     mp = torch.tensor([0.0, 0.01, 0.0, 0.0], device=DEV)
     assert late_pivot_requests(T, k, p).all()
     seed, off = torch.arange(B, device=DEV) + 5, torch.zeros(B, dtype=torch.int64, device=DEV)
@@ -270,34 +270,34 @@ def test_late_rows_draw_to_the_end_from_the_pool_their_last_count_lists(pool, sp
         assert lowest <= cut[r] < lowest + 16  # the 16 keys of the last count, or fewer
         assert torch.equal(entries >> 32, (keys[r] >= lowest).nonzero().flatten())
         assert torch.equal((entries & 0xFFFFFFFF).int().view(torch.float32), x.view(rows, V)[r, entries >> 32].float())
-    for bound in (chain_sampling_ref.PIVOT_ROUNDS, 3):
+    for bound in (chain_sampling_ref.PIVOT_ROUNDS, 2):
         for module in (_sampling_pivot, chain_sampling_ref):
             monkeypatch.setattr(module, "PIVOT_ROUNDS", bound)
         y = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu()).to(DEV)
         got, ref = verify_both(x, y[:, :K].contiguous(), T, k, p, mp, seed, off)
         assert torch.equal(got, ref) and torch.equal(ref, y), (bound, got.tolist(), ref.tolist())
-    assert (y == torch.argmax(x.float(), -1)).any()  # some rows ran out of draws
+    assert (y == torch.argmax(x.float(), -1)).any()  # some rows ran out of attempts
 
 
 @pytest.mark.slow  # every schedule of draws in the interpreter: close to a minute
 def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch):
-    """A small top-p over flat rows rejects draw after draw (these rows take 2 to 6 draws). They agree with
-    the reference under the module's settings (the first draw in the stats launch, the others in launches
-    of the rounds), and when the rows go on alone in the last launch: from the third draw (a launch of
+    """A small top-p over flat rows rejects attempt after attempt (these rows take 1 to 4). They agree with
+    the reference under the module's settings (the first attempt in the stats launch, the others in launches
+    of the rounds), and when the rows go on alone in the last launch: from the third attempt (a launch of
     masses, one that checks and draws, then one that does both) or from the second (a launch of masses,
-    then one that checks and draws). Past the bound on draws both take the row's argmax, whether a launch
+    then one that checks and draws). Past the bound on attempts both take the row's argmax, whether a launch
     that draws, one that does both, or the lone pass reaches it. Half the rows have min-p (which keeps all
-    their entries): they make their first draw in the rounds. Half are late (a top-k of 1100 with the top-p):
-    they draw from their top-k cut in the rounds' second half. The others, without them, also in the draws'
-    seven launches (``late=False``)."""
+    their entries): they make their first attempt in the rounds. Half are late (a top-k of 1100 with the
+    top-p): they draw from their top-k cut in the rounds' second half. The others, without them, also in the
+    draws' four launches (``late=False``)."""
     g = torch.Generator().manual_seed(1)
     B, K, V = 8, 1, 2500
     x = (torch.randn(B, K + 1, V, generator=g) * 0.5).bfloat16().to(DEV)
     drafts = torch.zeros(B, K, dtype=torch.int64, device=DEV)
     T = torch.ones(B, device=DEV)
     k = torch.tensor([0, 0, 1100, 1100] * (B // 4), device=DEV)
-    p = torch.full((B,), 0.1, device=DEV)
-    mp = torch.tensor([0.0, 0.01] * (B // 2), device=DEV)  # min-p rows make each draw a step later
+    p = torch.full((B,), 0.01, device=DEV)
+    mp = torch.tensor([0.0, 0.01] * (B // 2), device=DEV)  # min-p rows make each attempt a step later
     assert late_pivot_requests(T, k, p).tolist() == [False, False, True, True] * (B // 4)
     seed = torch.arange(B, dtype=torch.int64, device=DEV)
     off = torch.zeros(B, dtype=torch.int64, device=DEV)
@@ -321,7 +321,7 @@ def test_many_draws_in_the_launches_and_alone_and_the_bound_on_them(monkeypatch)
     assert torch.equal(got, ref)
     for steps, separate, rounds in ((*module, 1), (*module, 3), (3, 2, 3)):
         agree(steps, separate, rounds)
-    short = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 draws at most
+    short = pivot_draws(x.cpu(), T.cpu(), k.cpu(), p.cpu(), mp.cpu(), seed.cpu(), off.cpu())  # 3 attempts at most
     ran_out = short != y
     assert ran_out.any() and (short == torch.argmax(x.cpu().float(), -1))[ran_out].all()
     assert ran_out[2::4].any()  # late rows draw many times too
@@ -396,20 +396,22 @@ def test_a_request_draws_by_the_pivot_exactly_when_its_class_is_top_p_or_general
 def test_draws_pick_the_block_inside_a_split(monkeypatch):
     """Splits of three blocks (the last split shorter): a draw picks its split from the split masses and its
     sub-block from the sub-block masses the mass steps stored, and the rows that go on alone in the last
-    launch store new ones (and counts, for a top-k) before their next draw."""
+    launch (the second here: those that need a second attempt) store new ones (and counts, for a top-k) before
+    their next attempt."""
     from stepgraph.kernels import chain_sampling
     from stepgraph.kernels._sampling_filter import BLOCK
 
     split = 3 * BLOCK
     monkeypatch.setattr(chain_sampling, "split_layout", lambda rows, V: (-(-V // split), split))
+    monkeypatch.setattr(_sampling_pivot, "STEPS", 2)
     g = torch.Generator().manual_seed(3)
     B, K, V = 4, 1, 2 * split + 857
-    x = torch.randn(B, K + 1, V, generator=g) * torch.tensor([0.5, 0.5, 2.0, 3.0]).view(B, 1, 1)
+    x = torch.randn(B, K + 1, V, generator=g) * torch.tensor([0.5, 0.1, 2.0, 3.0]).view(B, 1, 1)
     x = x.bfloat16().to(DEV)
     drafts = torch.argmax(x.float(), -1)[:, :K].contiguous()
     T = torch.tensor([1.0, 1.0, 0.8, 0.7], device=DEV)
     k = torch.zeros(B, dtype=torch.int64, device=DEV)
-    p = torch.tensor([0.1, 1.0, 0.9, 0.95], device=DEV)  # flat rows with a small top-p draw many times
+    p = torch.tensor([0.1, 1.0, 0.9, 0.95], device=DEV)  # flat rows with a small top-p make several attempts
     k[1] = 1100  # and with a top-k of a sixth of the row
     mp = torch.zeros(B, device=DEV)
     seed = torch.arange(B, dtype=torch.int64, device=DEV) + 11
@@ -432,7 +434,7 @@ def test_the_first_draw_is_the_inverse_cdf_of_the_weights():
     x[1, 0, PIVOT_SUB : 2 * PIVOT_SUB] = float("-inf")
     T = torch.tensor([1.0, 0.7])
     u = ((torch.arange(n) + 0.5) / n).view(1, 1, n).expand(B, K1, n)
-    got = torch.stack([first_pivot_draw(x, T, u[..., i].contiguous()) for i in range(n)], -1)
+    got = first_pivot_draw(x, T, u.contiguous())
     w = chain_sampling_ref._weights(x, T).double()
     cdf = torch.cumsum(w, -1)
     goal = u.double() * cdf[..., -1:]
