@@ -2,13 +2,17 @@
 # Run 83 (a GPU call after run 82's): on main, the `general` class's layout aim of 1056 programs a launch against
 # 660 (five an SM), over pure and mixed batches (run 68 measured this on older kernels: pure batches gained 15 µs
 # at B = 8, batches half late lost 5); then the whole step against greedy after the merge of attempts of four
-# candidates (estimated near 1.031x at B = 8 for the `general` class), in the time left. Set up on main:
+# candidates (estimated near 1.031x at B = 8 for the `general` class), in the time left. Between them, fewer
+# splits a row at B = 1 (run 70 tried more: slower), where every class is above issue 33's 20 µs goal. Set up on main:
 #   mkdir -p _probe; cp benchmarks/results/2026-12-08-sm90-run83/layout.py _probe/
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 for n in 1056 660; do
-  PROGRAMS=$n timeout 100 python3 _probe/layout.py --label $n --batches 8,16,32 2>&1 | grep "B=\|Error" | cut -c1-300
+  PROGRAMS=$n timeout 100 python3 _probe/layout.py --label $n --batches 8,16 2>--batches 8,16,32 2>&11 | grep "B=\|Error" | cut -c1-300
 done | tee $OUT/layout.log
+for n in 32 20 16; do  # splits a row at B = 1: 30 (main), 19, 15
+  MAX_SPLITS=$n timeout 60 python3 _probe/layout.py --label s$n --batches 1 2>&1 | grep "B=\|Error" | cut -c1-300
+done | tee $OUT/splits_b1.log
 left=$(( ${LIMIT:-560} - SECONDS ))
 echo "e2e: $left s"
 timeout $left python3 benchmarks/bench_sampling.py --batches 8,32,64 --rounds 2 --tokens 48 \
