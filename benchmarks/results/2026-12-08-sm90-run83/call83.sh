@@ -8,7 +8,7 @@
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 for n in 1056 660; do
-  PROGRAMS=$n timeout 100 python3 _probe/layout.py --label $n --batches 8,16 2>--batches 8,16,32 2>&11 | grep "B=\|Error" | cut -c1-300
+  PROGRAMS=$n timeout 100 python3 _probe/layout.py --label $n --batches 8,16 2>&1 | grep "B=\|Error" | cut -c1-300
 done | tee $OUT/layout.log
 for n in 32 20 16; do  # splits a row at B = 1: 30 (main), 19, 15
   MAX_SPLITS=$n timeout 60 python3 _probe/layout.py --label s$n --batches 1 2>&1 | grep "B=\|Error" | cut -c1-300

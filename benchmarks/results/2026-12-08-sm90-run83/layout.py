@@ -17,7 +17,7 @@ import stepgraph.kernels.chain_sampling as C
 from stepgraph.kernels.chain_sampling import chain_verify_sampling, chain_verify_sampling_ref
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--batches", default="8,16,32")
+ap.add_argument("--batches", default="8,16")
 ap.add_argument("--label", default="")
 ap.add_argument("--only", default="")
 ap.add_argument("--smoke", action="store_true", help="CPU: a small vocabulary, tokens checked, nothing timed")
